@@ -1,0 +1,3 @@
+"""torchnlq: pretraining transformers with nonlinear attention queries."""
+
+__version__ = "0.1.0"

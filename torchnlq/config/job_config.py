@@ -1,0 +1,211 @@
+"""The job configuration: one dataclass per TOML section.
+
+Every field is declared with :func:`option`, which carries its one-line doc
+(shown by ``--help`` and in docs/configs.md) and its allowed values or range
+(checked by :mod:`torchnlq.config.manager`). Builders receive only the section
+they need (``build_model(cfg.model)``, ``build_optimizer(cfg.optimizer, ...)``),
+never the whole :class:`JobConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def option(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+) -> Any:
+    """Declare a config field with its doc line and its allowed values.
+
+    ``min``/``max`` bound numbers (``min_exclusive`` makes the lower bound
+    strict); ``choices`` lists the allowed values of a string field. A ``None``
+    default means "unset / derived", and ``None`` stays allowed for the field.
+    """
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+    return field(default=default, metadata=meta)
+
+
+def section(cls: type, doc: str) -> Any:
+    """Declare a nested section (a dataclass with its own options)."""
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+@dataclass
+class Job:
+    """Where the run lives. The run folder is ``dump_folder/name``."""
+
+    dump_folder: str = option("./outputs", "Folder that holds all runs.")
+    name: str = option("debug", "Run name; the run folder is dump_folder/name.")
+    description: str = option("", "Free text describing the run, kept in the resolved config.")
+
+
+@dataclass
+class Query:
+    """The attention query projection: the subject of the paper."""
+
+    type: str = option(
+        "linear",
+        "Query type from the registry in torchnlq/models/query.py: linear (X·W_Q), identity (W_Q = I), "
+        "residual (X + X·W_Q), residual_mlp (the paper: (X + f(X))/2).",
+    )
+    activation: str = option(
+        "gelu",
+        "residual_mlp: activation inside f (gelu is the exact erf form).",
+        choices=("gelu", "gelu_tanh", "relu", "relu2", "silu"),
+    )
+    input_norm: str = option(
+        "rms", "residual_mlp: norm applied to X before W1.", choices=("rms", "layer", "none")
+    )
+    output_norm: str = option(
+        "layer", "residual_mlp: norm applied after W2.", choices=("layer", "rms", "none")
+    )
+    bottleneck_ratio: float = option(
+        0.5, "residual_mlp: bottleneck width r as a fraction of the model width d.", min=0.0, min_exclusive=True
+    )
+    half_scale: bool = option(
+        True, "residual_mlp: multiply X + f(X) by 1/2 (the paper); false gives X + f(X)."
+    )
+
+
+@dataclass
+class Model:
+    """The model: a named flavor, with optional per-field overrides."""
+
+    flavor: str = option(
+        "debug",
+        "Size preset from torchnlq/models/registry.py: debug, gpt_small, gpt_small_mlp4_75, gpt_medium, gpt_large.",
+    )
+    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1)
+    dim: int | None = option(None, "Override the flavor's model width d.", min=1)
+    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1)
+    n_kv_heads: int | None = option(
+        None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
+    )
+    mlp_ratio: float | None = option(
+        None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
+        min=0.0, min_exclusive=True,
+    )
+    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1)
+    max_seq_len: int | None = option(
+        None, "Override the flavor's number of positions (learned position table size).", min=1
+    )
+    vocab_size: int | None = option(
+        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1
+    )
+    vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
+    tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
+    positions: str = option(
+        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).",
+        choices=("learned", "rope"),
+    )
+    rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
+    norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
+    init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
+    query: Query = section(Query, "The attention query projection.")
+
+
+@dataclass
+class Training:
+    """The optimisation loop."""
+
+    steps: int = option(100, "Number of optimizer steps.", min=1)
+    seed: int = option(1337, "Seed for model init and every other random choice except the data order.")
+    micro_batch_size: int = option(8, "Sequences per forward/backward on one device.", min=1)
+    grad_accum_steps: int = option(1, "Micro-batches accumulated per optimizer step.", min=1)
+    seq_len: int = option(256, "Tokens per training sequence (at most the model's max_seq_len).", min=1)
+    mixed_precision: str = option(
+        "bf16", "Autocast dtype on CUDA: bf16 or fp32 (no autocast). CPU always trains in fp32.",
+        choices=("bf16", "fp32"),
+    )
+    max_norm: float = option(1.0, "Gradient clipping max norm; 0 disables clipping.", min=0.0)
+    device: str = option("auto", "auto (CUDA when present, else CPU), cuda or cpu.", choices=("auto", "cuda", "cpu"))
+    tf32: bool = option(True, "Allow TF32 matmuls on CUDA.")
+    compile: bool = option(False, "torch.compile the model.")
+
+
+@dataclass
+class Optimizer:
+    """AdamW; weight decay on tensors with two or more dimensions only."""
+
+    name: str = option("adamw", "Optimizer (adamw).", choices=("adamw",))
+    lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
+    weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
+    beta1: float = option(0.9, "AdamW beta1.", min=0.0, max=1.0)
+    beta2: float = option(0.95, "AdamW beta2.", min=0.0, max=1.0)
+    eps: float = option(1e-8, "AdamW epsilon.", min=0.0, min_exclusive=True)
+    fused: bool | None = option(None, "Fused AdamW kernel; unset means on for CUDA, off otherwise.")
+
+
+@dataclass
+class LRSchedule:
+    """Linear warmup, then cosine decay (the paper's / nanoGPT's schedule)."""
+
+    warmup_steps: int = option(10, "Warmup steps: lr * (step + 1) / (warmup_steps + 1).", min=0)
+    min_lr: float = option(6e-5, "Learning rate at and after decay_steps.", min=0.0)
+    decay_steps: int | None = option(
+        None, "Step at which the cosine reaches min_lr; unset means training.steps.", min=1
+    )
+
+
+@dataclass
+class Data:
+    """Token files and their tokenizer."""
+
+    path: str = option(
+        "./outputs/data/synthetic",
+        "Folder with train.bin, val.bin (uint16 tokens) and meta.json, as written by scripts/prepare_data.py.",
+    )
+    tokenizer: str = option("gpt2", "Tokenizer of the token files: gpt2 (tiktoken) or byte.", choices=("gpt2", "byte"))
+    tiktoken_file: str | None = option(
+        None,
+        "Local GPT-2 .tiktoken ranks file for machines without internet "
+        "(also read from the TORCHNLQ_TIKTOKEN_FILE environment variable).",
+    )
+    seed: int = option(42, "Seed of the pre-drawn batch offsets: the same seed gives every model the same data.")
+    synthetic: bool = option(
+        False, "Generate the seeded offline corpus into path on first use when it holds no token files."
+    )
+
+
+@dataclass
+class Validation:
+    """Fixed validation batches, identical for every model."""
+
+    enabled: bool = option(True, "Run validation every interval steps and at the end.")
+    interval: int = option(50, "Validate every this many steps.", min=1)
+    sequences: int = option(64, "Number of fixed validation sequences (2400 in the paper).", min=1)
+    micro_batch_size: int | None = option(None, "Sequences per validation forward; unset means training.micro_batch_size.", min=1)
+    seed: int = option(2357, "Seed of the fixed validation offsets.")
+
+
+@dataclass
+class Metrics:
+    """Console and TensorBoard logging."""
+
+    log_interval: int = option(10, "Log one console line and the TensorBoard scalars every this many steps.", min=1)
+    tensorboard: bool = option(True, "Write TensorBoard events to <run>/tb.")
+    peak_tflops: float | None = option(
+        None, "Peak dense bf16 TFLOP/s for MFU; unset means the built-in table (no MFU on unknown devices).",
+        min=0.0, min_exclusive=True,
+    )
+
+
+@dataclass
+class JobConfig:
+    """The whole job: one field per TOML section."""
+
+    job: Job = section(Job, "Where the run lives.")
+    model: Model = section(Model, "The model.")
+    training: Training = section(Training, "The optimisation loop.")
+    optimizer: Optimizer = section(Optimizer, "AdamW.")
+    lr_schedule: LRSchedule = section(LRSchedule, "Warmup + cosine schedule.")
+    data: Data = section(Data, "Token files and tokenizer.")
+    validation: Validation = section(Validation, "Fixed validation batches.")
+    metrics: Metrics = section(Metrics, "Logging.")
