@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Make torchnlq importable, creating .venv on first use. Sourced by run_train.sh
+# and run_tests.sh; sets PYTHON to the interpreter to use.
+#   EXTRAS=dev  also installs the test dependencies.
+# The install is redone when pyproject.toml or constraints.txt change (a stamp
+# file in .venv records their hash), so a pulled dependency change is picked up.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+EXTRAS="${EXTRAS:-}"
+probe="import torchnlq"
+[ "$EXTRAS" = dev ] && probe="import torchnlq, pytest"
+
+if python3 -c "$probe" 2>/dev/null \
+   && [ "$(python3 -c 'import torchnlq,os;print(os.path.dirname(os.path.dirname(torchnlq.__file__)))')" = "$ROOT" ]; then
+  PYTHON=python3   # the user installed it (editable, this checkout) themselves
+  return 0 2>/dev/null || exit 0
+fi
+
+VENV="${TORCHNLQ_VENV:-$ROOT/.venv}"
+stamp="$VENV/.torchnlq-install-${EXTRAS:-base}"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -c1-16)"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[torchnlq] creating virtual environment in $VENV" >&2
+  python3 -m venv "$VENV" || { echo "error: could not create $VENV (python3 -m venv failed; install python3-venv)" >&2; exit 2; }
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c "$probe" 2>/dev/null; then
+  echo "[torchnlq] installing torchnlq${EXTRAS:+[$EXTRAS]} into $VENV (first use; about a minute)" >&2
+  spec="$ROOT"; [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$spec" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) \
+    || { echo "error: pip install failed (see above); fix the cause and re-run" >&2; exit 2; }
+  echo "$want" > "$stamp"
+fi
+PYTHON="$VENV/bin/python"

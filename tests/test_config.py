@@ -1,0 +1,136 @@
+"""Config loading: TOML + overrides, types, ranges, did-you-mean, extends, round trip."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.config.manager import load_job_config
+from torchnlq.config.render import help_text, iter_options, markdown_reference, to_toml
+from torchnlq.errors import ConfigError
+
+from conftest import REPO_ROOT
+
+CONFIGS = sorted((REPO_ROOT / "train_configs").glob("*.toml"))
+
+
+def write(tmp_path: Path, text: str, name: str = "c.toml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_overrides_both_syntaxes_and_nested_sections() -> None:
+    cfg = load_job_config([
+        "--training.steps", "7", "--optimizer.lr=1e-3", "--model.query.type", "residual_mlp",
+        "--model.query.half_scale=false", "--training.compile", "--model.n_kv_heads", "none",
+    ])
+    assert cfg.training.steps == 7
+    assert cfg.optimizer.lr == 1e-3
+    assert cfg.model.query.type == "residual_mlp"
+    assert cfg.model.query.half_scale is False
+    assert cfg.training.compile is True
+    assert cfg.model.n_kv_heads is None
+
+
+def test_file_then_overrides_in_order(tmp_path: Path) -> None:
+    path = write(tmp_path, "[training]\nsteps = 3\nseq_len = 64\n[optimizer]\nlr = 1\n")
+    cfg = load_job_config([path, "--training.steps=9"])
+    assert (cfg.training.steps, cfg.training.seq_len) == (9, 64)
+    assert cfg.optimizer.lr == 1.0 and isinstance(cfg.optimizer.lr, float)  # int widened
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--training.stpes=3"], "did you mean 'steps'"),
+        (["--trainng.steps=3"], "did you mean 'training'"),
+        (["--model.query.tpye=linear"], "did you mean 'type'"),
+        (["--training.steps=abc"], "training.steps expects an integer"),
+        (["--training.steps=0"], "training.steps must be >= 1"),
+        (["--optimizer.lr=0"], "optimizer.lr must be > 0"),
+        (["--optimizer.beta2=1.5"], "optimizer.beta2 must be <= 1.0"),
+        (["--training.mixed_precision=fp8"], "training.mixed_precision"),
+        (["--training.compile=maybe"], "expects true or false"),
+        (["--model.query=x"], "is a section"),
+        (["--steps=3"], "--section.key"),
+        (["--training.steps"], "needs a value"),
+        (["does_not_exist.toml"], "not found"),
+        (["a.toml", "b.toml"], "unexpected argument"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(args: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_job_config(args)
+    assert fragment in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("[trainig]\nsteps = 3\n", "did you mean 'training'"),
+        ("[training]\nsteps = \"ten\"\n", "training.steps expects int"),
+        ("[training]\nsteps = 2.5\n", "training.steps expects int"),
+        ("[training]\ncompile = 1\n", "training.compile expects bool"),
+        ("[model.quer]\ntype = \"linear\"\n", "did you mean 'query'"),
+        ("steps = 3\n", "outside any section"),
+        ("[training\nsteps = 3\n", "not valid TOML"),
+        ("[data]\ntokenizer = \"gpt3\"\n", "did you mean 'gpt2'"),
+    ],
+)
+def test_bad_files_are_one_line_errors(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_job_config([write(tmp_path, text)])
+    assert fragment in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_extends_applies_base_first_and_detects_cycles(tmp_path: Path) -> None:
+    write(tmp_path, "[training]\nsteps = 5\nseq_len = 32\n", "base.toml")
+    child = write(tmp_path, 'extends = "base.toml"\n[training]\nsteps = 8\n', "child.toml")
+    cfg = load_job_config([child])
+    assert (cfg.training.steps, cfg.training.seq_len) == (8, 32)
+    loop = write(tmp_path, 'extends = "loop.toml"\n', "loop.toml")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_job_config([loop])
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    cfg = load_job_config(["--model.query.type=residual_mlp", "--lr_schedule.decay_steps=40", "--job.name=a \"b\""])
+    text = to_toml(cfg)
+    tomllib.loads(text)  # valid TOML
+    assert load_job_config([write(tmp_path, text)]) == cfg
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load(path: Path) -> None:
+    cfg = load_job_config([str(path)])
+    assert cfg.job.name == path.stem
+
+
+def test_paper_profile_of_gpt_small_configs() -> None:
+    base = load_job_config([str(REPO_ROOT / "train_configs/gpt_small_baseline.toml")])
+    best = load_job_config([str(REPO_ROOT / "train_configs/gpt_small_res_gelu.toml")])
+    for cfg in (base, best):
+        t = cfg.training
+        assert (t.micro_batch_size, t.grad_accum_steps, t.seq_len, t.steps) == (12, 40, 1024, 60000)
+        assert t.mixed_precision == "bf16" and t.compile
+        assert t.micro_batch_size * t.grad_accum_steps * t.seq_len == 491_520
+    assert (best.optimizer.lr, best.lr_schedule.min_lr, best.optimizer.weight_decay) == (3e-3, 3e-5, 2**-5)
+    assert best.model.query.type == "residual_mlp"
+    assert (base.optimizer.lr, base.lr_schedule.min_lr, base.optimizer.weight_decay) == (6e-4, 6e-5, 0.1)
+
+
+def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
+    text = help_text()
+    table = markdown_reference()
+    docs = (REPO_ROOT / "docs" / "configs.md").read_text()
+    for name, field, _ in iter_options(JobConfig()):
+        assert field.metadata.get("doc"), f"{name} has no doc"
+        assert f"--{name}" in text
+        assert f"`{name.rsplit('.', 1)[1]}`" in table
+    assert table in docs, "docs/configs.md is stale: regenerate it with python scripts/gen_config_docs.py"

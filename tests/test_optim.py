@@ -1,0 +1,74 @@
+"""LR schedule against the paper's formula; AdamW parameter groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from torchnlq.config.job_config import LRSchedule, Optimizer
+from torchnlq.train.optim import build_optimizer, lr_at, param_groups
+
+
+def paper_lr(it: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:
+    """The paper's (nanoGPT's) get_lr, written out independently."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it > decay_iters:
+        return min_lr
+    ratio = (it - warmup) / (decay_iters - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+@pytest.mark.parametrize("warmup, total, decay", [(2000, 60000, None), (10, 100, None), (5, 100, 50), (0, 20, None)])
+def test_schedule_matches_paper_formula(warmup: int, total: int, decay: int | None) -> None:
+    cfg = LRSchedule(warmup_steps=warmup, min_lr=3e-5, decay_steps=decay)
+    decay_iters = decay if decay is not None else total
+    for it in sorted({0, 1, warmup - 1, warmup, warmup + 1, total // 2, decay_iters - 1, decay_iters, total - 1, total + 5}):
+        if it < 0:
+            continue
+        assert lr_at(it, 3e-3, cfg, total) == pytest.approx(paper_lr(it, 3e-3, 3e-5, warmup, decay_iters), rel=1e-12)
+
+
+def test_schedule_shape() -> None:
+    cfg = LRSchedule(warmup_steps=2000, min_lr=3e-5)
+    lrs = [lr_at(i, 3e-3, cfg, 60000) for i in range(60000)]
+    assert lrs[0] == pytest.approx(3e-3 / 2001)
+    assert max(lrs) == pytest.approx(3e-3, rel=1e-6)
+    assert all(a <= b for a, b in zip(lrs[:2000], lrs[1:2000]))  # warmup rises
+    assert all(a >= b for a, b in zip(lrs[2000:], lrs[2001:]))  # cosine falls
+    assert lrs[-1] == pytest.approx(3e-5, rel=1e-3)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.lin = nn.Linear(4, 10, bias=True)
+        self.norm = nn.LayerNorm(4, bias=False)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight  # tied, as in GPT-2
+
+
+def test_weight_decay_only_on_matrices_and_tied_weights_once() -> None:
+    model = Tiny()
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == {id(model.emb.weight), id(model.lin.weight)}
+    assert {id(p) for p in no_decay["params"]} == {id(model.lin.bias), id(model.norm.weight)}
+
+
+def test_weight_decay_acts_on_matrices_only() -> None:
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = build_optimizer(Optimizer(lr=0.1, weight_decay=0.5), model, "cpu")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # zero gradient: only decay can move a weight
+    opt.step()
+    assert torch.allclose(model.lin.weight, before["lin.weight"] * (1 - 0.1 * 0.5))
+    assert torch.equal(model.norm.weight, before["norm.weight"])
+    assert torch.equal(model.lin.bias, before["lin.bias"])
+    assert opt.defaults["betas"] == (0.9, 0.95)

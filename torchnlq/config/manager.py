@@ -1,0 +1,219 @@
+"""Load a JobConfig from a TOML file plus ``--section.key value`` overrides.
+
+Every value, from the file or the command line, goes through the same checks:
+known section and key (with a "did you mean"), the field's type, its choices
+and range. Any failure is a :class:`ConfigError` whose message is one line
+naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+
+def load_job_config(args: list[str]) -> JobConfig:
+    """Build the config from ``[CONFIG.toml] [--section.key value | --section.key=value ...]``.
+
+    The TOML file (optional) is applied first, then the overrides in order.
+    """
+    path, overrides = _split_args(args)
+    cfg = JobConfig()
+    if path is not None:
+        apply_file(cfg, path)
+    for key, raw in overrides:
+        set_from_string(cfg, key, raw)
+    return cfg
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """Read a TOML file, turning a missing or malformed file into one clear line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{path}' not found; pass a TOML file such as train_configs/debug_model.toml")
+    try:
+        with p.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from None
+
+
+def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
+    """Apply a TOML file; a top-level ``extends = "other.toml"`` (relative to the
+    file) is applied first, so a variant config holds only what differs."""
+    resolved = str(Path(path).resolve())
+    if resolved in _seen:
+        raise ConfigError(f"config file '{path}' extends itself (cycle: {' -> '.join(_seen + (resolved,))})")
+    data = read_toml(path)
+    base = data.pop("extends", None)
+    if base is not None:
+        if not isinstance(base, str):
+            raise ConfigError(f"{path}: extends must be a file name string, got {base!r}")
+        apply_file(cfg, str(Path(path).parent / base), _seen + (resolved,))
+    apply_mapping(cfg, data, source=path)
+
+
+def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:
+    """Separate the optional config path from the ``--key value`` overrides."""
+    path: str | None = None
+    overrides: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            key = arg[2:]
+            if "=" in key:
+                key, raw = key.split("=", 1)
+                overrides.append((key, raw))
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                overrides.append((key, args[i + 1]))
+                i += 1
+            else:
+                overrides.append((key, None))  # bare flag: "true" for booleans
+        elif path is None:
+            path = arg
+        else:
+            raise ConfigError(f"unexpected argument '{arg}': give one config file, then --section.key value overrides")
+        i += 1
+    return path, overrides
+
+
+def _fields(section: Any) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(section)}
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(sorted(choices))})"
+
+
+def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field, str]:
+    """Find the section object and field for ``a.b.c``; unknown parts are errors."""
+    parts = dotted.split(".")
+    if len(parts) < 2:
+        raise ConfigError(f"option '--{dotted}' must be --section.key (e.g. --training.steps)")
+    obj: Any = cfg
+    for depth, part in enumerate(parts):
+        fields = _fields(obj)
+        where = ".".join(parts[:depth]) or "config"
+        if part not in fields:
+            kind = "section" if depth == 0 else "key"
+            raise ConfigError(f"unknown {kind} '{'.'.join(parts[: depth + 1])}' in {where}{_suggest(part, list(fields))}")
+        f = fields[part]
+        if depth == len(parts) - 1:
+            if dataclasses.is_dataclass(getattr(obj, part)):
+                raise ConfigError(f"'{dotted}' is a section, not a key; set one of its keys, e.g. --{dotted}.{next(iter(_fields(getattr(obj, part))))}")
+            return obj, f, dotted
+        obj = getattr(obj, part)
+        if not dataclasses.is_dataclass(obj):
+            raise ConfigError(f"'{'.'.join(parts[: depth + 1])}' is a key, not a section")
+    raise AssertionError("unreachable")
+
+
+def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", prefix: str = "") -> None:
+    """Apply a parsed TOML mapping (sections and nested sections) onto ``cfg``."""
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            # A table must be a section; _resolve on a child key reports unknown sections.
+            if "." not in dotted:
+                if key not in _fields(cfg):
+                    raise ConfigError(f"{source}: unknown section '[{key}]'{_suggest(key, list(_fields(cfg)))}")
+            apply_mapping(cfg, value, source, prefix=f"{dotted}.")
+            if not value:
+                _resolve_section(cfg, dotted, source)
+        else:
+            if not prefix:
+                raise ConfigError(f"{source}: key '{key}' is outside any section; put it under a [section] header")
+            try:
+                obj, f, _ = _resolve(cfg, dotted)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: {e}") from None
+            setattr(obj, f.name, check_value(dotted, value, _field_type(obj, f.name), f.metadata))
+
+
+def _resolve_section(cfg: JobConfig, dotted: str, source: str) -> None:
+    obj: Any = cfg
+    for part in dotted.split("."):
+        if not dataclasses.is_dataclass(obj) or part not in _fields(obj):
+            raise ConfigError(f"{source}: unknown section '[{dotted}]'")
+        obj = getattr(obj, part)
+
+
+def set_from_string(cfg: JobConfig, dotted: str, raw: str | None) -> None:
+    """Apply one command-line override; ``raw`` is None for a bare flag."""
+    obj, f, _ = _resolve(cfg, dotted)
+    typ = _field_type(obj, f.name)
+    setattr(obj, f.name, check_value(dotted, _parse_string(dotted, raw, typ), typ, f.metadata))
+
+
+def _field_type(obj: Any, name: str) -> Any:
+    return typing.get_type_hints(type(obj))[name]
+
+
+def _base_type(typ: Any) -> tuple[type, bool]:
+    """(the concrete type, whether None is allowed) of ``int | None`` style hints."""
+    args = typing.get_args(typ)
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        return non_none[0], len(non_none) < len(args)
+    return typ, False
+
+
+def _parse_string(key: str, raw: str | None, typ: Any) -> Any:
+    base, optional = _base_type(typ)
+    if raw is None:
+        if base is bool:
+            return True
+        raise ConfigError(f"--{key} needs a value (e.g. --{key}=VALUE)")
+    if optional and raw.lower() in ("none", "null"):
+        return None
+    if base is bool:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"--{key} expects true or false, got '{raw}'")
+    if base in (int, float):
+        try:
+            return base(raw) if base is float else int(raw, 0)
+        except ValueError:
+            raise ConfigError(f"--{key} expects {'an integer' if base is int else 'a number'}, got '{raw}'") from None
+    return raw
+
+
+def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) -> Any:
+    """Check type, choices and range of one value; return it (ints widened to float where needed)."""
+    base, optional = _base_type(typ)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key} cannot be unset")
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{key} expects {base.__name__}, got {type(value).__name__} {value!r}")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, choices))}{_suggest(str(value), list(choices))}")
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and (value < lo or (meta.get("min_exclusive") and value == lo)):
+        bound = f"> {lo}" if meta.get("min_exclusive") else f">= {lo}"
+        raise ConfigError(f"{key} must be {bound}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{key} must be <= {hi}, got {value}")
+    return value

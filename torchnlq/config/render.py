@@ -1,0 +1,109 @@
+"""Render a JobConfig: as TOML (the resolved config of a run), as ``--help`` text,
+and as the Markdown reference in docs/configs.md. All three walk the same
+dataclass fields, so the docs cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Iterator
+
+from torchnlq.config.job_config import JobConfig
+
+
+def iter_options(section: Any, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """Yield ``(dotted_name, field, value)`` for every option, depth first."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from iter_options(value, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", f, value
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def to_toml(cfg: JobConfig) -> str:
+    """The resolved config as TOML; unset (None) options are written as comments."""
+    lines: list[str] = []
+
+    def emit(section: Any, name: str) -> None:
+        lines.append(f"[{name}]")
+        nested = []
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if dataclasses.is_dataclass(value):
+                nested.append((value, f"{name}.{f.name}"))
+            elif value is None:
+                lines.append(f"# {f.name} = (unset)")
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append("")
+        for value, sub in nested:
+            emit(value, sub)
+
+    for f in dataclasses.fields(cfg):
+        emit(getattr(cfg, f.name), f.name)
+    return "\n".join(lines)
+
+
+def _describe(f: dataclasses.Field, value: Any) -> str:
+    meta = f.metadata
+    extra = []
+    if meta.get("choices"):
+        extra.append("one of " + "|".join(map(str, meta["choices"])))
+    if meta.get("min") is not None:
+        extra.append(f"{'>' if meta.get('min_exclusive') else '>='} {meta['min']}")
+    if meta.get("max") is not None:
+        extra.append(f"<= {meta['max']}")
+    default = "unset" if value is None else _toml_value(value)
+    rules = f"; {', '.join(extra)}" if extra else ""
+    return f"{meta.get('doc', '')} [default: {default}{rules}]"
+
+
+def help_text(cfg: JobConfig | None = None) -> str:
+    """The ``--help`` text: usage, then every option with its doc and default."""
+    cfg = cfg or JobConfig()
+    out = [
+        "usage: ./run_train.sh [CONFIG.toml] [--section.key VALUE | --section.key=VALUE ...]",
+        "",
+        "Without CONFIG, runs train_configs/debug_model.toml. Options (defaults shown are the built-in ones):",
+    ]
+    section = None
+    for name, f, value in iter_options(cfg):
+        head = name.rsplit(".", 1)[0]
+        if head != section:
+            section = head
+            out.append(f"\n[{head}]")
+        out.append(f"  --{name}\n      {_describe(f, value)}")
+    return "\n".join(out)
+
+
+def markdown_reference(cfg: JobConfig | None = None) -> str:
+    """The options table of docs/configs.md (one table per section)."""
+    cfg = cfg or JobConfig()
+    out: list[str] = []
+    section = None
+    for name, f, value in iter_options(cfg):
+        head, key = name.rsplit(".", 1)
+        if head != section:
+            section = head
+            out += ["", f"### [{head}]", "", "| key | default | allowed | meaning |", "| --- | --- | --- | --- |"]
+        meta = f.metadata
+        allowed = []
+        if meta.get("choices"):
+            allowed.append(", ".join(f"`{c}`" for c in meta["choices"]))
+        if meta.get("min") is not None:
+            allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
+        if meta.get("max") is not None:
+            allowed.append(f"≤ {meta['max']}")
+        default = "unset" if value is None else f"`{_toml_value(value)}`"
+        out.append(f"| `{key}` | {default} | {'; '.join(allowed)} | {meta.get('doc', '')} |")
+    return "\n".join(out).lstrip() + "\n"
