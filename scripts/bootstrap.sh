@@ -6,11 +6,13 @@
 # file in .venv records their hash), so a pulled dependency change is picked up.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${EXTRAS:-}"
-probe="import torchnlq"
-[ "$EXTRAS" = dev ] && probe="import torchnlq, pytest"
+probe="import torch, torchnlq"
+[ "$EXTRAS" = dev ] && probe="import torch, torchnlq, pytest"
 
-if python3 -c "$probe" 2>/dev/null \
-   && [ "$(python3 -c 'import torchnlq,os;print(os.path.dirname(os.path.dirname(torchnlq.__file__)))')" = "$ROOT" ]; then
+# Probe from / so that the checkout itself (the current directory) does not make
+# torchnlq look importable.
+if (cd / && python3 -c "$probe" 2>/dev/null) \
+   && [ "$(cd / && python3 -c 'import torchnlq,os;print(os.path.dirname(os.path.dirname(torchnlq.__file__)))')" = "$ROOT" ]; then
   PYTHON=python3   # the user installed it (editable, this checkout) themselves
   return 0 2>/dev/null || exit 0
 fi

@@ -1,0 +1,134 @@
+"""ModelArgs: the resolved sizes of one model, with its parameter and FLOP counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchnlq.config.job_config import Query
+from torchnlq.errors import ConfigError
+from torchnlq.models.query import query_num_params
+
+POSITIONS = ("learned", "rope")
+
+
+@dataclass
+class ModelArgs:
+    """Everything :class:`torchnlq.models.gpt.GPT` needs to build itself.
+
+    ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` may be left ``None`` and are
+    then derived in ``__post_init__`` (n_heads, dim // n_heads, 4 * dim); after
+    construction they are always ints. The defaults describe a tiny model.
+    """
+
+    n_layers: int = 2
+    dim: int = 64
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    mlp_hidden: int | None = None
+    vocab_size: int = 256
+    max_seq_len: int = 256
+    tie_embeddings: bool = True
+    positions: str = "learned"
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    query: Query = field(default_factory=Query)
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            if self.n_heads < 1 or self.dim % self.n_heads:
+                raise ConfigError(divides_message(self.n_heads, self.dim))
+            self.head_dim = self.dim // self.n_heads
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.mlp_hidden is None:
+            self.mlp_hidden = 4 * self.dim
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise a one-line ConfigError naming the key when the shapes cannot work together."""
+        for key in ("n_layers", "dim", "n_heads", "head_dim", "mlp_hidden", "vocab_size", "max_seq_len"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be at least 1")
+        if not 1 <= self.n_kv_heads <= self.n_heads or self.n_heads % self.n_kv_heads:
+            divisors = ", ".join(str(k) for k in range(1, self.n_heads + 1) if self.n_heads % k == 0)
+            raise ConfigError(
+                f"model.n_kv_heads={self.n_kv_heads} must be in 1..{self.n_heads} and divide "
+                f"model.n_heads={self.n_heads}; use one of {divisors} (or leave it unset for multi-head)"
+            )
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"model.positions: unknown {self.positions!r} (choices: {', '.join(POSITIONS)})")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ConfigError(
+                f"model.positions='rope' needs an even head_dim, got dim/n_heads = {self.head_dim}; "
+                f"change model.n_heads or model.dim"
+            )
+        # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
+        query_num_params(self.query, self.dim, self.n_heads, self.head_dim)
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together: n_heads * head_dim."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key (or all value) heads together: n_kv_heads * head_dim."""
+        return self.n_kv_heads * self.head_dim
+
+    def block_params(self) -> int:
+        """Parameters of one transformer block.
+
+        ln_1 gain (d) + query + fused K,V (d x 2·kv_dim) + out-projection
+        (q_dim x d) + ln_2 gain (d) + MLP (d x hidden + hidden x d). No biases.
+        """
+        d = self.dim
+        query = query_num_params(self.query, d, self.n_heads, self.head_dim)
+        attention = query + d * 2 * self.kv_dim + self.q_dim * d
+        mlp = 2 * d * self.mlp_hidden
+        return 2 * d + attention + mlp
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count computed from the shapes (equal to ``sum(p.numel())`` of the built model).
+
+        total = token embedding (V·d) + position embedding (max_seq_len·d, learned
+        positions only) + n_layers · block + final norm gain (d) + LM head (V·d,
+        only when untied: a tied head is the token embedding).
+        ``non_embedding=True`` subtracts the token and position embeddings, as
+        GPT-2 / nanoGPT report; an untied LM head stays in, as in the paper's counts.
+        """
+        d, vocab = self.dim, self.vocab_size
+        token = vocab * d
+        position = self.max_seq_len * d if self.positions == "learned" else 0
+        head = 0 if self.tie_embeddings else vocab * d
+        total = token + position + self.n_layers * self.block_params() + d + head
+        return total - token - position if non_embedding else total
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs per token (forward + backward) at context length ``seq_len``.
+
+        6·N + 12·n_layers·n_heads·head_dim·seq_len (Kaplan et al. / PaLM):
+        each parameter in a matmul costs 2 FLOPs forward and 4 backward, and
+        per layer the attention scores Q·Kᵀ and the weighted sum A·V each cost
+        2·seq_len·n_heads·head_dim forward, times 3 for training (no discount for
+        the causal mask). N = non-embedding parameters + the LM head matmul
+        (V·d): the embedding lookups do no FLOPs, but the head does, and a tied
+        head is not in the non-embedding count (an untied one already is, so it
+        is not added twice). The query MLP's W1, W2 enter through N like every
+        other weight; norm gains are in N too (a negligible overcount), and
+        the elementwise GELU/normalisation work is not counted.
+        """
+        n = self.num_params(non_embedding=True)
+        if self.tie_embeddings:
+            n += self.vocab_size * self.dim
+        return 6 * n + 12 * self.n_layers * self.n_heads * self.head_dim * seq_len
+
+
+def divides_message(n_heads: int, dim: int) -> str:
+    """The ConfigError text for n_heads not dividing dim, with the nearby valid choices."""
+    divisors = [h for h in range(1, min(dim, 64) + 1) if dim % h == 0]
+    return (
+        f"model.n_heads={n_heads} does not divide model.dim={dim}; "
+        f"set model.n_heads to a divisor of {dim} (e.g. {', '.join(map(str, divisors[-6:]))}) or change model.dim"
+    )

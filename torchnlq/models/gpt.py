@@ -1,0 +1,180 @@
+"""A GPT-2-style decoder whose attention query comes from the query registry.
+
+Pre-LN blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``; LayerNorms without
+bias; no biases anywhere; learned absolute positions (GPT-2) or RoPE; a fused
+K,V projection with optional GQA/MQA; the LM head optionally tied to the token
+embedding. The model knows nothing of parallelism, logging or files: those are
+applied from outside, block by block, through ``model.layers``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.query import QueryProjection, build_query
+from torchnlq.models.rope import RotaryEmbedding, apply_rotary
+
+RopeTables = tuple[torch.Tensor, torch.Tensor]
+
+
+class Attention(nn.Module):
+    """Causal self-attention: registry query, fused linear K,V, SDPA, out-projection."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.n_heads = args.n_heads
+        self.n_kv_heads = args.n_kv_heads
+        self.head_dim = args.head_dim
+        self.query: QueryProjection = build_query(args.query, args.dim, args.n_heads, args.head_dim, args.norm_eps)
+        # K and V stay linear (the paper); one matmul for both, K rows first.
+        self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=False)
+        self.proj = nn.Linear(args.q_dim, args.dim, bias=False)
+
+    def init_weights(self, init_std: float, residual_std: float) -> None:
+        """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
+        self.query.init_weights(init_std)
+        nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
+        nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
+
+    def forward(self, x: torch.Tensor, rope: RopeTables | None = None) -> torch.Tensor:
+        batch, seq_len, _ = x.shape
+        # The query sees the whole d-dim vector; only its output is split into heads.
+        q = self.query(x).view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).split(self.n_kv_heads * self.head_dim, dim=-1)
+        k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q = apply_rotary(q, *rope)
+            k = apply_rotary(k, *rope)
+        # Default scale 1/sqrt(head_dim) on q as produced by the query (already halved for
+        # residual_mlp). enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads),
+        # the same grouping as repeat_interleave, without materialising the copies.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """Linear(dim, hidden) -> GELU (exact erf form) -> Linear(hidden, dim)."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.fc = nn.Linear(args.dim, args.mlp_hidden, bias=False)
+        self.proj = nn.Linear(args.mlp_hidden, args.dim, bias=False)
+
+    def init_weights(self, init_std: float, residual_std: float) -> None:
+        """Up-projection at init_std; the down-projection feeds the residual stream, so residual_std."""
+        nn.init.normal_(self.fc.weight, mean=0.0, std=init_std)
+        nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
+        self.attn = Attention(args)
+        self.ln_2 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
+        self.mlp = MLP(args)
+
+    def init_weights(self, init_std: float, residual_std: float) -> None:
+        """Re-initialise this block in a fixed order: ln_1, attn, ln_2, mlp."""
+        self.ln_1.reset_parameters()
+        self.attn.init_weights(init_std, residual_std)
+        self.ln_2.reset_parameters()
+        self.mlp.init_weights(init_std, residual_std)
+
+    def forward(self, x: torch.Tensor, rope: RopeTables | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """The decoder: ``forward(tokens [B, T]) -> logits [B, T, vocab_size]``.
+
+    Construction allocates on the current default device and runs
+    :meth:`init_weights`; under ``torch.device("meta")`` it allocates nothing
+    and leaves initialisation to the caller (``to_empty`` then ``init_weights``).
+    Either way :meth:`init_weights` is the only consumer of the RNG, so the
+    two paths give identical weights for the same seed.
+    """
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        args.validate()
+        self.args = args
+        device = torch.get_default_device()
+        # Build on meta so that nn.Linear/nn.Embedding skip their own random init: it would
+        # advance the RNG (breaking meta == eager) and be thrown away by init_weights anyway.
+        with torch.device("meta"):
+            self.tok_emb = nn.Embedding(args.vocab_size, args.dim)
+            self.pos_emb = nn.Embedding(args.max_seq_len, args.dim) if args.positions == "learned" else None
+            self.rope = (
+                RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta) if args.positions == "rope" else None
+            )
+            self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+            self.ln_f = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
+            # A tied head is no module at all: forward reuses tok_emb.weight, so the weight is
+            # one tensor in state_dict and stays shared through to_empty and sharding.
+            self.lm_head = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
+        if device.type != "meta":
+            self.to_empty(device=device)
+            self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and buffer in place from the global RNG, in a fixed order.
+
+        nanoGPT's scheme: every Linear and Embedding N(0, init_std); the attention
+        out-projection and the MLP down-projection of each block N(0, init_std / sqrt(2 n_layers))
+        so the residual stream's variance does not grow with depth; norm gains 1;
+        RoPE tables recomputed (they are not in checkpoints and are garbage after to_empty).
+        """
+        std = self.args.init_std
+        residual_std = std / math.sqrt(2 * self.args.n_layers)
+        nn.init.normal_(self.tok_emb.weight, mean=0.0, std=std)
+        if self.pos_emb is not None:
+            nn.init.normal_(self.pos_emb.weight, mean=0.0, std=std)
+        if self.rope is not None:
+            self.rope.init_weights()
+        for layer in self.layers:
+            layer.init_weights(std, residual_std)
+        self.ln_f.reset_parameters()
+        if self.lm_head is not None:
+            nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len."""
+        seq_len = tokens.shape[1]
+        if seq_len > self.args.max_seq_len:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds the model's max_seq_len={self.args.max_seq_len}"
+            )
+        x = self.tok_emb(tokens)
+        rope = None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(seq_len, device=tokens.device))
+        else:
+            rope = self.rope(seq_len)
+        for layer in self.layers:
+            x = layer(x, rope)
+        x = self.ln_f(x)
+        weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x, weight)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameters actually allocated (shared tensors once), optionally minus token/position embeddings."""
+        total = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            total -= self.tok_emb.weight.numel()
+            if self.pos_emb is not None:
+                total -= self.pos_emb.weight.numel()
+        return total

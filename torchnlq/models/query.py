@@ -1,0 +1,274 @@
+"""The attention query projections: one base class, one registry.
+
+Every query type maps the attention block's input X (the output of ``ln_1``,
+shape ``[B, T, dim]``) to the concatenated query heads ``[B, T, n_heads * head_dim]``;
+the attention module splits the result into heads afterwards, so f is never
+applied per head. Keys and values are not the query's business: they stay one
+fused linear projection in :mod:`torchnlq.models.gpt`.
+
+Adding a query type is one class and one decorator::
+
+    @register_query("my_query")
+    class MyQuery(QueryProjection):
+        def __init__(self, cfg, dim, n_heads, head_dim, norm_eps):
+            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+            self.w = nn.Linear(dim, self.q_dim, bias=False)
+
+        def forward(self, x):
+            return torch.tanh(self.w(x))
+
+The base class supplies a default ``init_weights`` (every ``nn.Linear`` gets
+N(0, init_std), every norm is reset to gain 1) and a default ``count_params``
+(builds the query alone on the meta device), so a new type needs neither.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torchnlq.config.job_config import Query
+from torchnlq.errors import ConfigError
+
+QUERY_TYPES: dict[str, type[QueryProjection]] = {}
+
+
+def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryProjection]]:
+    """Class decorator: make a :class:`QueryProjection` subclass selectable as ``model.query.type = name``."""
+
+    def decorator(cls: type[QueryProjection]) -> type[QueryProjection]:
+        if name in QUERY_TYPES:
+            raise ValueError(f"query type {name!r} is already registered by {QUERY_TYPES[name].__name__}")
+        if not (isinstance(cls, type) and issubclass(cls, QueryProjection)):
+            raise TypeError(f"@register_query({name!r}) must decorate a QueryProjection subclass")
+        cls.type_name = name
+        QUERY_TYPES[name] = cls
+        return cls
+
+    return decorator
+
+
+def unknown_choice(key: str, value: str, choices: list[str]) -> ConfigError:
+    """A ConfigError for an unknown name, with a did-you-mean suggestion when one is close."""
+    close = difflib.get_close_matches(value, choices, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{key}: unknown {value!r}{hint} (choices: {', '.join(sorted(choices))})")
+
+
+def get_query_class(name: str) -> type[QueryProjection]:
+    """The registered class for ``model.query.type``; unknown names raise ConfigError with a did-you-mean."""
+    try:
+        return QUERY_TYPES[name]
+    except KeyError:
+        raise unknown_choice("model.query.type", name, list(QUERY_TYPES)) from None
+
+
+def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> QueryProjection:
+    """Construct the query projection named by ``query_cfg.type`` (parameters uninitialised until ``init_weights``)."""
+    return get_query_class(query_cfg.type)(query_cfg, dim, n_heads, head_dim, norm_eps)
+
+
+def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+    """Parameter count of one query projection, without building a model (also validates the config)."""
+    cls = get_query_class(query_cfg.type)
+    cls.check_config(query_cfg, dim, n_heads * head_dim)
+    return cls.count_params(query_cfg, dim, n_heads, head_dim)
+
+
+class QueryProjection(nn.Module):
+    """Base class: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
+
+    Subclasses whose output is "X plus something" set ``requires_full_width``
+    so that a shape mismatch is a ConfigError at build time, not a broadcast
+    error deep inside the first forward.
+    """
+
+    type_name: ClassVar[str] = ""
+    #: True when the output contains X itself, so n_heads * head_dim must equal dim.
+    requires_full_width: ClassVar[bool] = False
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__()
+        self.check_config(cfg, dim, n_heads * head_dim)
+        self.dim = dim
+        self.q_dim = n_heads * head_dim
+
+    @classmethod
+    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
+        """Raise ConfigError when this query type cannot serve these shapes or knobs."""
+        if cls.requires_full_width and q_dim != dim:
+            raise ConfigError(
+                f"model.query.type={cls.type_name!r} needs n_heads*head_dim == dim (got {q_dim} != {dim}); "
+                f"use model.query.type='linear' or make model.n_heads divide model.dim"
+            )
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        """Number of parameters. Default: build this query alone on the meta device and count (no memory)."""
+        with torch.device("meta"):
+            module = cls(cfg, dim, n_heads, head_dim, 1e-5)
+        return sum(p.numel() for p in module.parameters())
+
+    def init_weights(self, init_std: float) -> None:
+        """Re-initialise in place: every Linear N(0, init_std), every norm reset (gain 1), in module order."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=init_std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+                module.reset_parameters()
+
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) of a residual query (for diagnostics); query types without one raise."""
+        raise NotImplementedError(f"query type {self.type_name!r} has no residual branch f(X)")
+
+    def extra_repr(self) -> str:
+        return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}"
+
+
+@register_query("linear")
+class LinearQuery(QueryProjection):
+    """The standard projection X·W_Q, W_Q: dim -> n_heads * head_dim (the baseline)."""
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.w_q = nn.Linear(dim, self.q_dim, bias=False)
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        return dim * n_heads * head_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_q(x)
+
+
+@register_query("identity")
+class IdentityQuery(QueryProjection):
+    """W_Q = I: the query is X itself (Karbevski & Mijoski); no parameters."""
+
+    requires_full_width = True
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        return 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@register_query("residual")
+class ResidualQuery(QueryProjection):
+    """The linear residual X + X·W_Q (W_Q: dim -> dim): the paper's linear control."""
+
+    requires_full_width = True
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.w_q = nn.Linear(dim, dim, bias=False)
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        return dim * dim
+
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) = X·W_Q."""
+        return self.w_q(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.residual_branch(x)
+
+
+def _relu_squared(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x).square()
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# Activations of f; "gelu" is the exact erf form the paper uses.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_tanh": _gelu_tanh,
+    "relu": F.relu,
+    "relu2": _relu_squared,
+    "silu": F.silu,
+}
+NORMS = ("rms", "layer", "none")
+
+
+def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
+    """RMSNorm / LayerNorm with a learnable gain and no bias, or Identity for "none"."""
+    if kind == "rms":
+        return nn.RMSNorm(dim, eps=eps)
+    if kind == "layer":
+        return nn.LayerNorm(dim, eps=eps, bias=False)
+    return nn.Identity()
+
+
+@register_query("residual_mlp")
+class ResidualMLPQuery(QueryProjection):
+    """The paper's nonlinear query: Q(X) = (X + f(X)) / 2 with a bottleneck MLP f.
+
+    f(X) = out_norm(act(in_norm(X)·W1)·W2), W1: d x r, W2: r x d,
+    r = round(bottleneck_ratio * d). With the defaults (rms, gelu, layer,
+    ratio 0.5, half_scale) this is the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2):
+    W1 + W2 hold exactly the d² parameters of the W_Q it replaces, plus two
+    norm gains. Multiplying by 1/2 here and keeping SDPA's default 1/sqrt(head_dim)
+    scale gives the same logits as the paper's code, which keeps X + f(X)
+    and passes scale = 1/(2 sqrt(head_dim)) instead.
+    """
+
+    requires_full_width = True
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.rank = self.bottleneck_width(cfg, dim)
+        self.activation = cfg.activation
+        self.act = ACTIVATIONS[cfg.activation]
+        self.scale = 0.5 if cfg.half_scale else 1.0
+        self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
+        self.w1 = nn.Linear(dim, self.rank, bias=False)
+        self.w2 = nn.Linear(self.rank, dim, bias=False)
+        self.output_norm = _build_norm(cfg.output_norm, dim, norm_eps)
+
+    @staticmethod
+    def bottleneck_width(cfg: Query, dim: int) -> int:
+        """r = round(bottleneck_ratio * dim)."""
+        return round(cfg.bottleneck_ratio * dim)
+
+    @classmethod
+    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
+        super().check_config(cfg, dim, q_dim)
+        if cfg.activation not in ACTIVATIONS:
+            raise unknown_choice("model.query.activation", cfg.activation, list(ACTIVATIONS))
+        for key, kind in (("input_norm", cfg.input_norm), ("output_norm", cfg.output_norm)):
+            if kind not in NORMS:
+                raise unknown_choice(f"model.query.{key}", kind, list(NORMS))
+        rank = cls.bottleneck_width(cfg, dim)
+        if rank < 1:
+            raise ConfigError(
+                f"model.query.bottleneck_ratio={cfg.bottleneck_ratio} gives r = round({cfg.bottleneck_ratio}*{dim}) = "
+                f"{rank} < 1; raise model.query.bottleneck_ratio to at least {1 / dim:.3g}"
+            )
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
+        return 2 * dim * cls.bottleneck_width(cfg, dim) + gains
+
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]."""
+        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.residual_branch(x)) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank}, activation={self.activation!r}, scale={self.scale}"

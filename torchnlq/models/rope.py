@@ -1,0 +1,77 @@
+"""Rotary position embeddings (RoPE), in the rotate-half form.
+
+Channel pairs are (i, i + head_dim/2), not interleaved (2i, 2i+1): the head
+vector x = [x1, x2] at position m becomes
+``x * cos(m·θ) + [-x2, x1] * sin(m·θ)`` with θ_i = theta^(-2i/head_dim),
+each frequency repeated for both halves. Rotating q at position m and k at
+position n by these angles makes q·k depend only on m - n. (The interleaved /
+complex form is the same function up to a fixed permutation of channels, which
+the adjacent linear layers absorb.)
+
+The cos/sin tables are non-persistent buffers: not in checkpoints, and
+recomputed by :meth:`RotaryEmbedding.init_weights`, so a model built on the
+meta device and materialised with ``to_empty`` gets correct tables back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def rope_tables(
+    head_dim: int,
+    max_seq_len: int,
+    theta: float,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of shape [max_seq_len, head_dim] (computed in float64, returned in ``dtype``)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float64) / head_dim))
+    positions = torch.arange(max_seq_len, device=device, dtype=torch.float64)
+    angles = torch.outer(positions, inv_freq)  # [T, head_dim/2]
+    angles = torch.cat((angles, angles), dim=-1)  # the same angle for channel i and i + head_dim/2
+    # float64 for the angles: m·θ at m ~ 1e4 loses digits in float32.
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """[x1, x2] -> [-x2, x1] along the last dimension."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x of shape [B, H, T, head_dim] by tables cos, sin of shape [T, head_dim]."""
+    # Cast the tables, not x: under bf16 autocast q/k are bf16 and SDPA needs q, k, v of one dtype.
+    cos = cos.to(x.dtype)
+    sin = sin.to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+class RotaryEmbedding(nn.Module):
+    """Holds the cos/sin tables for positions 0..max_seq_len-1; shared by every block."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.theta = theta
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim), persistent=False)
+
+    def init_weights(self) -> None:
+        """(Re)compute the tables in place, on the buffers' device and in their dtype (no randomness)."""
+        cos, sin = rope_tables(self.head_dim, self.max_seq_len, self.theta, self.cos.device, self.cos.dtype)
+        with torch.no_grad():
+            self.cos.copy_(cos)
+            self.sin.copy_(sin)
+
+    def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables for positions 0..seq_len-1, each [seq_len, head_dim]."""
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, theta={self.theta}"

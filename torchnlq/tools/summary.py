@@ -1,0 +1,84 @@
+"""Model summary: parameter shapes, parameter counts and FLOPs per token of a config, built on meta.
+
+Library code behind ``scripts/model_summary.py``; the model is built on the
+meta device, so even the largest flavor costs no memory.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import torch
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.errors import ConfigError, UserError
+from torchnlq.models.gpt import GPT
+from torchnlq.models.registry import build_model_args, resolve_vocab_size
+
+_LAYER_PREFIX = re.compile(r"^layers\.(\d+)\.")
+
+
+def summarize(cfg: JobConfig) -> list[str]:
+    """The summary as ``name: value`` lines.
+
+    First the model's sizes; then the parameter shapes, block parameters
+    listed once as ``layers.*.<name>: (shape)`` since blocks are identical;
+    then the totals
+    ``total_params``, ``non_embedding_params`` and ``flops_per_token`` (at
+    ``training.seq_len``).
+    """
+    vocab_size = resolve_vocab_size(cfg.model, cfg.data.tokenizer)
+    args = build_model_args(cfg.model, vocab_size)
+    seq_len = cfg.training.seq_len
+    if seq_len > args.max_seq_len:
+        raise ConfigError(
+            f"training.seq_len={seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
+            f"lower training.seq_len or raise model.max_seq_len"
+        )
+    with torch.device("meta"):
+        model = GPT(args)
+
+    lines = [
+        f"flavor: {cfg.model.flavor}",
+        f"query: {args.query.type}",
+        f"n_layers: {args.n_layers}",
+        f"dim: {args.dim}",
+        f"n_heads: {args.n_heads}",
+        f"n_kv_heads: {args.n_kv_heads}",
+        f"head_dim: {args.head_dim}",
+        f"mlp_hidden: {args.mlp_hidden}",
+        f"vocab_size: {args.vocab_size}",
+        f"max_seq_len: {args.max_seq_len}",
+        f"positions: {args.positions}",
+        f"tie_embeddings: {args.tie_embeddings}",
+    ]
+    for name, param in model.named_parameters():
+        match = _LAYER_PREFIX.match(name)
+        if match and match.group(1) != "0":
+            continue
+        lines.append(f"{_LAYER_PREFIX.sub('layers.*.', name)}: {tuple(param.shape)}")
+    total = model.num_params()
+    if total != args.num_params():  # the analytic count is what the FLOP count uses: they must agree
+        raise RuntimeError(f"analytic parameter count {args.num_params()} != built model's {total}")
+    lines += [
+        f"seq_len: {seq_len}",
+        f"total_params: {total}",
+        f"non_embedding_params: {args.num_params(non_embedding=True)}",
+        f"flops_per_token: {args.flops_per_token(seq_len)}",
+    ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``model_summary.py [CONFIG] [--section.key=value ...]``: print the summary; user errors exit 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        from torchnlq.config.manager import load_job_config
+
+        cfg = load_job_config(argv)
+        print("\n".join(summarize(cfg)))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
