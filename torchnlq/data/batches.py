@@ -1,0 +1,212 @@
+"""Token files, the pre-drawn batch schedule and the fixed validation set.
+
+The paper gives every model the same data by drawing all training offsets in
+advance from one seeded generator: ``randint(len(train) - 1024, (steps, 480))``
+with seed 42; step s, micro-step m reads row s, columns 12m..12m+11, each the
+start of a 1025-token window. :class:`BatchSchedule` is that table, sliced per
+rank so that any world size reads the same global batch. It holds no iterator
+state: a batch is a pure function of (step, micro_step, rank), so resuming
+needs only the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchnlq.config.job_config import Data, Training, Validation
+from torchnlq.data import token_format as fmt
+from torchnlq.errors import UserError
+
+
+class TokenFile:
+    """A read-only uint16 token file (``train.bin`` / ``val.bin``) as a memmap."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        size = self.path.stat().st_size
+        if size % fmt.DTYPE.itemsize:
+            raise UserError(f"'{self.path}' has an odd size ({size} bytes), not uint16 tokens; prepare it again")
+        # np.memmap refuses empty files; an empty split is reported by the length checks.
+        if size:
+            self.tokens: np.ndarray = np.memmap(self.path, dtype=fmt.DTYPE, mode="r")
+        else:
+            self.tokens = np.zeros(0, dtype=fmt.DTYPE)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        return f"TokenFile('{self.path}', {len(self):,} tokens)"
+
+
+def _prepare_hint(folder: Path, tokenizer: str) -> str:
+    return (
+        f"prepare it with: python scripts/prepare_data.py --out {folder} --tokenizer {tokenizer} "
+        "(see docs/data.md), or set data.synthetic = true for the offline debug corpus"
+    )
+
+
+def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dict[str, Any]]:
+    """Open ``cfg.path``'s train.bin and val.bin and check them against the config.
+
+    With ``cfg.synthetic`` the seeded offline corpus is generated first when the
+    folder holds no complete token files. Raises UserError for a missing or
+    incomplete folder, a tokenizer other than ``cfg.tokenizer``, or a split
+    shorter than one ``seq_len + 1`` window.
+    """
+    folder = Path(cfg.path).expanduser()
+    if cfg.synthetic and not fmt.is_complete(folder):
+        from torchnlq.data.synthetic import ensure_synthetic_corpus
+
+        ensure_synthetic_corpus(folder)
+    if not folder.is_dir():
+        raise UserError(f"data.path '{cfg.path}' does not exist; {_prepare_hint(folder, cfg.tokenizer)}")
+    missing = [n for n in (fmt.META_NAME, *(f"{s}.bin" for s in fmt.SPLITS)) if not (folder / n).is_file()]
+    if missing:
+        raise UserError(
+            f"data.path '{cfg.path}' lacks {', '.join(missing)} (not prepared, or interrupted); "
+            + _prepare_hint(folder, cfg.tokenizer)
+        )
+    meta = fmt.read_meta(folder)
+    if meta["tokenizer"] != cfg.tokenizer:
+        raise UserError(
+            f"data.path '{cfg.path}' was tokenized with '{meta['tokenizer']}' (meta.json) but data.tokenizer is "
+            f"'{cfg.tokenizer}'; set data.tokenizer = \"{meta['tokenizer']}\" or prepare the data again"
+        )
+    if meta.get("dtype", fmt.DTYPE_NAME) != fmt.DTYPE_NAME:
+        raise UserError(f"data.path '{cfg.path}' holds {meta['dtype']} tokens; torchnlq reads {fmt.DTYPE_NAME} only")
+    files = []
+    for split in fmt.SPLITS:
+        tf = TokenFile(fmt.split_file(folder, split))
+        expected = meta.get("tokens", {}).get(split)
+        if expected is not None and expected != len(tf):
+            raise UserError(
+                f"{tf.path} has {len(tf):,} tokens but meta.json says {expected:,}; the folder is inconsistent, "
+                "prepare it again"
+            )
+        if len(tf) < seq_len + 1:
+            raise UserError(
+                f"{tf.path} has {len(tf):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}; "
+                "use more data (e.g. a larger --val-fraction) or a smaller training.seq_len"
+            )
+        files.append(tf)
+    return files[0], files[1], meta
+
+
+def _fingerprint(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+class BatchSchedule:
+    """Every training batch's start offsets, drawn once from a seeded generator.
+
+    ``offsets[s]`` (int64, ``global_batch`` entries) is step s's global batch.
+    The table costs 8 bytes x steps x global_batch (230 MB for 60k x 480).
+    Extending ``steps`` keeps the earlier rows (torch fills the table in order).
+    """
+
+    def __init__(self, num_tokens: int, seq_len: int, steps: int, global_batch: int, seed: int):
+        if num_tokens < seq_len + 1:
+            raise UserError(f"{num_tokens:,} training tokens are fewer than one sequence of seq_len+1={seq_len + 1}")
+        self.num_tokens, self.seq_len, self.steps = num_tokens, seq_len, steps
+        self.global_batch, self.seed = global_batch, seed
+        g = torch.Generator().manual_seed(seed)
+        # high = num_tokens - seq_len: the window [o, o + seq_len + 1) always fits.
+        self.offsets = torch.randint(num_tokens - seq_len, (steps, global_batch), generator=g)
+        self._fingerprint: str | None = None
+
+    def check_layout(self, world_size: int, micro_batch_size: int, grad_accum_steps: int) -> None:
+        """Error unless micro_batch_size x grad_accum_steps x world_size equals the global batch."""
+        n = micro_batch_size * grad_accum_steps * world_size
+        if n != self.global_batch:
+            raise UserError(
+                f"micro_batch_size={micro_batch_size} x grad_accum_steps={grad_accum_steps} x world_size={world_size} "
+                f"= {n} sequences, but the batch schedule draws {self.global_batch} per step; "
+                "change training.micro_batch_size or training.grad_accum_steps so the product matches"
+            )
+
+    def offsets_for(
+        self, step: int, micro_step: int, rank: int, world_size: int, micro_batch_size: int, grad_accum_steps: int
+    ) -> torch.Tensor:
+        """Start offsets (LongTensor[micro_batch_size]) of one rank's micro-batch.
+
+        Rank r owns the contiguous slice of row ``step`` of width
+        grad_accum_steps x micro_batch_size; its micro-step m takes columns
+        (r * grad_accum_steps + m) * micro_batch_size onwards.
+        """
+        self.check_layout(world_size, micro_batch_size, grad_accum_steps)
+        if not 0 <= step < self.steps:
+            raise IndexError(f"step {step} outside the schedule's 0..{self.steps - 1}")
+        if not 0 <= micro_step < grad_accum_steps or not 0 <= rank < world_size:
+            raise IndexError(f"micro_step {micro_step} / rank {rank} outside {grad_accum_steps} / {world_size}")
+        start = (rank * grad_accum_steps + micro_step) * micro_batch_size
+        return self.offsets[step, start : start + micro_batch_size].clone()
+
+    def fingerprint(self) -> str:
+        """Short sha256 of the offsets table: equal fingerprints mean identical data order."""
+        if self._fingerprint is None:
+            self._fingerprint = _fingerprint(self.offsets)
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        return f"BatchSchedule(steps={self.steps}, global_batch={self.global_batch}, seed={self.seed}, seq_len={self.seq_len})"
+
+
+def build_batch_schedule(train: TokenFile, training: Training, data: Data, world_size: int = 1) -> BatchSchedule:
+    """The schedule for a run: global batch = micro_batch_size x grad_accum_steps x world_size."""
+    global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
+    return BatchSchedule(len(train), training.seq_len, training.steps, global_batch, data.seed)
+
+
+def read_batch(tokens: TokenFile, offsets: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets (LongTensor[B, seq_len] each) for the windows starting at ``offsets``.
+
+    ``y`` is ``x`` shifted by one token: x = tokens[o : o+T], y = tokens[o+1 : o+T+1].
+    """
+    starts = offsets.numpy() if isinstance(offsets, torch.Tensor) else np.asarray(offsets)
+    # One gather of all [B, T+1] windows; numpy reads only the touched pages.
+    idx = starts.astype(np.int64)[:, None] + np.arange(seq_len + 1, dtype=np.int64)
+    windows = torch.from_numpy(tokens.tokens[idx].astype(np.int64))
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+class ValidationSet:
+    """A fixed set of validation windows, identical for every model and every evaluation.
+
+    ``sequences`` start offsets are drawn once from ``seed``; iterating yields
+    (x, y) micro-batches of ``micro_batch_size`` (the last one may be smaller).
+    """
+
+    def __init__(self, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int):
+        if len(val) < seq_len + 1:
+            raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
+        self.val, self.seq_len, self.micro_batch_size, self.seed = val, seq_len, micro_batch_size, seed
+        g = torch.Generator().manual_seed(seed)
+        self.offsets = torch.randint(len(val) - seq_len, (sequences,), generator=g)
+
+    def __len__(self) -> int:
+        """Number of micro-batches."""
+        return -(-len(self.offsets) // self.micro_batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(0, len(self.offsets), self.micro_batch_size):
+            yield read_batch(self.val, self.offsets[i : i + self.micro_batch_size], self.seq_len)
+
+    def fingerprint(self) -> str:
+        """Short sha256 of the validation offsets."""
+        return _fingerprint(self.offsets)
+
+    def __repr__(self) -> str:
+        return f"ValidationSet({len(self.offsets)} sequences x {self.seq_len}, {len(self)} micro-batches, seed={self.seed})"
+
+
+def build_validation_set(val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int) -> ValidationSet:
+    """The run's fixed validation set; ``cfg.micro_batch_size`` unset means ``default_micro_batch_size``."""
+    micro = cfg.micro_batch_size or default_micro_batch_size
+    return ValidationSet(val, seq_len, cfg.sequences, micro, cfg.seed)

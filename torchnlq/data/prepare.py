@@ -1,0 +1,201 @@
+"""Hugging Face datasets or local files -> uint16 token files + meta.json.
+
+The paper's recipe (nanoGPT's openwebtext/prepare.py): load the dataset, split
+0.0005 of the documents off as validation with seed 2357 when the dataset has
+no validation split, encode each document with the ordinary GPT-2 encoding and
+append the eot id, and concatenate each split into one uint16 file. The
+on-disk format is described in :mod:`torchnlq.data.token_format` and docs/data.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from torchnlq.data import token_format as fmt
+from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
+from torchnlq.errors import UserError
+
+JSON_SUFFIXES = (".json", ".jsonl")
+# How a local text file becomes documents: the whole file, blank-line separated
+# paragraphs, or single lines (datasets' "text" builder's sample_by values).
+TEXT_SPLITS = {"file": "document", "paragraph": "paragraph", "line": "line"}
+
+
+def _one_line(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:300]}"
+
+
+def _load_files(files: Sequence[str], text_split: str, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
+    """Local text or JSON/JSONL files as a DatasetDict with one 'train' split."""
+    import datasets
+
+    paths = [Path(f).expanduser().resolve() for f in files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise UserError(f"input file(s) not found: {', '.join(missing)}; check the --files paths")
+    is_json = [p.suffix.lower() in JSON_SUFFIXES for p in paths]
+    if any(is_json) and not all(is_json):
+        raise UserError("--files mixes JSON/JSONL and plain text files; prepare them in separate runs")
+    kind = "json" if all(is_json) else "text"
+    kwargs: dict[str, Any] = {}
+    if kind == "text":
+        if text_split not in TEXT_SPLITS:
+            raise UserError(f"unknown text split '{text_split}'; choose one of: {', '.join(TEXT_SPLITS)}")
+        kwargs["sample_by"] = TEXT_SPLITS[text_split]
+    try:
+        dd = datasets.load_dataset(
+            kind, data_files=[str(p) for p in paths], cache_dir=str(cache_dir), num_proc=num_proc, **kwargs
+        )
+    except Exception as e:  # datasets/pyarrow raise many types for unreadable input
+        raise UserError(f"could not read the {kind} file(s) {[str(p) for p in paths]} ({_one_line(e)})") from e
+    source = {"kind": "files", "format": kind, "files": [str(p) for p in paths]}
+    if kind == "text":
+        source["text_split"] = text_split
+    return dd, source
+
+
+def _load_hub(name: str, config: str | None, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
+    """A dataset from the Hugging Face hub (or its local cache)."""
+    import datasets
+
+    try:
+        dd = datasets.load_dataset(name, config, cache_dir=str(cache_dir), num_proc=num_proc)
+    except Exception as e:  # offline, unknown name, disk full, ...: one line for all
+        raise UserError(
+            f"could not load dataset '{name}' with datasets.load_dataset ({_one_line(e)}); the first load needs "
+            "internet (or a filled --cache-dir); to work offline tokenize local files with --files"
+        ) from e
+    return dd, {"kind": "huggingface", "dataset": name, "config": config}
+
+
+def _has_text(text: Any) -> bool:
+    return isinstance(text, str) and bool(text.strip())
+
+
+def _tokenize(texts: list[str], tokenizer: Tokenizer) -> dict[str, list]:
+    # A plain function with the tokenizer in fn_kwargs: datasets pickles both
+    # into the worker processes and hashes them for its cache fingerprint.
+    ids, lens = [], []
+    for text in texts:
+        doc = tokenizer.encode(text)
+        doc.append(tokenizer.eot_id)
+        ids.append(doc)
+        lens.append(len(doc))
+    return {"ids": ids, "len": lens}
+
+
+def _split_train_val(dd: Any, val_fraction: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """{'train', 'val'} datasets: the dataset's own validation split, or the paper's random split."""
+    if "train" not in dd:
+        raise UserError(f"the dataset has no 'train' split (it has: {', '.join(dd)}); use a dataset with one")
+    for name in ("val", "validation"):
+        if name in dd:
+            return {"train": dd["train"], "val": dd[name]}, {"method": "given", "val_split": name}
+    train = dd["train"]
+    if len(train) < 2:
+        raise UserError(
+            f"the input has {len(train)} document(s); at least 2 are needed to split off a validation set "
+            "(pass more files, or --text-split paragraph|line to cut a text file into documents)"
+        )
+    if not 0.0 < val_fraction < 1.0:
+        raise UserError(f"--val-fraction {val_fraction} must lie strictly between 0 and 1")
+    # test_size as a float rounds up (ceil), so even a tiny input keeps >= 1 val document.
+    parts = train.train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
+    split = {"method": "train_test_split", "val_fraction": val_fraction, "seed": seed}
+    return {"train": parts["train"], "val": parts["test"]}, split
+
+
+def _count_tokens(ds: Any) -> int:
+    lens = ds.select_columns(["len"]).with_format("arrow")
+    return int(sum(np.asarray(b.column("len")).sum() for b in lens.iter(batch_size=1 << 16)))
+
+
+def _token_chunks(ds: Any, bar: tqdm) -> Iterator[np.ndarray]:
+    # Arrow batches in dataset order; a list column's flattened values are the
+    # concatenated documents, so no per-document Python work here.
+    for batch in ds.select_columns(["ids"]).with_format("arrow").iter(batch_size=4096):
+        for chunk in batch.column("ids").chunks:
+            arr = chunk.flatten().to_numpy(zero_copy_only=False)
+            bar.update(len(arr))
+            yield arr
+
+
+def prepare_dataset(
+    out: str | Path,
+    *,
+    dataset: str = "openwebtext",
+    dataset_config: str | None = None,
+    files: Sequence[str] | None = None,
+    text_field: str = "text",
+    text_split: str = "file",
+    tokenizer: str = "gpt2",
+    tiktoken_file: str | None = None,
+    expected_hash: str | None = GPT2_TIKTOKEN_SHA256,
+    val_fraction: float = 0.0005,
+    split_seed: int = 2357,
+    num_proc: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Tokenize a dataset into ``out``/train.bin, val.bin, meta.json; returns the meta dict.
+
+    ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``. Text
+    files become documents per ``text_split`` (file, paragraph or line); JSON
+    records take their ``text_field``. ``cache_dir`` (default ``out``/hf_cache)
+    holds datasets' arrow caches. Safe to re-run: nothing appears under the
+    final names until every file is complete.
+    """
+    out = Path(out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else out / "hf_cache"
+    tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash)
+    fmt.check_vocab_fits(tok.vocab_size)
+    if num_proc is not None and num_proc <= 1:
+        num_proc = None  # datasets' single-process path; no worker pool to start
+
+    import datasets
+
+    if files:
+        dd, source = _load_files(files, text_split, cache, num_proc)
+    else:
+        dd, source = _load_hub(dataset, dataset_config, cache, num_proc)
+    columns = dd[next(iter(dd))].column_names
+    if text_field not in columns:
+        raise UserError(f"the input has no '{text_field}' field (fields: {', '.join(columns)}); set --text-field")
+    if files:  # blank lines / empty records would be lone eot tokens
+        dd = dd.filter(_has_text, input_columns=text_field, desc="dropping empty documents")
+    splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
+    source["text_field"] = text_field
+
+    features = datasets.Features({"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")})
+    tokens: dict[str, int] = {}
+    documents: dict[str, int] = {}
+    temps: dict[str, Path] = {}
+    try:
+        for split, ds in splits.items():
+            tokenized = ds.map(
+                _tokenize,
+                batched=True,
+                input_columns=text_field,
+                remove_columns=ds.column_names,
+                fn_kwargs={"tokenizer": tok},
+                features=features,
+                num_proc=num_proc if num_proc and len(ds) >= num_proc else None,
+                desc=f"tokenizing {split}",
+            )
+            total = _count_tokens(tokenized)
+            temps[split] = fmt.temp_name(fmt.split_file(out, split))
+            with tqdm(total=total, unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
+                fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar))
+            tokens[split], documents[split] = total, len(tokenized)
+        meta = fmt.make_meta(tok.describe(), tokens, documents, source)
+        fmt.commit(out, temps, meta)
+    except BaseException:  # also Ctrl-C: never leave temporary files behind
+        fmt.remove_temps(temps.values())
+        raise
+    return meta

@@ -1,0 +1,151 @@
+"""The offline corpus for the debug run, generated from a seed by this code.
+
+Short English-like stories from a small probabilistic grammar over a limited
+vocabulary, byte-tokenized, one story per document, documents separated by
+the eot id. The text has structure at several ranges, so a tiny model's loss
+falls well below the unigram entropy within ~100 steps: word spelling, sentence
+templates ("the quick fox sees the old owl."), fixed per-seed facts ("the fox is
+red." always the same colour for the fox), the story's protagonist recurring
+through the document, and small sums ("two and three make five.").
+Same format as scripts/prepare_data.py writes (see docs/data.md).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+
+from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import TokenFile
+from torchnlq.data.tokenizer import ByteTokenizer
+from torchnlq.errors import UserError
+
+GENERATOR_VERSION = 1  # bump when the grammar changes: the corpus is regenerated
+TRAIN_BYTES = 1_500_000
+VAL_BYTES = 75_000
+
+NOUNS = (
+    "fox dog cat bird king queen farmer child horse wolf bear owl fish frog mouse lion "
+    "goat duck sailor baker miller hunter witch giant rabbit crow snake tiger monk knight girl boy"
+).split()
+ADJECTIVES = "quick lazy small big old young wise happy sad dark bright quiet loud brave shy clever".split()
+VERBS = "sees likes chases finds helps follows watches calls feeds meets hears fears loves visits greets carries".split()
+PLACES = "river forest hill village castle garden field lake cave market bridge tower meadow harbor".split()
+COLORS = "red blue green white black yellow grey brown".split()
+NUMBERS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen"
+).split()
+
+
+class _Grammar:
+    """Sentences and stories from one seeded random stream."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        # World facts fixed per seed: each noun's colour and home never change.
+        self.color = {n: self.rng.choice(COLORS) for n in NOUNS}
+        self.home = {n: self.rng.choice(PLACES) for n in NOUNS}
+
+    def sentence(self, hero: str, friend: str) -> str:
+        r, c = self.rng, self.rng.choice
+        kind = r.random()
+        if kind < 0.15:
+            return f"the {hero} is {self.color[hero]}."
+        if kind < 0.27:
+            return f"the {hero} lives in the {self.home[hero]}."
+        if kind < 0.55:
+            return f"the {c(ADJECTIVES)} {hero} {c(VERBS)} the {c(ADJECTIVES)} {friend}."
+        if kind < 0.72:
+            return f"the {friend} {c(VERBS)} the {hero} near the {c(PLACES)}."
+        if kind < 0.85:
+            a, b = r.randrange(10), r.randrange(10)
+            return f"{NUMBERS[a]} and {NUMBERS[b]} make {NUMBERS[a + b]}."
+        return f"then the {hero} goes to the {c(PLACES)} with the {friend}."
+
+    def story(self) -> bytes:
+        hero, friend = self.rng.sample(NOUNS, 2)
+        n = self.rng.randint(4, 10)
+        return " ".join(self.sentence(hero, friend) for _ in range(n)).encode("ascii")
+
+
+def _split_tokens(grammar: _Grammar, target_bytes: int, eot_id: int) -> tuple[np.ndarray, int]:
+    """Stories until ``target_bytes`` text bytes; returns (tokens, number of documents)."""
+    docs: list[bytes] = []
+    size = 0
+    while size < target_bytes:
+        docs.append(grammar.story())
+        size += len(docs[-1])
+    # 0xFF never occurs in ASCII text, so it can stand for the eot id while joining bytes.
+    raw = np.frombuffer(b"\xff".join(docs) + b"\xff", dtype=np.uint8).astype(fmt.DTYPE)
+    raw[raw == 0xFF] = eot_id
+    return raw, len(docs)
+
+
+def _generate(seed: int, train_bytes: int, val_bytes: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    grammar = _Grammar(seed)
+    splits, docs = {}, {}
+    for split, size in (("train", train_bytes), ("val", val_bytes)):  # val drawn after train
+        splits[split], docs[split] = _split_tokens(grammar, size, ByteTokenizer.eot_id)
+    return splits, docs
+
+
+def generate_synthetic_tokens(seed: int = 0, train_bytes: int = TRAIN_BYTES, val_bytes: int = VAL_BYTES) -> dict[str, np.ndarray]:
+    """The corpus in memory: {'train', 'val'} uint16 byte-token arrays, a pure function of the seed."""
+    return _generate(seed, train_bytes, val_bytes)[0]
+
+
+def unigram_entropy(tokens: TokenFile | np.ndarray | str | Path) -> float:
+    """Entropy (nats) of the token frequencies: the loss of the best context-free predictor."""
+    arr = tokens.tokens if isinstance(tokens, TokenFile) else tokens
+    if isinstance(arr, (str, Path)):
+        arr = TokenFile(arr).tokens
+    counts = np.zeros(1, dtype=np.int64)
+    chunk = 1 << 24  # bincount widens to int64: count in chunks so large files fit in memory
+    for i in range(0, len(arr), chunk):
+        c = np.bincount(np.asarray(arr[i : i + chunk]))
+        if len(c) > len(counts):
+            counts = np.pad(counts, (0, len(c) - len(counts)))
+        counts[: len(c)] += c
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
+    """Write the synthetic corpus (train.bin, val.bin, meta.json) into ``path`` unless already there.
+
+    Atomic and idempotent: a complete corpus of the same seed and generator
+    version is left alone; files appear only when fully written. A folder
+    holding other (non-synthetic) token files is refused rather than overwritten.
+    """
+    folder = Path(path).expanduser()
+    if fmt.is_complete(folder):
+        source = fmt.read_meta(folder).get("source", {})
+        if source.get("kind") != "synthetic":
+            raise UserError(
+                f"'{folder}' already holds token files that are not the synthetic corpus; "
+                "set data.path to another folder for data.synthetic = true"
+            )
+        if source.get("seed") == seed and source.get("version") == GENERATOR_VERSION:
+            return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    splits, docs = _generate(seed, TRAIN_BYTES, VAL_BYTES)
+    tok = ByteTokenizer()
+    source = {
+        "kind": "synthetic",
+        "seed": seed,
+        "version": GENERATOR_VERSION,
+        "unigram_entropy_nats": {s: round(unigram_entropy(a), 6) for s, a in splits.items()},
+    }
+    meta = fmt.make_meta(tok.describe(), {s: len(a) for s, a in splits.items()}, docs, source)
+    temps = {s: fmt.temp_name(fmt.split_file(folder, s)) for s in splits}
+    try:
+        for split, arr in splits.items():
+            fmt.write_tokens(temps[split], len(arr), [arr])
+        fmt.commit(folder, temps, meta)
+    except BaseException:
+        fmt.remove_temps(temps.values())
+        raise
+    return folder

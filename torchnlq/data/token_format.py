@@ -1,0 +1,123 @@
+"""The on-disk token format shared by prepare.py, synthetic.py and batches.py.
+
+A data folder holds ``train.bin`` and ``val.bin`` (each split's documents
+tokenized, each followed by the eot id, concatenated, raw little-endian uint16,
+no header) and ``meta.json`` (tokenizer, counts, source). Files are written
+under temporary names and renamed at the end; ``meta.json`` is renamed last
+and removed first, so a folder with a ``meta.json`` is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchnlq.errors import UserError
+
+DTYPE = np.dtype("<u2")  # uint16: GPT-2's 50257 ids fit, at 2 bytes per token
+DTYPE_NAME = "uint16"
+SPLITS = ("train", "val")
+META_NAME = "meta.json"
+FORMAT_VERSION = 1
+
+
+def split_file(folder: str | Path, split: str) -> Path:
+    """Path of a split's token file (``train.bin`` / ``val.bin``)."""
+    return Path(folder) / f"{split}.bin"
+
+
+def temp_name(final: Path) -> Path:
+    """A per-process temporary name beside ``final``.
+
+    The pid makes concurrent writers (several ranks creating the same
+    synthetic corpus) never share a half-written file.
+    """
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def check_vocab_fits(vocab_size: int) -> None:
+    """Error when the tokenizer's ids do not fit the uint16 files."""
+    if vocab_size - 1 > np.iinfo(DTYPE).max:
+        raise UserError(
+            f"vocabulary of {vocab_size} tokens does not fit the uint16 token files (largest id 65535); "
+            "use a tokenizer with at most 65536 tokens"
+        )
+
+
+def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> None:
+    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as uint16 through a memmap."""
+    if total <= 0:
+        raise UserError(f"no tokens to write to {path.name}; the input has no documents for that split")
+    arr = np.memmap(path, dtype=DTYPE, mode="w+", shape=(total,))
+    pos = 0
+    for chunk in chunks:
+        n = len(chunk)
+        if pos + n > total:
+            raise RuntimeError(f"{path.name}: more tokens than the {total} counted")
+        arr[pos : pos + n] = chunk
+        pos += n
+    if pos != total:
+        raise RuntimeError(f"{path.name}: wrote {pos} tokens, expected {total}")
+    arr.flush()
+    del arr
+
+
+def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
+    """Move the written temporary split files into place, then write meta.json.
+
+    ``temps`` maps split name -> temporary file. meta.json goes first out and
+    last in: an interruption in between leaves a folder readers call incomplete.
+    """
+    meta_path = folder / META_NAME
+    meta_tmp = temp_name(meta_path)
+    meta_tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    meta_path.unlink(missing_ok=True)
+    for split, tmp in temps.items():
+        os.replace(tmp, split_file(folder, split))
+    os.replace(meta_tmp, meta_path)
+
+
+def remove_temps(temps: Iterable[Path]) -> None:
+    """Delete leftover temporary files (after a failure)."""
+    for tmp in temps:
+        tmp.unlink(missing_ok=True)
+
+
+def read_meta(folder: str | Path) -> dict[str, Any]:
+    """The folder's meta.json, or a UserError saying it is missing or unreadable."""
+    path = Path(folder) / META_NAME
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"'{path}' is missing; the data folder is incomplete, prepare it again") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"'{path}' is not readable JSON ({e}); prepare the data folder again") from e
+    if not isinstance(meta, dict) or "tokenizer" not in meta:
+        raise UserError(f"'{path}' has no 'tokenizer' entry; prepare the data folder again")
+    return meta
+
+
+def is_complete(folder: str | Path) -> bool:
+    """Whether meta.json and every split file exist."""
+    folder = Path(folder)
+    return (folder / META_NAME).is_file() and all(split_file(folder, s).is_file() for s in SPLITS)
+
+
+def make_meta(tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any]) -> dict[str, Any]:
+    """The meta.json content: tokenizer fields at the top, then counts and source."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer["name"],
+        "vocab_size": tokenizer["vocab_size"],
+        "eot_id": tokenizer["eot_id"],
+        "tokenizer_info": tokenizer,
+        "dtype": DTYPE_NAME,
+        "tokens": tokens,
+        "documents": documents,
+        "source": source,
+    }
