@@ -1,3 +1,22 @@
 """torchnlq: pretraining transformers with nonlinear attention queries."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchnlq.models.gpt import GPT
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "load_pretrained"]
+
+
+def load_pretrained(path: Any, device: Any = "cpu") -> GPT:
+    """The GPT stored in a checkpoint folder or a safetensors export, in eval mode, fp32, on ``device``.
+
+    Imports torch only when called, so ``import torchnlq`` stays light.
+    See :func:`torchnlq.tools.export.load_model` for the metadata too.
+    """
+    from torchnlq.tools.export import load_model
+
+    return load_model(path, device).model

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError
@@ -66,6 +67,41 @@ class ModelArgs:
             )
         # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
         query_num_params(self.query, self.dim, self.n_heads, self.head_dim)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field (``query`` as a nested dict); :meth:`from_dict` inverts it.
+
+        Derived fields are stored resolved (ints, never None), so the dict
+        rebuilds exactly this model even if the derivation rules change later.
+        """
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelArgs:
+        """Rebuild ModelArgs from :meth:`to_dict`'s output (e.g. a checkpoint's ``model_args``).
+
+        Unknown keys are a ConfigError rather than silently dropped: they mean
+        the dict came from a newer torchnlq whose model this one cannot build.
+        Missing keys take the field defaults; the result is validated.
+        """
+        if not isinstance(d, dict):
+            raise ConfigError(f"model_args must be a JSON object, got {type(d).__name__}")
+        d = dict(d)
+        query = d.pop("query", {})
+        if isinstance(query, Query):
+            query = asdict(query)
+        if not isinstance(query, dict):
+            raise ConfigError(f"model_args.query must be a JSON object, got {type(query).__name__}")
+        for what, known, given in (
+            ("model_args", {f.name for f in fields(cls)}, d),
+            ("model_args.query", {f.name for f in fields(Query)}, query),
+        ):
+            unknown = sorted(set(given) - known)
+            if unknown:
+                raise ConfigError(
+                    f"{what} has unknown keys {', '.join(unknown)} (written by a newer torchnlq?); upgrade torchnlq"
+                )
+        return cls(**d, query=Query(**query))
 
     @property
     def q_dim(self) -> int:

@@ -5,6 +5,11 @@ bias; no biases anywhere; learned absolute positions (GPT-2) or RoPE; a fused
 K,V projection with optional GQA/MQA; the LM head optionally tied to the token
 embedding. The model knows nothing of parallelism, logging or files: those are
 applied from outside, block by block, through ``model.layers``.
+
+For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally: the
+cache keeps every layer's keys and values and the number of positions already
+seen, so a prompt is fed once and then one token per step. Without a cache
+(training, validation) the forward is the plain full-sequence one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,65 @@ from torchnlq.models.query import QueryProjection, build_query
 from torchnlq.models.rope import RotaryEmbedding, apply_rotary
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
+
+
+class KVCache:
+    """Keys and values of every layer for incremental decoding (inference only).
+
+    ``pos`` is the number of positions already written. Buffers of shape
+    ``[batch, n_kv_heads, max_len, head_dim]`` are allocated on the first write,
+    in the device and dtype of the keys (so bf16 autocast gets a bf16 cache).
+    :meth:`GPT.forward` advances ``pos`` after all layers have written.
+    """
+
+    def __init__(self, n_layers: int, max_len: int) -> None:
+        self.max_len = max_len
+        self.pos = 0
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    @classmethod
+    def for_model(cls, model: GPT) -> KVCache:
+        """An empty cache sized to the model's context (max_seq_len)."""
+        return cls(model.args.n_layers, model.args.max_seq_len)
+
+    def layer(self, index: int) -> LayerKV:
+        """The view one attention layer writes through."""
+        return LayerKV(self, index)
+
+    def reset(self) -> None:
+        """Forget every position (keeps the buffers for reuse)."""
+        self.pos = 0
+
+
+class LayerKV:
+    """One layer's slot in a :class:`KVCache`: append this step's K,V, get all K,V so far."""
+
+    def __init__(self, cache: KVCache, index: int) -> None:
+        self.cache = cache
+        self.index = index
+
+    @property
+    def pos(self) -> int:
+        """Positions written before this forward (the offset of its first token)."""
+        return self.cache.pos
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v ([B, H_kv, T, hd]) at positions pos..pos+T-1; return keys/values 0..pos+T-1."""
+        c, i = self.cache, self.index
+        start, end = c.pos, c.pos + k.shape[2]
+        if end > c.max_len:
+            raise ValueError(f"KV cache holds {c.max_len} positions; cannot write positions {start}..{end - 1}")
+        shape = (k.shape[0], k.shape[1], c.max_len, k.shape[3])
+        buf = c.keys[i]
+        if buf is None or buf.shape != shape or buf.dtype != k.dtype or buf.device != k.device:
+            if start > 0:
+                raise ValueError("KV cache written with another batch size, dtype or device; reset() it first")
+            c.keys[i] = k.new_zeros(shape)
+            c.values[i] = v.new_zeros(shape)
+        c.keys[i][:, :, start:end] = k
+        c.values[i][:, :, start:end] = v
+        return c.keys[i][:, :, :end], c.values[i][:, :, :end]
 
 
 class Attention(nn.Module):
@@ -41,7 +105,7 @@ class Attention(nn.Module):
         nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
 
-    def forward(self, x: torch.Tensor, rope: RopeTables | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         # The query sees the whole d-dim vector; only its output is split into heads.
         q = self.query(x).view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
@@ -54,8 +118,30 @@ class Attention(nn.Module):
         # Default scale 1/sqrt(head_dim) on q as produced by the query (already halved for
         # residual_mlp). enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads),
         # the same grouping as repeat_interleave, without materialising the copies.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        gqa = self.n_kv_heads != self.n_heads
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            y = self._attend_cached(q, k, v, cache, gqa)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
+
+    @staticmethod
+    def _attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKV, gqa: bool) -> torch.Tensor:
+        """Attention of the new queries over every cached key, causal in absolute positions."""
+        start, q_len = cache.pos, q.shape[2]
+        k, v = cache.update(k, v)
+        if q_len == 1:
+            # One new token may see every cached position: no mask at all.
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+        if start == 0:
+            # A prefill from position 0: q_len == kv_len, so is_causal means the usual triangle.
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        # Several new tokens after cached ones: is_causal with q_len != kv_len is top-left
+        # aligned in SDPA, which would be wrong here, so build the mask explicitly.
+        # Query i sits at absolute position start + i and may see keys 0..start + i.
+        q_pos = torch.arange(start, start + q_len, device=q.device)[:, None]
+        k_pos = torch.arange(k.shape[2], device=q.device)[None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=k_pos <= q_pos, enable_gqa=gqa)
 
 
 class MLP(nn.Module):
@@ -92,8 +178,8 @@ class Block(nn.Module):
         self.ln_2.reset_parameters()
         self.mlp.init_weights(init_std, residual_std)
 
-    def forward(self, x: torch.Tensor, rope: RopeTables | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope)
+    def forward(self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -151,21 +237,32 @@ class GPT(nn.Module):
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len."""
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len.
+
+        With a ``cache``, ``tokens`` continue the cached sequence: they take positions
+        ``cache.pos .. cache.pos + T - 1`` (learned or RoPE), attend to every cached
+        position, and the cache advances by T. The training path passes no cache.
+        """
         seq_len = tokens.shape[1]
-        if seq_len > self.args.max_seq_len:
+        start = 0 if cache is None else cache.pos
+        if start + seq_len > self.args.max_seq_len:
             raise ValueError(
-                f"sequence length {seq_len} exceeds the model's max_seq_len={self.args.max_seq_len}"
+                f"sequence length {start + seq_len} exceeds the model's max_seq_len={self.args.max_seq_len}"
             )
         x = self.tok_emb(tokens)
         rope = None
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(seq_len, device=tokens.device))
-        else:
+            x = x + self.pos_emb(torch.arange(start, start + seq_len, device=tokens.device))
+        elif start == 0:
             rope = self.rope(seq_len)
-        for layer in self.layers:
-            x = layer(x, rope)
+        else:
+            cos, sin = self.rope(start + seq_len)
+            rope = (cos[start:], sin[start:])
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rope) if cache is None else layer(x, rope, cache.layer(i))
+        if cache is not None:
+            cache.pos += seq_len
         x = self.ln_f(x)
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, weight)

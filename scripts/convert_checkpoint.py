@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""Convert a training checkpoint (or an export) into a standalone model folder.
+
+Examples:
+    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-5000
+    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-bf16 --dtype bf16
+    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf-gpt2
+
+See docs/checkpoints.md ("Export and use").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from torchnlq.cli import run_cli  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained) "
+        "or a Hugging Face GPT-2 folder (transformers.GPT2LMHeadModel.from_pretrained).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
+    p.add_argument("out", metavar="OUT", help="output folder (must not exist unless --overwrite)")
+    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf-gpt2"), help="output format")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from torchnlq.tools.export import load_model
+
+    loaded = load_model(args.checkpoint)
+    if args.format == "hf-gpt2":
+        from torchnlq.tools.hf_gpt2 import export_hf_gpt2
+
+        out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    else:
+        from torchnlq.tools.export import export_safetensors
+
+        out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    step = loaded.meta.get("step", "?")
+    print(f"wrote {out} ({args.format}, {args.dtype}, {loaded.model.num_params():,} parameters, step {step})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

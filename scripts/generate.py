@@ -1,0 +1,59 @@
+#!/usr/bin/env python
+"""Sample text from a checkpoint or an export, with a KV cache.
+
+Examples:
+    python scripts/generate.py outputs/run/checkpoints/step-5000 --prompt "To be" --max-new-tokens 50
+    python scripts/generate.py exports/run-5000 --prompt "Once" --temperature 0        # greedy
+    python scripts/generate.py exports/run-5000 --prompt "The" --tiktoken-file ../shared/data/gpt2.tiktoken
+
+Prints the prompt followed by the continuation on stdout; a note on stderr
+says when sampling stopped early (end-of-text or a full context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from torchnlq.cli import run_cli  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Sample a continuation of a prompt from a torchnlq checkpoint or export.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
+    p.add_argument("--prompt", default="", help="text to continue (empty: start from end-of-text)")
+    p.add_argument("--max-new-tokens", type=int, default=100, help="tokens to sample at most")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (argmax)")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
+    p.add_argument("--seed", type=int, default=1337, help="sampling seed: the same seed gives the same text")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--tiktoken-file", default=None,
+                   help="local GPT-2 .tiktoken ranks file for gpt2 models offline (default: $TORCHNLQ_TIKTOKEN_FILE)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from torchnlq.tools.generate import generate_text, stop_note
+    from torchnlq.tools.export import load_model
+
+    loaded = load_model(args.source, args.device)
+    text, result = generate_text(
+        loaded, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+        tiktoken_file=args.tiktoken_file,
+    )
+    print(text)
+    note = stop_note(result, loaded.args.max_seq_len)
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,231 @@
+"""Loading checkpoints, safetensors export, load_pretrained, Hugging Face GPT-2 export, convert_checkpoint.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from export_helpers import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
+from safetensors import safe_open
+
+import torchnlq
+from torchnlq.config.job_config import Query
+from torchnlq.errors import ConfigError, UserError
+from torchnlq.models import ModelArgs
+from torchnlq.tools.export import LoadedModel, export_safetensors, load_model
+from torchnlq.tools.hf_gpt2 import export_hf_gpt2
+
+TOKENS = torch.randint(0, 257, (2, 20), generator=torch.Generator().manual_seed(1))
+CONFIGS = {
+    "linear_tied": dict(qtype="linear"),
+    "linear_untied": dict(qtype="linear", tie_embeddings=False),
+    "residual_mlp_rope_gqa": dict(qtype="residual_mlp", positions="rope", n_kv_heads=2),
+    "identity_mqa": dict(qtype="identity", n_kv_heads=1, tie_embeddings=False),
+}
+
+
+def logits(model, tokens=TOKENS):
+    with torch.no_grad():
+        return model(tokens)
+
+
+# ---------------------------------------------------------------- ModelArgs round trip
+
+@pytest.mark.parametrize("qtype", ["linear", "identity", "residual", "residual_mlp"])
+def test_model_args_round_trip(qtype):
+    args = ModelArgs(n_kv_heads=2, positions="rope", tie_embeddings=False, mlp_hidden=100,
+                     query=Query(type=qtype, activation="relu2", bottleneck_ratio=0.25, half_scale=False))
+    d = json.loads(json.dumps(args.to_dict()))
+    assert d["query"]["type"] == qtype and d["n_kv_heads"] == 2
+    assert ModelArgs.from_dict(d) == args
+
+
+def test_model_args_unknown_keys_are_errors():
+    d = ModelArgs().to_dict()
+    with pytest.raises(ConfigError, match="model_args has unknown keys moe_experts"):
+        ModelArgs.from_dict({**d, "moe_experts": 8})
+    with pytest.raises(ConfigError, match=r"model_args.query has unknown keys anchor"):
+        ModelArgs.from_dict({**d, "query": {**d["query"], "anchor": True}})
+
+
+# ---------------------------------------------------------------- checkpoint loading
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_checkpoint_loads_only_the_model(tmp_path, name):
+    model = tiny_model(**CONFIGS[name])
+    write_checkpoint(tmp_path / "step-7", model)
+    loaded = load_model(tmp_path / "step-7")
+    assert loaded.kind == "checkpoint" and not loaded.model.training
+    assert loaded.args == model.args
+    assert loaded.tokenizer == BYTE_TOKENIZER
+    assert loaded.meta["seq_len"] == SEQ_LEN and loaded.meta["validation"] == VALIDATION
+    torch.testing.assert_close(logits(loaded.model), logits(model), rtol=0, atol=0)
+
+
+def test_loading_leaves_the_global_rng_alone(tmp_path):
+    write_checkpoint(tmp_path / "ckpt", tiny_model())
+    state = torch.get_rng_state()
+    load_model(tmp_path / "ckpt")
+    assert torch.equal(state, torch.get_rng_state())
+
+
+# ---------------------------------------------------------------- safetensors export
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_safetensors_round_trip_is_exact(tmp_path, name):
+    model = tiny_model(**CONFIGS[name])
+    write_checkpoint(tmp_path / "ckpt", model)
+    out = export_safetensors(tmp_path / "ckpt", tmp_path / "export")
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
+    config = json.loads((out / "config.json").read_text())
+    assert config["format"] == "torchnlq-safetensors" and config["torchnlq_version"] == torchnlq.__version__
+    assert config["seq_len"] == SEQ_LEN and config["validation"] == VALIDATION and config["step"] == 7
+    assert json.loads((out / "tokenizer_config.json").read_text()) == BYTE_TOKENIZER
+    rebuilt = torchnlq.load_pretrained(out)
+    assert rebuilt.args == model.args and not rebuilt.training
+    torch.testing.assert_close(logits(rebuilt), logits(model), rtol=0, atol=0)
+    # An export loads like a checkpoint, with the same metadata keys.
+    again = load_model(out)
+    assert again.kind == "export" and again.meta["validation"] == VALIDATION and again.tokenizer == BYTE_TOKENIZER
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_tied_weights_stored_once_and_stay_tied(tmp_path, tie):
+    model = tiny_model(tie_embeddings=tie)
+    out = export_safetensors(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "e")
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert ("lm_head.weight" in f.keys()) == (not tie)
+    rebuilt = torchnlq.load_pretrained(out)
+    assert (rebuilt.lm_head is None) == tie
+    assert rebuilt.num_params() == model.num_params()
+
+
+@pytest.mark.parametrize("dtype,atol", [("bf16", 0.05), ("fp16", 0.005)])
+def test_half_precision_export(tmp_path, dtype, atol):
+    model = tiny_model("residual_mlp")
+    write_checkpoint(tmp_path / "ckpt", model)
+    out = export_safetensors(tmp_path / "ckpt", tmp_path / "e", dtype=dtype)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("tok_emb.weight").dtype == {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    rebuilt = torchnlq.load_pretrained(out)
+    assert rebuilt.tok_emb.weight.dtype == torch.float32  # upcast on load
+    torch.testing.assert_close(logits(rebuilt), logits(model), rtol=0, atol=atol)
+
+
+def test_export_refuses_existing_folder_unless_overwrite(tmp_path):
+    write_checkpoint(tmp_path / "ckpt", tiny_model())
+    (tmp_path / "e").mkdir()
+    with pytest.raises(UserError, match="already exists"):
+        export_safetensors(tmp_path / "ckpt", tmp_path / "e")
+    export_safetensors(tmp_path / "ckpt", tmp_path / "e", overwrite=True)
+    assert (tmp_path / "e" / "model.safetensors").is_file()
+    with pytest.raises(UserError, match="unknown dtype 'fp8'"):
+        export_safetensors(tmp_path / "ckpt", tmp_path / "f", dtype="fp8")
+
+
+# ---------------------------------------------------------------- errors
+
+def test_missing_path(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_model(tmp_path / "nope")
+
+
+def test_not_a_checkpoint(tmp_path):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(UserError, match="neither a torchnlq checkpoint.*looks like a run folder"):
+        load_model(tmp_path / "run")
+
+
+def test_corrupt_meta(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", tiny_model())
+    (ckpt / "torchnlq.json").write_text("{not json")
+    with pytest.raises(UserError, match="corrupt"):
+        load_model(ckpt)
+    (ckpt / "torchnlq.json").write_text(json.dumps({"step": 3}))
+    with pytest.raises(UserError, match="no model_args"):
+        load_model(ckpt)
+    (ckpt / "torchnlq.json").write_text(json.dumps({"model_args": {"dim": "wide"}}))
+    with pytest.raises(UserError, match="invalid model_args"):
+        load_model(ckpt)
+
+
+def test_incomplete_checkpoint(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", tiny_model())
+    (ckpt / ".metadata").unlink()
+    with pytest.raises(UserError, match="incomplete"):
+        load_model(ckpt)
+
+
+def test_shape_mismatch_names_the_tensor(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", tiny_model(), model_args=tiny_args(mlp_hidden=64).to_dict())
+    with pytest.raises(UserError, match=r"tensor 'layers.0.mlp.fc.weight' has shape \(128, 32\).*\(64, 32\)"):
+        load_model(ckpt)
+    ckpt2 = write_checkpoint(tmp_path / "ckpt2", tiny_model(), model_args=tiny_args(tie_embeddings=False).to_dict())
+    with pytest.raises(UserError, match="lacks tensor 'lm_head.weight'"):
+        load_model(ckpt2)
+
+
+def test_hf_folder_is_not_a_torchnlq_export(tmp_path):
+    pytest.importorskip("transformers")
+    model = tiny_model()
+    export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    with pytest.raises(UserError, match="Hugging Face"):
+        load_model(tmp_path / "hf")
+
+
+# ---------------------------------------------------------------- Hugging Face GPT-2
+
+@pytest.mark.parametrize(
+    "qtype,tie,mlp_hidden",
+    [
+        ("linear", True, None), ("linear", False, None), ("linear", True, 40),
+        ("identity", False, 72), ("residual", True, 40),
+    ],
+)
+def test_hf_gpt2_logits_match(tmp_path, qtype, tie, mlp_hidden):
+    transformers = pytest.importorskip("transformers")
+    model = tiny_model(qtype, tie_embeddings=tie, mlp_hidden=mlp_hidden)
+    write_checkpoint(tmp_path / "ckpt", model)
+    out = export_hf_gpt2(tmp_path / "ckpt", tmp_path / "hf")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(out)).eval()
+    assert hf.config.activation_function == "gelu" and hf.config.n_inner == model.args.mlp_hidden
+    assert (hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()) == tie
+    with torch.no_grad():
+        torch.testing.assert_close(hf(TOKENS).logits, logits(model), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(qtype="residual_mlp"),
+         "query type residual_mlp has no GPT-2 equivalent; export with --format safetensors"),
+        (dict(positions="rope"), "positions='rope'"),
+        (dict(n_kv_heads=2), "GQA/MQA"),
+        (dict(head_dim=4), "head_dim = dim / n_heads"),
+    ],
+)
+def test_hf_gpt2_refuses_what_it_cannot_represent(tmp_path, kw, message):
+    model = tiny_model(**kw)
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+# ---------------------------------------------------------------- scripts/convert_checkpoint.py
+
+def test_convert_checkpoint_script(tmp_path, capsys):
+    script = load_script("convert_checkpoint")
+    model = tiny_model()
+    write_checkpoint(tmp_path / "ckpt", model)
+    assert script.run_cli(script.main, [str(tmp_path / "ckpt"), str(tmp_path / "out"), "--dtype", "bf16"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bf16"
+    assert script.run_cli(script.main, [str(tmp_path / "missing"), str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    residual_mlp = write_checkpoint(tmp_path / "ckpt2", tiny_model("residual_mlp"))
+    assert script.run_cli(script.main, [str(residual_mlp), str(tmp_path / "o3"), "--format", "hf-gpt2"]) == 2
+    assert "no GPT-2 equivalent" in capsys.readouterr().err

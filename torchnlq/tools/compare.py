@@ -1,0 +1,266 @@
+"""Compare finished training runs the way the paper's Table 1 does, with seeds grouped.
+
+``scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--allow-different-data]``
+
+Each RUN is a run folder (``config.toml``, ``run_info.json``, ``tb/``) or a folder
+of run folders (a suite's dump folder). Runs whose resolved configs differ only
+in ``training.seed`` (and in keys that cannot change the result: ``[job]``,
+``[checkpoint]``, ``[metrics]``) form one group. Per group it reports the
+validation loss at the last validation step every run has (or ``--step``): the
+mean over seeds and the sample standard deviation (n − 1), and the relative
+improvement over the baseline's group mean, (L_base − L)/L_base in %, as in the
+paper; with at least two seeds on both sides, ``±`` after the improvement is
+the standard error of the difference of the two means (relative to L_base).
+
+Comparisons are only meaningful on identical data: runs whose batch or
+validation fingerprints differ are refused unless ``--allow-different-data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchnlq.cli import run_cli
+from torchnlq.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# Sections that cannot change a run's losses: differing there does not split a seed group.
+IGNORED_SECTIONS = ("job", "checkpoint", "metrics")
+_SEED_IN_NAME = re.compile(r"(^|[_-])seed-?\d+")
+
+
+@dataclass
+class RunData:
+    """What a comparison needs from one run folder."""
+
+    path: Path
+    name: str
+    config: dict[str, Any]
+    info: dict[str, Any]
+    val: dict[int, float]  # step -> validation loss
+    train: dict[int, float]  # step -> training loss
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("training", {}).get("seed")
+
+
+@dataclass
+class Group:
+    """Runs that differ only by training.seed."""
+
+    name: str
+    runs: list[RunData]
+    row: dict[str, Any] = field(default_factory=dict)  # filled by compare()
+
+
+def read_scalars(tb_dir: Path) -> dict[str, dict[int, float]]:
+    """TensorBoard scalars as {tag: {step: value}}; a later event at a step wins (a resumed run's rewrite)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run folder; a missing piece is a one-line UserError."""
+    for needed in ("config.toml", "run_info.json"):
+        if not (path / needed).is_file():
+            raise UserError(f"'{path}' is not a run folder: it has no {needed}")
+    with (path / "config.toml").open("rb") as f:
+        config = tomllib.load(f)
+    info = json.loads((path / "run_info.json").read_text())
+    scalars = read_scalars(path / "tb") if (path / "tb").is_dir() else {}
+    val = scalars.get("loss/val", {})
+    if not val:
+        raise UserError(f"run '{path}' has no validation losses (loss/val) in {path / 'tb'}")
+    return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}))
+
+
+def expand_paths(paths: list[str | Path]) -> list[Path]:
+    """Run folders as given; a folder without run_info.json stands for the run folders inside it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "run_info.json").is_file():
+            out.append(p)
+        elif p.is_dir() and (children := sorted(c for c in p.iterdir() if (c / "run_info.json").is_file())):
+            out.extend(children)
+        else:
+            raise UserError(f"'{p}' is neither a run folder (with run_info.json) nor a folder of runs")
+    return list(dict.fromkeys(out))
+
+
+def group_key(config: dict[str, Any]) -> str:
+    """The resolved config without the seed and the result-neutral sections, as a comparable string."""
+    kept = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
+    training = dict(kept.get("training", {}))
+    training.pop("seed", None)
+    kept["training"] = training
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def group_runs(runs: list[RunData]) -> list[Group]:
+    """Seed groups in order of first appearance, named after their first run minus its seed."""
+    by_key: dict[str, list[RunData]] = {}
+    for run in runs:
+        by_key.setdefault(group_key(run.config), []).append(run)
+    groups, used = [], set()
+    for members in by_key.values():
+        name = members[0].name
+        if len(members) > 1:
+            name = _SEED_IN_NAME.sub("", name).strip("_-") or name
+        while name in used:
+            name += "+"
+        used.add(name)
+        groups.append(Group(name, members))
+    return groups
+
+
+def check_same_data(runs: list[RunData]) -> None:
+    """Refuse runs that did not see identical training batches and validation sequences."""
+    for key, what in (("batch_fingerprint", "training batches"), ("validation_fingerprint", "validation sequences")):
+        values = {r.info.get(key) for r in runs}
+        if len(values) > 1:
+            detail = ", ".join(f"{r.name}={r.info.get(key)}" for r in runs)
+            raise UserError(f"the runs saw different {what} ({key}: {detail}); compare runs with the same data.seed, "
+                            "batch size and steps, or pass --allow-different-data")
+
+
+def common_step(runs: list[RunData], step: int | None = None) -> int:
+    """The last validation step every run has (or ``step``, which all must have)."""
+    common = set.intersection(*(set(r.val) for r in runs))
+    if step is not None:
+        if step not in common:
+            raise UserError(f"step {step} is not a validation step of every run (common: {sorted(common)[-5:]}...)")
+        return step
+    if not common:
+        raise UserError("the runs share no validation step; they cannot be compared at the same point")
+    return max(common)
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
+            allow_different_data: bool = False) -> tuple[list[Group], Group, int]:
+    """Group, pick the step, fill each group's row; returns (groups, baseline group, step)."""
+    if not allow_different_data:
+        check_same_data(runs)
+    at = common_step(runs, step)
+    groups = group_runs(runs)
+    base = next(g for g in groups if any(r.path == baseline.path for r in g.runs))
+    base_mean, base_std = _mean_std([r.val[at] for r in base.runs])
+    for g in groups:
+        first = g.runs[0]
+        mean, std = _mean_std([r.val[at] for r in g.runs])
+        improvement = 100.0 * (base_mean - mean) / base_mean
+        se = None
+        if g is not base and std is not None and base_std is not None:
+            se = 100.0 * math.sqrt(std**2 / len(g.runs) + base_std**2 / len(base.runs)) / base_mean
+        g.row = {
+            "name": g.name, "baseline": g is base, "runs": len(g.runs),
+            "seeds": " ".join(str(r.seed) for r in g.runs), "query_type": first.info.get("query_type"),
+            "non_embedding_params": first.info.get("non_embedding_params"),
+            "max_lr": first.config["optimizer"]["lr"], "min_lr": first.config["lr_schedule"]["min_lr"],
+            "weight_decay": first.config["optimizer"]["weight_decay"], "step": at,
+            "val_loss_mean": mean, "val_loss_std": std, "rel_improvement_pct": improvement,
+            "rel_improvement_se_pct": se,
+        }
+    return groups, base, at
+
+
+def markdown_table(groups: list[Group], at: int) -> str:
+    """The comparison as a Markdown table (one row per seed group)."""
+    lines = [
+        f"| run | seeds | query | non-emb params | max LR | min LR | weight decay | val loss @ {at} | rel. improvement |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for g in groups:
+        r = g.row
+        loss = f"{r['val_loss_mean']:.4f}" + (f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else "")
+        gain = "0 (baseline)" if r["baseline"] else f"{r['rel_improvement_pct']:+.2f}%" + (
+            f" ± {r['rel_improvement_se_pct']:.2f}" if r["rel_improvement_se_pct"] is not None else "")
+        lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
+                     f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | {loss} | {gain} |")
+    return "\n".join(lines)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_outputs(groups: list[Group], base: Group, at: int, out: Path) -> tuple[list[Path], str]:
+    """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots; returns (paths, note)."""
+    from torchnlq.tools.compare_plots import plot_comparison
+
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(out / "comparison.csv", [g.row for g in groups])
+    _write_csv(out / "runs.csv", [
+        {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
+         "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint")}
+        for g in groups for r in g.runs])
+    plots, note = plot_comparison(groups, base, out)
+    fp = groups[0].runs[0].info
+    text = (
+        f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
+        f"Validation loss at step {at}, the last validation step common to all runs: mean ± sample std (n − 1) "
+        f"over the seeds of a group. Relative improvement = (L_base − L)/L_base of the group means; ± is the "
+        f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides).\n"
+        f"Data: batch fingerprint {fp.get('batch_fingerprint')}, validation fingerprint "
+        f"{fp.get('validation_fingerprint')}.\n"
+        + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots) + (f"\n{note}\n" if note else "")
+    )
+    (out / "comparison.md").write_text(text)
+    return [out / "comparison.md", out / "comparison.csv", out / "runs.csv", *plots], note
+
+
+def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path, step: int | None = None,
+                 allow_different_data: bool = False) -> list[Path]:
+    """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs."""
+    runs = [load_run(p) for p in expand_paths(list(paths))]
+    base = next((r for r in runs if r.name == str(baseline) or r.path.resolve() == Path(baseline).resolve()), None)
+    if base is None:
+        if not (Path(baseline) / "run_info.json").is_file():
+            raise UserError(f"baseline '{baseline}' is neither the name of one of the runs nor a run folder")
+        base = load_run(Path(baseline))
+        runs.insert(0, base)
+    groups, base_group, at = compare(runs, base, step, allow_different_data)
+    written, _ = write_outputs(groups, base_group, at, Path(out))
+    return written
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="compare_runs.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="run folders, or folders of run folders (e.g. a suite's dump folder)")
+    p.add_argument("--baseline", required=True, help="the baseline run: its folder or its name among RUN")
+    p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")
+    p.add_argument("--step", type=int, default=None, help="compare at this validation step (default: last common)")
+    p.add_argument("--allow-different-data", action="store_true", help="compare runs with different data fingerprints")
+    args = p.parse_args(argv)
+    written = compare_runs(args.runs, args.baseline, args.out, args.step, args.allow_different_data)
+    print(written[0].read_text())
+    print("wrote " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def cli() -> int:
+    """Entry point of scripts/compare_runs.py: user errors are one line with exit code 2."""
+    return run_cli(main)

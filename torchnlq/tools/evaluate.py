@@ -1,0 +1,127 @@
+"""Validation loss of a checkpoint or export (library code behind ``scripts/evaluate.py``).
+
+The loss is computed on the same fixed validation windows training uses: a
+:class:`~torchnlq.data.batches.ValidationSet` drawn with the checkpoint's
+``seq_len`` and its ``validation`` seed and micro-batch size, through the
+trainer's own :func:`torchnlq.train.validate.evaluate`. On the same data folder
+the result therefore equals the ``val_loss`` the run logged at that step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchnlq.config.job_config import Data, Validation
+from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import ValidationSet, open_token_files
+from torchnlq.errors import UserError
+from torchnlq.tools.export import LoadedModel, as_loaded
+from torchnlq.train.validate import evaluate
+
+# Used only when the source records no validation settings (e.g. a hand-made export).
+FALLBACK_MICRO_BATCH_SIZE = 8
+
+
+@dataclass
+class EvalResult:
+    """Mean and std of the micro-batch losses, perplexity = exp(mean), and what was evaluated."""
+
+    val_loss: float
+    val_loss_std: float
+    perplexity: float
+    sequences: int
+    tokens: int
+    seq_len: int
+    micro_batch_size: int
+    seed: int
+
+    def lines(self) -> list[str]:
+        """The report, one ``name: value`` per line."""
+        return [
+            f"val_loss: {self.val_loss:.6f}",
+            f"val_loss_std: {self.val_loss_std:.6f}",
+            f"perplexity: {self.perplexity:.6f}",
+            f"sequences: {self.sequences}",
+            f"tokens: {self.tokens}",
+        ]
+
+
+@dataclass
+class ValidationSettings:
+    """The four numbers that fix the validation windows and their grouping."""
+
+    seq_len: int
+    sequences: int
+    micro_batch_size: int
+    seed: int
+
+
+def resolve_settings(
+    loaded: LoadedModel,
+    sequences: int | None = None,
+    micro_batch_size: int | None = None,
+    seed: int | None = None,
+    seq_len: int | None = None,
+) -> ValidationSettings:
+    """Explicit values win; otherwise the run's recorded ``seq_len`` and ``validation`` settings."""
+    meta = loaded.meta
+    recorded: dict[str, Any] = meta.get("validation") or {}
+    seq_len = seq_len if seq_len is not None else meta.get("seq_len", loaded.args.max_seq_len)
+    sequences = sequences if sequences is not None else recorded.get("sequences")
+    if sequences is None:
+        raise UserError(f"'{loaded.path}' records no validation settings; pass --sequences N")
+    micro = micro_batch_size or recorded.get("micro_batch_size") or min(sequences, FALLBACK_MICRO_BATCH_SIZE)
+    seed = seed if seed is not None else recorded.get("seed", Validation().seed)
+    for name, value in (("--seq-len", seq_len), ("--sequences", sequences), ("--micro-batch-size", micro)):
+        if value < 1:
+            raise UserError(f"{name}={value} must be at least 1")
+    if seq_len > loaded.args.max_seq_len:
+        raise UserError(f"--seq-len={seq_len} exceeds the model's max_seq_len={loaded.args.max_seq_len}")
+    return ValidationSettings(int(seq_len), int(sequences), int(micro), int(seed))
+
+
+def _autocast(loaded: LoadedModel, device: torch.device):
+    # Match a run that validated under bf16 autocast on CUDA; CPU runs are fp32, as here.
+    if device.type == "cuda" and loaded.meta.get("mixed_precision") == "bf16":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def evaluate_source(
+    source: str | Path | LoadedModel,
+    data_dir: str | Path,
+    sequences: int | None = None,
+    micro_batch_size: int | None = None,
+    seed: int | None = None,
+    seq_len: int | None = None,
+    device: str = "cpu",
+) -> EvalResult:
+    """Loss and perplexity of a checkpoint/export on ``data_dir``'s fixed validation windows."""
+    loaded = as_loaded(source, device)
+    settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
+    folder = Path(data_dir).expanduser()
+    tokenizer = loaded.tokenizer.get("name")
+    if tokenizer is None and (folder / fmt.META_NAME).is_file():
+        tokenizer = fmt.read_meta(folder)["tokenizer"]  # the model records none: trust the data
+    # open_token_files checks the folder is complete and tokenized with the model's tokenizer.
+    _, val, _ = open_token_files(Data(path=str(data_dir), tokenizer=tokenizer or "gpt2"), settings.seq_len)
+    val_set = ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed)
+    model_device = loaded.model.tok_emb.weight.device
+    # A list, as the trainer passes: evaluate() indexes the micro-batches.
+    mean, std = evaluate(loaded.model, list(val_set), model_device, _autocast(loaded, model_device))
+    return EvalResult(
+        val_loss=mean,
+        val_loss_std=std,
+        perplexity=math.exp(mean) if mean < 700 else math.inf,  # exp overflows a float past ~709
+        sequences=settings.sequences,
+        tokens=settings.sequences * settings.seq_len,
+        seq_len=settings.seq_len,
+        micro_batch_size=settings.micro_batch_size,
+        seed=settings.seed,
+    )

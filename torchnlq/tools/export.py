@@ -1,0 +1,301 @@
+"""Load a trained model from a checkpoint or an export, and export it to safetensors.
+
+Two on-disk forms hold a model:
+
+* a **checkpoint**: a DCP folder ``<run>/checkpoints/step-N`` whose state dict has
+  the model under ``"model"`` (next to optimizer and train state, ignored here)
+  plus ``torchnlq.json`` (see :mod:`torchnlq.train.checkpoint_meta`);
+* an **export**: ``model.safetensors`` + ``config.json`` + ``tokenizer_config.json``,
+  written by :func:`export_safetensors`; small, single-file weights, no DCP.
+
+:func:`load_model` accepts either and returns the same :class:`LoadedModel`;
+``meta`` has the same keys for both (``step``, ``seq_len``, ``validation``, ...),
+so the tools behind ``generate.py`` and ``evaluate.py`` never care which one
+they were given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchnlq.errors import UserError
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
+from torchnlq.train.checkpoint_meta import META_FILE, MODEL_KEY, read_meta
+
+EXPORT_FORMAT = "torchnlq-safetensors"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer_config.json"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Keys of config.json that describe the file itself, not the run it came from.
+FORMAT_KEYS = ("format", "format_version", "torchnlq_version", "dtype", "source")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference, with what is needed to use it.
+
+    ``model`` is in eval mode, fp32, on the requested device. ``tokenizer`` is the
+    tokenizer description (``{"name": "gpt2" | "byte", ...}``; empty if unknown).
+    ``meta`` holds the run's metadata: ``step``, ``seq_len``, ``validation``,
+    ``data_path``, ``data_fingerprint`` (whichever the source recorded).
+    """
+
+    model: GPT
+    args: ModelArgs
+    tokenizer: dict[str, Any]
+    meta: dict[str, Any]
+    path: Path
+    kind: str  # "checkpoint" or "export"
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda[:i]`` or ``auto`` (CUDA when present); an unusable choice is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device '{name}'; use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{name}' asked for but no CUDA device is visible; use --device cpu")
+    return device
+
+
+def read_config(path: str | Path) -> dict[str, Any] | None:
+    """``config.json`` of a folder holding one beside model.safetensors, else None; corrupt JSON is a UserError."""
+    config = Path(path, CONFIG_FILE)
+    if not (config.is_file() and Path(path, WEIGHTS_FILE).is_file()):
+        return None
+    try:
+        d = json.loads(config.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"'{config}' is corrupt ({e}); export the model again") from None
+    if not isinstance(d, dict):
+        raise UserError(f"'{config}' is corrupt (not a JSON object); export the model again")
+    return d
+
+
+def is_export(path: str | Path) -> bool:
+    """True when ``path`` is a folder written by :func:`export_safetensors`."""
+    config = read_config(path)
+    return config is not None and config.get("format") == EXPORT_FORMAT
+
+
+def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cpu") -> LoadedModel:
+    """Pass a LoadedModel through, load anything else with :func:`load_model`."""
+    return source if isinstance(source, LoadedModel) else load_model(source, device)
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a checkpoint folder or an export folder (see the module doc) for inference.
+
+    Raises UserError when the path is missing, is neither form, has corrupt
+    metadata, or holds tensors that do not fit the recorded ``model_args``.
+    """
+    p = Path(path).expanduser()
+    device = resolve_device(device) if isinstance(device, str) else device
+    if not p.exists():
+        raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder or an export folder")
+    config = read_config(p)
+    if config is not None and config.get("format") == EXPORT_FORMAT:
+        return _load_export(p, config, device)
+    if Path(p, META_FILE).is_file():
+        return _load_checkpoint(p, device)
+    if config is not None:
+        raise UserError(
+            f"'{path}' is not a torchnlq export (a Hugging Face folder?); load it with transformers, "
+            "or pass a torchnlq checkpoint or a --format safetensors export"
+        )
+    hint = ""
+    if Path(p, "checkpoints").is_dir():
+        hint = f" (it looks like a run folder: pass one of {p / 'checkpoints'}/step-N)"
+    raise UserError(
+        f"'{path}' is neither a torchnlq checkpoint (no {META_FILE}) nor an export (no {CONFIG_FILE} + "
+        f"{WEIGHTS_FILE}){hint}"
+    )
+
+
+def _model_args(meta: dict[str, Any], where: Path) -> ModelArgs:
+    if not isinstance(meta, dict) or "model_args" not in meta:
+        raise UserError(f"'{where}' has no model_args; it was not written by this torchnlq, or is corrupt")
+    try:
+        return ModelArgs.from_dict(meta["model_args"])
+    except UserError as e:
+        raise UserError(f"'{where}': {e}") from None
+    except (TypeError, ValueError) as e:  # wrong value types in hand-edited JSON
+        raise UserError(f"'{where}' has invalid model_args ({e}); the file is corrupt") from None
+
+
+def empty_model(args: ModelArgs, device: torch.device) -> GPT:
+    """A GPT with allocated but unset parameters (RoPE tables computed), in eval mode.
+
+    Built on meta and materialised with ``to_empty``: random init would be
+    wasted on weights about to be overwritten and would move the global RNG.
+    """
+    with torch.device("meta"):
+        model = GPT(args)
+    model.to_empty(device=device)
+    if model.rope is not None:
+        model.rope.init_weights()
+    return model.eval()
+
+
+def check_tensors(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: str) -> None:
+    """UserError naming the first tensor that is missing, unexpected or of another shape."""
+    for name, shape in expected.items():
+        if name not in found:
+            raise UserError(f"{where} lacks tensor '{name}' {shape}; it does not match its recorded model_args")
+        if tuple(found[name]) != tuple(shape):
+            raise UserError(
+                f"{where}: tensor '{name}' has shape {tuple(found[name])} but the model_args give {tuple(shape)}; "
+                "the metadata does not belong to these weights"
+            )
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        raise UserError(f"{where} holds tensor '{extra[0]}' that the model_args have no place for")
+
+
+def _shapes(model: GPT) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = read_meta(path)
+    args = _model_args(meta, path / META_FILE)
+    if not (path / ".metadata").is_file():
+        raise UserError(f"checkpoint '{path}' is incomplete (no DCP .metadata); use another checkpoint")
+    try:
+        saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except Exception as e:  # unpickling errors of a damaged .metadata come in many types
+        raise UserError(
+            f"checkpoint '{path}' has an unreadable .metadata ({type(e).__name__}); it is corrupt"
+        ) from None
+    prefix = MODEL_KEY + "."
+    found = {
+        k[len(prefix):]: tuple(v.size)
+        for k, v in saved.items()
+        if k.startswith(prefix) and isinstance(v, TensorStorageMetadata)
+    }
+    model = empty_model(args, device)
+    check_tensors(_shapes(model), found, f"checkpoint '{path}'")
+    state = model.state_dict()  # tensors share storage with the parameters: DCP loads in place
+    with warnings.catch_warnings():
+        # "torch.distributed is disabled ... assuming the intent is to load in a single process": it is.
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        try:
+            dcp.load({MODEL_KEY: state}, checkpoint_id=str(path))
+        except Exception as e:  # DCP wraps errors in long multi-rank reports: keep the last line
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            raise UserError(f"could not read checkpoint '{path}': {lines[-1] if lines else type(e).__name__}") from None
+    model.load_state_dict(state, strict=True)
+    return LoadedModel(model, args, dict(meta.get("tokenizer") or {}), meta, path, "checkpoint")
+
+
+def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> LoadedModel:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if config.get("format_version", 0) > FORMAT_VERSION:
+        raise UserError(
+            f"export '{path}' has format_version {config['format_version']}, newer than this torchnlq reads "
+            f"({FORMAT_VERSION}); upgrade torchnlq"
+        )
+    args = _model_args(config, path / CONFIG_FILE)
+    try:
+        tensors = load_file(str(path / WEIGHTS_FILE), device=str(device))
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"'{path / WEIGHTS_FILE}' is unreadable ({e}); export the model again") from None
+    model = empty_model(args, device)
+    check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
+    model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
+    tokenizer = config.get("tokenizer") or {}
+    if not tokenizer and (path / TOKENIZER_FILE).is_file():
+        tokenizer = json.loads((path / TOKENIZER_FILE).read_text())
+    return LoadedModel(model, args, dict(tokenizer), config, path, "export")
+
+
+@contextlib.contextmanager
+def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` when the block succeeds.
+
+    A reader never sees a half-written export, and a failure leaves nothing
+    behind. An existing ``out_dir`` is a UserError unless ``overwrite``.
+    """
+    final = Path(out_dir).expanduser()
+    if final.exists() and not overwrite:
+        raise UserError(f"'{out_dir}' already exists; choose another output folder or remove it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``fp32`` / ``bf16`` / ``fp16`` -> torch dtype (UserError otherwise)."""
+    if name not in DTYPES:
+        raise UserError(f"unknown dtype '{name}'; choose one of: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def write_json(path: Path, obj: dict[str, Any]) -> None:
+    """Pretty, key-sorted JSON with a final newline (diff-friendly)."""
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def export_safetensors(
+    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
+) -> Path:
+    """Write ``out_dir`` with model.safetensors, config.json and tokenizer_config.json; return its path.
+
+    A tied LM head is the token embedding itself: the state dict holds it once
+    (``tok_emb.weight``, no ``lm_head.weight``) and ``tie_embeddings`` in the
+    model_args restores the sharing. ``config.json`` keeps the run's
+    ``seq_len``, ``validation`` and data metadata so evaluation can use them.
+    """
+    from safetensors.torch import save_file
+
+    import torchnlq
+
+    target = parse_dtype(dtype)
+    loaded = as_loaded(source)
+    state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
+    run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
+    config = {
+        **run_meta,
+        "format": EXPORT_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "torchnlq_version": torchnlq.__version__,
+        "dtype": dtype,
+        "source": str(loaded.path),
+        "model_args": loaded.args.to_dict(),
+        "tokenizer": loaded.tokenizer,
+    }
+    with atomic_folder(out_dir, overwrite) as tmp:
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
+        write_json(tmp / TOKENIZER_FILE, loaded.tokenizer)
+        write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
+    return Path(out_dir).expanduser()

@@ -1,0 +1,176 @@
+"""Sampling from a trained model with the KV cache (library code behind ``scripts/generate.py``).
+
+The prompt is fed once (prefill), then one token per step through
+:class:`torchnlq.models.gpt.KVCache`, so a step costs one token's forward,
+not the whole sequence's. Sampling draws from a private ``torch.Generator``
+seeded with ``seed``: the same seed, prompt and settings give the same text,
+and the global RNG is untouched. Temperature 0 is greedy decoding (argmax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
+from torchnlq.errors import UserError
+from torchnlq.models.gpt import GPT, KVCache
+from torchnlq.tools.export import LoadedModel, as_loaded
+
+STOP_LENGTH = "max_new_tokens"
+STOP_EOT = "end_of_text"
+STOP_CONTEXT = "max_seq_len"
+
+
+@dataclass
+class Generation:
+    """The prompt's tokens, the sampled tokens (without a final end-of-text) and why sampling stopped."""
+
+    prompt_tokens: list[int]
+    new_tokens: list[int]
+    stop_reason: str  # STOP_LENGTH, STOP_EOT or STOP_CONTEXT
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Next token ids [B] from last-position logits [B, V] (float32).
+
+    ``temperature == 0`` takes the argmax; otherwise logits / temperature,
+    restricted to the ``top_k`` largest when set, are sampled from.
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
+    """UserError for values sampling cannot use."""
+    if max_new_tokens < 0:
+        raise UserError(f"--max-new-tokens={max_new_tokens} must be at least 0")
+    if temperature < 0:
+        raise UserError(f"--temperature={temperature} must be >= 0 (0 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise UserError(f"--top-k={top_k} must be at least 1 (leave it unset for no top-k)")
+
+
+@torch.inference_mode()
+def generate_tokens(
+    model: GPT,
+    prompt: list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    eot_id: int | None = None,
+    vocab_limit: int | None = None,
+) -> Generation:
+    """Sample up to ``max_new_tokens`` tokens after ``prompt`` with a KV cache.
+
+    Stops early at ``eot_id`` (not included in ``new_tokens``) or when the
+    context is full: every sampled token is predicted from at most
+    ``max_seq_len`` positions. ``vocab_limit`` masks the padded rows of the
+    vocabulary (ids the tokenizer cannot decode).
+    """
+    check_sampling(max_new_tokens, temperature, top_k)
+    max_len = model.args.max_seq_len
+    if not prompt:
+        raise UserError("the prompt is empty; give at least one token of text")
+    if len(prompt) > max_len:
+        raise UserError(f"the prompt has {len(prompt)} tokens but the model's context is max_seq_len={max_len}")
+    was_training = model.training
+    model.eval()
+    device = model.tok_emb.weight.device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    cache = KVCache.for_model(model)
+    new: list[int] = []
+    stop = STOP_LENGTH
+    try:
+        logits = model(torch.tensor([prompt], device=device), cache)[:, -1].float()
+        for i in range(max_new_tokens):
+            if vocab_limit is not None and vocab_limit < logits.shape[-1]:
+                logits[:, vocab_limit:] = float("-inf")
+            token = int(sample_next(logits, temperature, top_k, generator)[0])
+            if eot_id is not None and token == eot_id:
+                stop = STOP_EOT
+                break
+            new.append(token)
+            if i == max_new_tokens - 1:
+                break
+            if cache.pos >= max_len:  # the next token would need position max_seq_len
+                stop = STOP_CONTEXT
+                break
+            logits = model(torch.tensor([[token]], device=device), cache)[:, -1].float()
+    finally:
+        model.train(was_training)
+    return Generation(list(prompt), new, stop)
+
+
+def tokenizer_from_description(desc: dict[str, Any], tiktoken_file: str | None = None) -> Tokenizer:
+    """Rebuild the tokenizer a model was trained with from its ``describe()`` dict.
+
+    gpt2 needs the standard GPT-2 ranks file, unless the run recorded another
+    file's sha256 (a toy vocabulary in tests): then it needs that very file.
+    """
+    name = desc.get("name")
+    if not name:
+        raise UserError("the model records no tokenizer (no 'tokenizer' in its metadata); it cannot encode a prompt")
+    recorded = desc.get("tiktoken_sha256")
+    if name == "gpt2" and recorded and recorded != GPT2_TIKTOKEN_SHA256:
+        tokenizer = build_tokenizer(name, tiktoken_file, expected_hash=None)
+        if tokenizer.file_sha256 != recorded:
+            raise UserError(
+                f"the model was trained with a .tiktoken file of sha256 {recorded[:16]}..., not "
+                f"{(tokenizer.file_sha256 or 'tiktoken default')[:16]}...; pass that file with --tiktoken-file"
+            )
+        return tokenizer
+    return build_tokenizer(name, tiktoken_file)
+
+
+def generate_text(
+    source: str | Path | LoadedModel,
+    prompt: str,
+    max_new_tokens: int = 100,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 1337,
+    device: str = "cpu",
+    tiktoken_file: str | None = None,
+) -> tuple[str, Generation]:
+    """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation)."""
+    check_sampling(max_new_tokens, temperature, top_k)
+    loaded = as_loaded(source, device)
+    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file)
+    if tokenizer.vocab_size > loaded.args.vocab_size:
+        raise UserError(
+            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "
+            f"{loaded.args.vocab_size}; "
+            "the checkpoint's tokenizer metadata is wrong"
+        )
+    # An empty prompt starts from end-of-text, the document boundary the model was trained on.
+    ids = tokenizer.encode(prompt) or [tokenizer.eot_id]
+    result = generate_tokens(
+        loaded.model, ids, max_new_tokens, temperature, top_k, seed,
+        eot_id=tokenizer.eot_id, vocab_limit=tokenizer.vocab_size,
+    )
+    return prompt + tokenizer.decode(result.new_tokens), result
+
+
+def stop_note(result: Generation, max_seq_len: int) -> str | None:
+    """A line for stderr when sampling stopped before max_new_tokens, else None."""
+    if result.stop_reason == STOP_EOT:
+        return f"[stopped at end-of-text after {len(result.new_tokens)} tokens]"
+    if result.stop_reason == STOP_CONTEXT:
+        return (
+            f"[stopped after {len(result.new_tokens)} tokens: the model's context of max_seq_len={max_seq_len} "
+            "positions is full]"
+        )
+    return None

@@ -1,0 +1,163 @@
+"""Export a torchnlq model as a Hugging Face GPT-2 folder (``GPT2LMHeadModel.from_pretrained``).
+
+Written without importing transformers: ``config.json`` and ``model.safetensors``
+with Hugging Face's key names. Only models GPT-2 computes exactly qualify:
+learned positions, multi-head attention (n_kv_heads == n_heads), head_dim ==
+dim / n_heads and a query that is a linear map of X. ``linear`` is W_Q itself;
+``identity`` (Q = X) and ``residual`` (Q = X + X·W_Q) are linear too, so they
+export as W_Q = I and W_Q = I + W (the basis-change argument of the paper in
+reverse). The nonlinear ``residual_mlp`` has no GPT-2 equivalent.
+
+Layout differences handled here (see docs/checkpoints.md for the table):
+GPT-2's ``Conv1D`` stores weights as [in, out] (the transpose of nn.Linear);
+its ``c_attn`` fuses [Q | K | V] along the output, while torchnlq has the query
+module plus ``attn.kv`` (K rows, then V rows); GPT-2 has biases and LayerNorm
+biases where torchnlq has none, so those are written as zeros.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from torchnlq.errors import UserError
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
+from torchnlq.tools.export import FORMAT_KEYS, LoadedModel, as_loaded, atomic_folder, parse_dtype, write_json
+
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_LINEAR_QUERIES = ("linear", "identity", "residual")
+
+
+def gpt2_incompatibility(args: ModelArgs) -> str | None:
+    """Why GPT-2 cannot represent this model, or None when it can."""
+    fallback = "; export with --format safetensors"
+    if args.query.type not in _LINEAR_QUERIES:
+        return f"query type {args.query.type} has no GPT-2 equivalent{fallback}"
+    if args.positions != "learned":
+        return f"positions={args.positions!r}: GPT-2 has learned absolute positions only{fallback}"
+    if args.n_kv_heads != args.n_heads:
+        return (
+            f"n_kv_heads={args.n_kv_heads} != n_heads={args.n_heads} (GQA/MQA): GPT-2 has one K,V head per "
+            f"query head{fallback}"
+        )
+    if args.head_dim * args.n_heads != args.dim:
+        return (
+            f"head_dim*n_heads={args.head_dim * args.n_heads} != dim={args.dim}: "
+            f"GPT-2 needs head_dim = dim / n_heads{fallback}"
+        )
+    return None
+
+
+def query_matrix(model: GPT, layer: int) -> torch.Tensor:
+    """The [q_dim, dim] nn.Linear-style weight W with query(x) = x·Wᵀ for a linear query type."""
+    query = model.layers[layer].attn.query
+    kind = model.args.query.type
+    eye = torch.eye(model.args.dim, dtype=torch.float32, device=model.tok_emb.weight.device)
+    if kind == "linear":
+        return query.w_q.weight.detach().float()
+    if kind == "identity":
+        return eye
+    if kind == "residual":  # x + x·Wᵀ = x·(I + W)ᵀ
+        return eye + query.w_q.weight.detach().float()
+    raise UserError(gpt2_incompatibility(model.args) or f"query type {kind} is not linear")
+
+
+def gpt2_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict:
+    """The Hugging Face GPT2Config dict of this model (dropouts 0: an inference export)."""
+    eot = tokenizer.get("eot_id")
+    if not isinstance(eot, int) or not 0 <= eot < args.vocab_size:
+        eot = None  # HF warns about (and generate() mishandles) an end-of-text id outside the vocabulary
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": args.vocab_size,  # the padded vocabulary: logits have the same width as torchnlq's
+        "n_positions": args.max_seq_len,
+        "n_ctx": args.max_seq_len,
+        "n_embd": args.dim,
+        "n_layer": args.n_layers,
+        "n_head": args.n_heads,
+        "n_inner": args.mlp_hidden,
+        "activation_function": "gelu",  # exact erf GELU, as torchnlq; GPT-2's own default is gelu_new (tanh)
+        "layer_norm_epsilon": args.norm_eps,
+        "initializer_range": args.init_std,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "summary_first_dropout": 0.0,
+        "scale_attn_weights": True,  # 1/sqrt(head_dim), torchnlq's SDPA default
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": args.tie_embeddings,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "use_cache": True,
+        "torch_dtype": DTYPE_NAMES[dtype],
+    }
+
+
+def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """torchnlq weights under GPT2LMHeadModel's names, fp32, on the model's device."""
+    args = model.args
+    d = args.dim
+    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    zeros = lambda n: torch.zeros(n, dtype=torch.float32, device=sd["tok_emb.weight"].device)  # noqa: E731
+    out = {"transformer.wte.weight": sd["tok_emb.weight"], "transformer.wpe.weight": sd["pos_emb.weight"]}
+    for i in range(args.n_layers):
+        src, dst = f"layers.{i}.", f"transformer.h.{i}."
+        # Conv1D computes x·W + b with W: [in, out], i.e. the transpose of nn.Linear's weight.
+        qkv = torch.cat([query_matrix(model, i), sd[src + "attn.kv.weight"]], dim=0)  # [Q; K; V], each d rows
+        out.update({
+            dst + "ln_1.weight": sd[src + "ln_1.weight"],
+            dst + "ln_1.bias": zeros(d),
+            dst + "attn.c_attn.weight": qkv.t(),
+            dst + "attn.c_attn.bias": zeros(3 * d),
+            dst + "attn.c_proj.weight": sd[src + "attn.proj.weight"].t(),
+            dst + "attn.c_proj.bias": zeros(d),
+            dst + "ln_2.weight": sd[src + "ln_2.weight"],
+            dst + "ln_2.bias": zeros(d),
+            dst + "mlp.c_fc.weight": sd[src + "mlp.fc.weight"].t(),
+            dst + "mlp.c_fc.bias": zeros(args.mlp_hidden),
+            dst + "mlp.c_proj.weight": sd[src + "mlp.proj.weight"].t(),
+            dst + "mlp.c_proj.bias": zeros(d),
+        })
+    out["transformer.ln_f.weight"] = sd["ln_f.weight"]
+    out["transformer.ln_f.bias"] = zeros(d)
+    if not args.tie_embeddings:  # tied: from_pretrained re-ties lm_head to wte (safetensors stores it once)
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+def export_hf_gpt2(
+    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
+) -> Path:
+    """Write a Hugging Face GPT-2 folder (config.json, model.safetensors); return its path.
+
+    Raises UserError saying why for a model GPT-2 cannot represent exactly.
+    ``torchnlq_export.json`` keeps the tokenizer description and run metadata
+    (Hugging Face ignores it). No tokenizer files are written: GPT-2 BPE models
+    load the stock ``gpt2`` tokenizer; a byte-level model has none in HF.
+    """
+    from safetensors.torch import save_file
+
+    import torchnlq
+
+    target = parse_dtype(dtype)
+    loaded = as_loaded(source)
+    reason = gpt2_incompatibility(loaded.args)
+    if reason:
+        raise UserError(reason)
+    state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
+    extra = {
+        **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
+        "torchnlq_version": torchnlq.__version__,
+        "model_args": loaded.args.to_dict(),
+        "tokenizer": loaded.tokenizer,
+        "source": str(loaded.path),
+    }
+    with atomic_folder(out_dir, overwrite) as tmp:
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_json(tmp / "torchnlq_export.json", extra)
+        write_json(tmp / "config.json", gpt2_config(loaded.args, loaded.tokenizer, target))
+    return Path(out_dir).expanduser()

@@ -1,0 +1,321 @@
+"""Experiment suites: many training runs from one TOML file, run one after another, then compared.
+
+A suite file lists its runs explicitly, as a grid over one base config, or both
+(every explicit run crossed with the grid)::
+
+    name = "shakespeare_tiny"              # default: the file's stem
+    dump_folder = "./outputs/suites/x"     # where the runs go (relative to the working directory)
+    config = "../train_configs/a.toml"     # default config of the runs (relative to this file)
+    overrides = ["--training.steps=300"]   # shared by every run
+    baseline = "baseline"                  # the comparison baseline: a run name (or its arm's name)
+    compare_step = 59000                   # optional: compare there, not at the last common validation step
+
+    [[runs]]                               # optional; without runs the grid expands `config` alone
+    name = "baseline"
+    config = "../train_configs/b.toml"     # optional, else the top-level config
+    overrides = ["--optimizer.lr=1e-3"]
+
+    [grid]                                 # optional; the cartesian product, crossed with every run
+    "training.seed" = [1337, 1338, 1339]
+
+Each run is ``run_train.sh CONFIG OVERRIDES`` with the overrides in this order
+(later ones win): the suite's shared ``overrides``, the command line's, the
+run's own, the grid values, then ``--job.name`` and ``--job.dump_folder``, which
+the suite owns. A command-line override of a key that a run or the grid sets is
+refused: it would silently collapse the arms. Every run's config is loaded (and
+its model shapes checked) before anything is launched, so a typo costs nothing.
+
+Running a suite (skip finished runs, resume interrupted ones, compare) is
+:mod:`torchnlq.tools.suite_run`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from torchnlq.config.manager import load_job_config, read_toml
+from torchnlq.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid")
+RUN_KEYS = ("name", "config", "overrides", "description")
+# Short labels for run names; other grid keys use their last component (the full key if that clashes).
+LABELS = {
+    "training.seed": "seed", "optimizer.lr": "lr", "optimizer.weight_decay": "wd",
+    "lr_schedule.min_lr": "minlr", "model.query.type": "q", "model.mlp_hidden": "mlp",
+}
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One training run of a suite: its config file and overrides (job.name/dump_folder last)."""
+
+    name: str
+    arm: str  # the [[runs]] entry it comes from ("" for a grid over the top-level config)
+    config: Path
+    overrides: tuple[str, ...]
+    grid_values: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0  # training.steps as resolved (run_info.json must match it for "finished")
+
+    def argv(self) -> list[str]:
+        """What run_train.sh (and load_job_config) receives."""
+        return [display_path(self.config), *self.overrides]
+
+
+@dataclass
+class Suite:
+    """A loaded, validated suite."""
+
+    path: Path
+    name: str
+    description: str
+    dump_folder: Path
+    runs: list[SuiteRun]
+    baseline: str  # name of the baseline run (its seed group is the comparison baseline)
+    compare_step: int | None = None  # None: the last validation step all runs have
+
+    def run_dir(self, run: SuiteRun) -> Path:
+        return self.dump_folder / run.name
+
+
+def display_path(path: Path) -> str:
+    """A path relative to the working directory when it lies below it (portable commands), else absolute."""
+    try:
+        return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def _check_keys(where: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f" (allowed: {', '.join(allowed)})"
+            raise UserError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _string_list(where: str, value: Any) -> list[str]:
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise UserError(f"{where} must be a list of strings such as [\"--training.steps=300\"], got {value!r}")
+    return value
+
+
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys an argv-style override list sets (``--a.b=1`` and ``--a.b 1`` alike)."""
+    return {tok[2:].split("=", 1)[0] for tok in overrides if tok.startswith("--")}
+
+
+def format_value(value: Any) -> str:
+    """A grid value as an override string: booleans lowercase, floats in their shortest exact form."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _name_number(value: float) -> str:
+    """3e-3 -> '3e-3', 0.5 -> '0.5', 1337 -> '1337': short and readable in a folder name."""
+    if isinstance(value, int) or value == 0 or 1e-2 <= abs(value) < 1e5:
+        return f"{value:g}"
+    mantissa, exponent = f"{value:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def grid_labels(keys: Sequence[str]) -> dict[str, str]:
+    """A short, unambiguous label per grid key (used in run names)."""
+    labels = {k: LABELS.get(k, k.split(".")[-1]) for k in keys}
+    counts = {label: list(labels.values()).count(label) for label in labels.values()}
+    return {k: (label if counts[label] == 1 else k.replace(".", "-")) for k, label in labels.items()}
+
+
+def grid_name(values: dict[str, Any], labels: dict[str, str]) -> str:
+    """``{"optimizer.lr": 3e-3, "training.seed": 1337}`` -> ``lr3e-3_seed1337``."""
+    parts = []
+    for key, value in values.items():
+        label = labels[key]
+        if isinstance(value, bool):
+            parts.append(f"{label}-{format_value(value)}")
+        elif isinstance(value, (int, float)):
+            parts.append(f"{label}{_name_number(value)}")
+        else:
+            parts.append(f"{label}-{value}")
+    return "_".join(parts)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name)
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """Append -2, -3, ... to repeats (values that print alike), so every run has its own folder."""
+    out: list[str] = []
+    for name in names:
+        candidate, k = name, 1
+        while candidate in out:
+            k += 1
+            candidate = f"{name}-{k}"
+        out.append(candidate)
+    return out
+
+
+def _expand_grid(where: str, grid: Any) -> list[dict[str, Any]]:
+    if not isinstance(grid, dict) or not grid:
+        raise UserError(f"{where}: [grid] must map dotted config keys to lists of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{where}: grid key '{key}' needs a non-empty list of values, got {values!r}")
+        for value in values:
+            try:
+                load_job_config([f"--{key}={format_value(value)}"])
+            except UserError as e:
+                raise UserError(f"{where}: grid key '{key}' = {value!r}: {e}") from None
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
+    """Read, expand and validate a suite file; every problem is a one-line UserError."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise UserError(f"suite file '{path}' not found; pass a suite TOML such as suites/shakespeare_tiny.toml")
+    data = read_toml(where)
+    _check_keys(where, data, SUITE_KEYS)
+    here = path.resolve().parent
+    shared = _string_list(f"{where}: overrides", data.get("overrides", []))
+    cli = list(cli_overrides)
+    cli_keys = override_keys(cli)
+    if "job.name" in cli_keys or "job.name" in override_keys(shared):
+        raise UserError(f"{where}: the suite names its runs; do not override job.name")
+    dump = str(data.get("dump_folder", f"./outputs/{path.stem}"))
+    if "job.dump_folder" in override_keys(shared):
+        raise UserError(f"{where}: set the suite's dump_folder instead of overriding job.dump_folder")
+    dump = _last_value(cli, "job.dump_folder") or dump  # the command line may move the whole suite
+    cli = _drop_key(cli, "job.dump_folder")
+
+    entries = data.get("runs")
+    if entries is None:
+        if "config" not in data:
+            raise UserError(f"{where}: give a top-level config (with a [grid]) or [[runs]] entries")
+        entries = [{"name": ""}]
+    elif not isinstance(entries, list) or not entries:
+        raise UserError(f"{where}: runs must be a non-empty array of [[runs]] tables")
+    combos = _expand_grid(where, data["grid"]) if "grid" in data else [{}]
+    labels = grid_labels(list(data.get("grid", {})))
+
+    runs: list[SuiteRun] = []
+    arms: set[str] = set()
+    for i, entry in enumerate(entries):
+        rwhere = f"{where}: runs[{i}]"
+        if not isinstance(entry, dict):
+            raise UserError(f"{rwhere} must be a table with name, config, overrides")
+        _check_keys(rwhere, entry, RUN_KEYS)
+        arm = entry.get("name", "")
+        if not isinstance(arm, str) or (data.get("runs") is not None and not arm):
+            raise UserError(f"{rwhere} needs a name (a string)")
+        if arm in arms:
+            raise UserError(f"{rwhere}: run name '{arm}' appears twice")
+        arms.add(arm)
+        config = entry.get("config", data.get("config"))
+        if not isinstance(config, str):
+            raise UserError(f"{rwhere} needs a config (a TOML path relative to the suite file)")
+        config_path = Path(os.path.normpath(here / config))
+        if not config_path.is_file():
+            raise UserError(f"{rwhere}: config '{config}' not found (looked for {config_path})")
+        own = _string_list(f"{rwhere}.overrides", entry.get("overrides", []))
+        clash = sorted(cli_keys & (override_keys(own) | set(combos[0])))
+        if clash:
+            raise UserError(f"--{clash[0]} is set per run by the suite (run '{arm or 'grid'}'); change it in {where}")
+        if "job.name" in override_keys(own) or "job.dump_folder" in override_keys(own):
+            raise UserError(f"{rwhere}: the suite sets job.name and job.dump_folder; remove them from overrides")
+        for combo in combos:
+            name = "_".join(p for p in (arm, grid_name(combo, labels)) if p)
+            grid_args = [f"--{k}={format_value(v)}" for k, v in combo.items()]
+            runs.append(SuiteRun(_safe(name), arm, config_path, (*shared, *cli, *own, *grid_args), combo))
+
+    named = []
+    for name, run in zip(_distinct([r.name for r in runs]), runs):
+        run = SuiteRun(name, run.arm, run.config, (*run.overrides, f"--job.name={name}", f"--job.dump_folder={dump}"),
+                       run.grid_values)
+        named.append(replace(run, steps=_validate_run(where, run)))
+    runs = named
+    if cli_keys:
+        _refuse_varied_keys(where, runs, cli, cli_keys)
+    step = data.get("compare_step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 1):
+        raise UserError(f"{where}: compare_step must be a positive integer step, got {step!r}")
+    return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
+                 _pick_baseline(where, data.get("baseline"), runs), step)
+
+
+def _last_value(args: Sequence[str], key: str) -> str | None:
+    value = None
+    for i, tok in enumerate(args):
+        if tok == f"--{key}" and i + 1 < len(args):
+            value = args[i + 1]
+        elif tok.startswith(f"--{key}="):
+            value = tok.split("=", 1)[1]
+    return value
+
+
+def _drop_key(args: Sequence[str], key: str) -> list[str]:
+    out, skip = [], False
+    for i, tok in enumerate(args):
+        if skip:
+            skip = False
+        elif tok == f"--{key}":
+            skip = i + 1 < len(args) and not args[i + 1].startswith("--")
+        elif not tok.startswith(f"--{key}="):
+            out.append(tok)
+    return out
+
+
+def _config_value(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: set[str]) -> None:
+    """A command-line override may not flatten a key whose value differs between the suite's runs."""
+    values: dict[str, set[str]] = {key: set() for key in keys}
+    for run in runs:
+        own = list(run.overrides)
+        for tok in cli:  # the run's argv without the command-line overrides (they sit in one block)
+            own.remove(tok)
+        cfg = load_job_config([str(run.config), *own])
+        for key in keys:
+            values[key].add(repr(_config_value(cfg, key)))
+    varied = sorted(k for k, v in values.items() if len(v) > 1)
+    if varied:
+        raise UserError(f"--{varied[0]} differs between the runs of {where} ({', '.join(sorted(values[varied[0]]))}); "
+                        "overriding it for all runs would erase the comparison, so edit the suite instead")
+
+
+def _validate_run(where: str, run: SuiteRun) -> int:
+    """Load the run's config and resolve its model shapes (a typo fails here, before any launch); its steps."""
+    from torchnlq.models import build_model_args, resolve_vocab_size
+
+    try:
+        cfg = load_job_config([str(run.config), *run.overrides])
+        args = build_model_args(cfg.model, resolve_vocab_size(cfg.model, cfg.data.tokenizer))
+    except UserError as e:
+        raise UserError(f"{where}: run '{run.name}': {e}") from None
+    if cfg.training.seq_len > args.max_seq_len:
+        raise UserError(f"{where}: run '{run.name}': training.seq_len={cfg.training.seq_len} exceeds max_seq_len={args.max_seq_len}")
+    return cfg.training.steps
+
+
+def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
+    """The first run whose name or arm is ``baseline`` (default: the first run)."""
+    if baseline is None:
+        return runs[0].name
+    for run in runs:
+        if baseline in (run.name, run.arm):
+            return run.name
+    raise UserError(f"{where}: baseline '{baseline}' is not a run name (runs: {', '.join(r.name for r in runs)})")

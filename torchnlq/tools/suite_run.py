@@ -1,0 +1,152 @@
+"""Run a suite: each run through run_train.sh, one after another, then the comparison.
+
+``scripts/run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.key value ...]``
+
+- A run whose ``run_info.json`` says ``finished`` at the same ``training.steps`` is skipped.
+- Any other run is launched with its command; for an interrupted run that is the
+  resume (the trainer picks up ``<run>/checkpoints/step-N`` by itself).
+- A failed run (non-zero exit, e.g. a divergence) is reported and the suite goes on:
+  one bad arm should not cost the night's other runs. The exit code is then 1.
+- ``--dry-run`` prints the commands (e.g. to spread them over a cluster) and runs nothing.
+- At the end the finished runs are compared (:mod:`torchnlq.tools.compare`) into the
+  suite's dump folder: ``comparison.md``, ``comparison.csv``, ``runs.csv`` and plots.
+  ``suite.log`` there records each launch with its exit code and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from torchnlq.cli import run_cli
+from torchnlq.tools.suite import REPO_ROOT, Suite, SuiteRun, display_path, load_suite
+
+USAGE = """usage: run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.key value ...]
+
+Train every run of a suite with run_train.sh, one after another (NGPU passes through),
+skipping finished runs and resuming interrupted ones, then compare them into the suite's folder.
+  --dry-run      print the commands and do nothing else
+  --no-compare   skip the comparison at the end
+Overrides apply to every run (after the suite's shared overrides), e.g. --data.path DIR
+or --job.dump_folder DIR (moves the whole suite); keys the suite varies per run are refused."""
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """``run_info.json`` of a run folder, or None when there is none (yet) or it is unreadable."""
+    try:
+        return json.loads((run_dir / "run_info.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(info: dict[str, Any] | None, steps: int) -> bool:
+    """Finished at exactly the requested steps (a run asked to train longer is not finished)."""
+    return bool(info and info.get("finished") and info.get("steps") == steps)
+
+
+def run_status(suite: Suite, run: SuiteRun) -> str:
+    """One word or phrase for the dry run and the progress lines."""
+    info = read_run_info(suite.run_dir(run))
+    if info is None:
+        return "new"
+    if is_finished(info, run.steps):
+        return "finished (skipped)"
+    if info.get("finished"):
+        return f"finished at {info.get('steps')} steps; re-running goes on to {run.steps}"
+    return f"interrupted at step {info.get('step', 0)}/{info.get('steps', '?')}; re-running resumes from its checkpoint"
+
+
+def launcher_command(run: SuiteRun, launcher: Path | None = None) -> list[str]:
+    """The command that trains ``run``; the environment (NGPU, ...) passes through unchanged."""
+    script = display_path(launcher or REPO_ROOT / "run_train.sh")
+    if not script.startswith(("/", ".")):
+        script = f"./{script}"  # a bare name would be looked up on PATH
+    return [script, *run.argv()]
+
+
+def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | None = None) -> None:
+    """The dry run: every command, each after a comment with the run's state on this machine."""
+    out = out or sys.stdout
+    lines = [f"# suite {suite.name}: {len(suite.runs)} runs into {suite.dump_folder}, baseline {suite.baseline}"]
+    for i, run in enumerate(suite.runs, 1):
+        lines.append(f"# {i}/{len(suite.runs)} {run.name}: {run_status(suite, run)}")
+        lines.append(shlex.join(launcher_command(run, launcher)))
+    out.write("\n".join(lines) + "\n")  # one write: `| head` does not break it midway
+
+
+def _log(suite: Suite, line: str) -> None:
+    suite.dump_folder.mkdir(parents=True, exist_ok=True)
+    with (suite.dump_folder / "suite.log").open("a") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+
+def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, out: TextIO | None = None) -> int:
+    """Train the suite's runs in order, then compare; 0 when every run finished, else 1."""
+    out = out or sys.stdout
+    failed: list[str] = []
+    start = time.perf_counter()
+    for i, run in enumerate(suite.runs, 1):
+        status = run_status(suite, run)
+        print(f"[suite] {i}/{len(suite.runs)} {run.name}: {status}", file=out, flush=True)
+        if is_finished(read_run_info(suite.run_dir(run)), run.steps):
+            continue
+        cmd = launcher_command(run, launcher)
+        print(f"[suite] $ {shlex.join(cmd)}", file=out, flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.run(cmd).returncode
+        seconds = time.perf_counter() - t0
+        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}")
+        if code != 0:
+            failed.append(run.name)
+            print(f"[suite] {run.name} failed with exit code {code}; going on with the next run", file=out, flush=True)
+    wall = time.perf_counter() - start
+    _log(suite, f"suite {suite.name}: {len(suite.runs)} runs, {len(failed)} failed, wall {wall:.1f}s")
+    print(f"[suite] done in {wall / 60:.1f} min: {len(suite.runs) - len(failed)}/{len(suite.runs)} runs finished"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), file=out, flush=True)
+    if compare:
+        compare_suite(suite, out)
+    return 1 if failed else 0
+
+
+def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
+    """Compare the suite's finished runs into its dump folder (nothing when the baseline has not finished)."""
+    from torchnlq.tools.compare import compare_runs
+
+    out = out or sys.stdout
+    done = [r for r in suite.runs if is_finished(read_run_info(suite.run_dir(r)), r.steps)]
+    if suite.baseline not in {r.name for r in done}:
+        print(f"[suite] no comparison: the baseline run {suite.baseline} has not finished", file=out)
+        return []
+    step = suite.compare_step
+    if step is not None and any(r.steps < step for r in done):
+        print(f"[suite] runs shorter than compare_step {step}: comparing at the last common step instead", file=out)
+        step = None
+    written = compare_runs([suite.run_dir(r) for r in done], suite.dump_folder / suite.baseline, suite.dump_folder,
+                           step=step)
+    print(f"[suite] comparison: {', '.join(display_path(p) for p in written)}", file=out)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    """Parse the command line (see USAGE) and run or print the suite."""
+    if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
+        print(USAGE)
+        return 0 if argv else 2
+    path, rest = argv[0], argv[1:]
+    dry_run, compare = "--dry-run" in rest, "--no-compare" not in rest
+    overrides = [a for a in rest if a not in ("--dry-run", "--no-compare")]
+    suite = load_suite(path, overrides)
+    if dry_run:
+        print_commands(suite)
+        return 0
+    return run_suite(suite, compare=compare)
+
+
+def cli() -> int:
+    """Entry point of scripts/run_suite.py: user errors are one line with exit code 2."""
+    return run_cli(main)
