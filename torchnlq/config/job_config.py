@@ -127,7 +127,14 @@ class Training:
     max_norm: float = option(1.0, "Gradient clipping max norm; 0 disables clipping.", min=0.0)
     device: str = option("auto", "auto (CUDA when present, else CPU), cuda or cpu.", choices=("auto", "cuda", "cpu"))
     tf32: bool = option(True, "Allow TF32 matmuls on CUDA.")
-    compile: bool = option(False, "torch.compile the model.")
+    compile: bool = option(False, "torch.compile each transformer block (fullgraph) before sharding.")
+    on_nonfinite: str = option(
+        "stop",
+        "A non-finite loss or gradient norm: stop (keep the last good checkpoint, save nothing of the bad "
+        "state) or skip the update (counted in the metrics as skipped_steps).",
+        choices=("stop", "skip"),
+    )
+    compile_loss: bool = option(False, "Also torch.compile the LM head + cross-entropy (only with compile = true).")
 
 
 @dataclass
@@ -191,10 +198,74 @@ class Metrics:
 
     log_interval: int = option(10, "Log one console line and the TensorBoard scalars every this many steps.", min=1)
     tensorboard: bool = option(True, "Write TensorBoard events to <run>/tb.")
+    query_diagnostics_interval: int = option(
+        0,
+        "Every this many steps, log per-layer query diagnostics (|f(X)|/|X|, cos(Q, X), norm gains) on one "
+        "validation batch to TensorBoard; 0 turns them off.",
+        min=0,
+    )
     peak_tflops: float | None = option(
         None, "Peak dense bf16 TFLOP/s for MFU; unset means the built-in table (no MFU on unknown devices).",
         min=0.0, min_exclusive=True,
     )
+
+
+@dataclass
+class Parallelism:
+    """Data parallelism across processes: FSDP2 (shard) and HSDP (replicate x shard)."""
+
+    dp_replicate: int = option(1, "Replicas (HSDP: replicate across nodes, shard within); 1 means plain FSDP.", min=1)
+    dp_shard: int = option(-1, "FSDP shard degree; -1 means world_size / dp_replicate.", min=-1)
+    fsdp_single_process: bool = option(
+        False, "Apply FSDP even with one process (off by default: a single device needs no sharding)."
+    )
+    reshard_after_forward: bool = option(
+        True, "Free gathered parameters after each block's forward (less memory, one more all-gather in backward)."
+    )
+
+
+@dataclass
+class ActivationCheckpoint:
+    """Trade compute for memory by recomputing activations in the backward pass."""
+
+    mode: str = option(
+        "none",
+        "none; full (every block); selective (every n-th block, see every); op (all blocks, keep matmul "
+        "outputs, recompute cheap ops).",
+        choices=("none", "full", "selective", "op"),
+    )
+    every: int = option(2, "selective: checkpoint every this many blocks.", min=1)
+
+
+@dataclass
+class Float8:
+    """float8 training of the linear layers through torchao (GPUs with float8 support)."""
+
+    enabled: bool = option(False, "Swap eligible nn.Linear layers for float8 training linears.")
+    recipe: str = option("tensorwise", "Scaling recipe.", choices=("tensorwise", "rowwise"))
+
+
+@dataclass
+class Checkpoint:
+    """Distributed checkpoints (torch.distributed.checkpoint) in <run>/checkpoints/step-N."""
+
+    enabled: bool = option(True, "Save checkpoints every interval steps and at the end.")
+    interval: int = option(500, "Save every this many steps.", min=1)
+    keep_latest_k: int = option(3, "Keep this many latest checkpoints (older ones are deleted); 0 keeps all.", min=0)
+    async_mode: bool = option(False, "Save in the background: training goes on while the files are written.")
+    resume: bool = option(True, "Resume from the run folder's latest (or load_step) checkpoint when one exists.")
+    load_step: int = option(-1, "Checkpoint step to resume from; -1 means the latest.", min=-1)
+    initial_load_path: str | None = option(
+        None, "Start a new run from another run's checkpoint folder (used only when this run has none of its own)."
+    )
+    initial_load_model_only: bool = option(
+        True, "With initial_load_path: load the weights only (fresh optimizer, step 0)."
+    )
+    export_dtype: str = option(
+        "fp32", "Dtype of the safetensors export written at the end (scripts/convert_checkpoint.py uses it too).",
+        choices=("fp32", "bf16", "fp16"),
+    )
+    export_at_end: bool = option(False, "Also write a safetensors export of the final model to <run>/export.")
 
 
 @dataclass
@@ -209,3 +280,7 @@ class JobConfig:
     data: Data = section(Data, "Token files and tokenizer.")
     validation: Validation = section(Validation, "Fixed validation batches.")
     metrics: Metrics = section(Metrics, "Logging.")
+    parallelism: Parallelism = section(Parallelism, "Data parallelism (FSDP2/HSDP).")
+    activation_checkpoint: ActivationCheckpoint = section(ActivationCheckpoint, "Activation checkpointing.")
+    float8: Float8 = section(Float8, "float8 training.")
+    checkpoint: Checkpoint = section(Checkpoint, "Checkpoints and resume.")

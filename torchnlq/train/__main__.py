@@ -15,9 +15,14 @@ def main(args: list[str]) -> int:
         print(help_text())
         return 0
     cfg = load_job_config(args)
-    from torchnlq.train.trainer import Trainer  # heavy imports only when training
+    # Heavy imports only when training (--help and config errors stay fast).
+    from torchnlq.parallel.dist import destroy_distributed
+    from torchnlq.train.trainer import Trainer
 
-    Trainer(cfg).train()
+    try:
+        Trainer(cfg).train()
+    finally:
+        destroy_distributed()
     return 0
 
 

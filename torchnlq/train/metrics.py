@@ -45,10 +45,13 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**30
 
 
-def setup_logging(run_dir: Path | None) -> logging.Logger:
-    """Log to the console and, when given a run folder, to ``run_dir/train.log``."""
+def setup_logging(run_dir: Path | None, quiet: bool = False) -> logging.Logger:
+    """Log to the console and, when given a run folder, to ``run_dir/train.log``.
+
+    ``quiet`` (ranks other than 0) shows warnings only, so a multi-process run prints one log.
+    """
     logger = logging.getLogger("torchnlq")
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
     logger.propagate = False
     for h in list(logger.handlers):
         logger.removeHandler(h)
@@ -86,6 +89,7 @@ class MetricsLogger:
         flops_per_token: int,
         peak: float | None,
         total_steps: int,
+        start_step: int = 0,
     ) -> None:
         self.logger = logger
         self.device = device
@@ -96,7 +100,9 @@ class MetricsLogger:
         if tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=str(tb_dir))
+            # purge_step hides events a crashed earlier attempt logged after the step we resume from.
+            self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
+        self.start_step = start_step
         self._last_time = time.perf_counter()
         self._tokens_since = 0
         self._start = self._last_time
@@ -122,7 +128,7 @@ class MetricsLogger:
         if self.peak is not None:
             figures["mfu"] = self.flops_per_token * tps / (self.peak * 1e12)
             mfu_text = f"  mfu {100 * figures['mfu']:.1f}%"
-        rate = step / max(now - self._start, 1e-9)
+        rate = (step - self.start_step) / max(now - self._start, 1e-9)
         eta = _fmt_duration((self.total_steps - step) / max(rate, 1e-9))
         self.logger.info(
             f"step {step:>6}/{self.total_steps}  loss {loss:.4f}  lr {lr:.3e}  grad_norm {grad_norm:.3f}"

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterable
+import math
+from typing import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -18,24 +22,40 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    batches: Sequence[Batch],
     device: torch.device,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> tuple[float, float]:
     """Mean and standard deviation of the micro-batch losses (the paper's report).
 
-    The model is put in eval mode for the pass and restored afterwards.
+    With several ranks, rank r evaluates the r-th contiguous chunk of the
+    micro-batches and the losses are gathered, so the figures are those of one
+    process over the same batches. Every rank runs the same number of forwards
+    (FSDP needs every rank in each all-gather): a short chunk repeats its first
+    batch and drops that result. The model's train/eval mode is restored.
     """
+    per_rank = math.ceil(len(batches) / world_size)
+    mine = list(range(rank * per_rank, min((rank + 1) * per_rank, len(batches))))
+    losses = torch.zeros(per_rank, dtype=torch.float64, device=device)
     was_training = model.training
     model.eval()
-    losses = []
     try:
-        for x, y in batches:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for slot in range(per_rank):
+            index = mine[slot] if slot < len(mine) else (mine[0] if mine else 0)
+            x, y = (t.to(device, non_blocking=True) for t in batches[index])
             with autocast():
-                losses.append(cross_entropy(model(x), y))
+                loss = cross_entropy(model(x), y)
+            if slot < len(mine):
+                losses[slot] = loss.double()
     finally:
         model.train(was_training)
-    stacked = torch.stack(losses).double().cpu()
-    std = stacked.std().item() if len(losses) > 1 else 0.0
-    return stacked.mean().item(), std
+    gathered = [losses]
+    if world_size > 1:
+        gathered = [torch.empty_like(losses) for _ in range(world_size)]
+        dist.all_gather(gathered, losses)
+    # Rank q's chunk holds its first min(per_rank, remaining) results; the rest is padding.
+    values = torch.cat([g[: max(0, min(per_rank, len(batches) - q * per_rank))] for q, g in enumerate(gathered)]).cpu()
+    std = values.std().item() if len(values) > 1 else 0.0
+    return values.mean().item(), std

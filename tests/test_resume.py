@@ -1,0 +1,144 @@
+"""Checkpoints: exact resume, atomic saves, fingerprints, non-finite handling, async saves (one process)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchnlq.train.checkpoint as checkpoint_mod
+from torchnlq.errors import UserError
+from torchnlq.train.checkpoint import list_checkpoints
+from torchnlq.train.trainer import Trainer, TrainingDiverged
+
+from train_helpers import scalars, tiny_config
+
+
+def train(tmp: Path, name: str, steps: int = 12, **extra: object) -> Trainer:
+    trainer = Trainer(tiny_config(tmp, name, steps, **extra))
+    trainer.train()
+    return trainer
+
+
+def losses(tmp: Path, name: str) -> tuple[dict[int, float], dict[int, float]]:
+    data = scalars(tmp / "outputs" / name / "tb")
+    return data["loss/train"], data["loss/val"]
+
+
+def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
+    train(tmp_path, "full")
+    # The interrupted run: same schedule (decay_steps is pinned to 12), stopped after step 6.
+    train(tmp_path, "split", training__steps=6, checkpoint__interval=3)
+    assert list_checkpoints(tmp_path / "outputs/split/checkpoints") == [3, 6]
+    resumed = train(tmp_path, "split", checkpoint__interval=3)
+    assert resumed.step == 12
+    full_train, full_val = losses(tmp_path, "full")
+    split_train, split_val = losses(tmp_path, "split")
+    assert set(split_train) == set(range(1, 13))
+    for step in range(1, 13):
+        assert split_train[step] == full_train[step], step  # bitwise, not approx
+    for step in (4, 8, 12):
+        assert split_val[step] == full_val[step], step
+    # The weights themselves end identical too (a new Trainer resumes from full's last checkpoint).
+    full = Trainer(tiny_config(tmp_path, "full"))
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_rerun_of_a_finished_run_does_nothing(tmp_path: Path) -> None:
+    train(tmp_path, "done", steps=4)
+    again = train(tmp_path, "done", steps=4)
+    assert again.step == 4 and again.last_val_loss is None  # nothing trained, nothing validated
+
+
+def test_keep_latest_k_and_load_step(tmp_path: Path) -> None:
+    train(tmp_path, "keep", checkpoint__interval=2, checkpoint__keep_latest_k=2)
+    folder = tmp_path / "outputs/keep/checkpoints"
+    assert list_checkpoints(folder) == [10, 12]
+    trainer = Trainer(tiny_config(tmp_path, "keep", checkpoint__load_step=10))
+    assert trainer.step == 10
+    with pytest.raises(UserError, match="load_step=4 not found"):
+        Trainer(tiny_config(tmp_path, "keep", checkpoint__load_step=4))
+
+
+def test_killed_save_leaves_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    train(tmp_path, "kill", steps=4)  # saves step-4
+    real_save = checkpoint_mod.dcp.save
+
+    def dying_save(state, checkpoint_id):  # writes part of the files, then the process "dies"
+        real_save({"model": state["model"]}, checkpoint_id=checkpoint_id)
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(checkpoint_mod.dcp, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path, "kill", steps=8)
+    folder = tmp_path / "outputs/kill/checkpoints"
+    assert list_checkpoints(folder) == [4]
+    assert (folder / "step-8.partial").is_dir()  # the half-written save is not taken for a checkpoint
+    monkeypatch.setattr(checkpoint_mod.dcp, "save", real_save)
+    resumed = Trainer(tiny_config(tmp_path, "kill", steps=8))
+    assert resumed.step == 4
+    resumed.train()
+    assert list_checkpoints(folder) == [4, 8] and not (folder / "step-8.partial").exists()
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [({"model__dim": 64}, "model.dim"), ({"model__query__type": "linear"}, "model.query.type"),
+     ({"data__seed": 7}, "data.seed"), ({"training__seq_len": 16}, "data.seq_len")],
+)
+def test_resume_with_other_model_or_data_is_refused(tmp_path: Path, override: dict, key: str) -> None:
+    train(tmp_path, "fp", steps=4)
+    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+        Trainer(tiny_config(tmp_path, "fp", steps=8, **override))
+
+
+def test_initial_load_path_loads_weights_only(tmp_path: Path) -> None:
+    src = train(tmp_path, "src", steps=4)
+    path = tmp_path / "outputs/src/checkpoints/step-4"
+    dst = Trainer(tiny_config(tmp_path, "dst", steps=4, checkpoint__initial_load_path=path))
+    assert dst.step == 0
+    for p, q in zip(src.model.parameters(), dst.model.parameters()):
+        assert torch.equal(p, q)
+    with pytest.raises(UserError, match="model.dim"):
+        Trainer(tiny_config(tmp_path, "dst2", steps=4, model__dim=64, checkpoint__initial_load_path=path))
+
+
+def _poison_step(trainer: Trainer, bad_step: int) -> None:
+    real = trainer.loss_fn
+
+    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = real(logits, y)
+        return loss * float("nan") if trainer.step + 1 == bad_step else loss
+
+    trainer.loss_fn = loss_fn
+
+
+def test_nonfinite_loss_stops_and_saves_nothing_bad(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "nan"))
+    _poison_step(trainer, 7)
+    with pytest.raises(TrainingDiverged, match="at step 7"):
+        trainer.train()
+    assert list_checkpoints(tmp_path / "outputs/nan/checkpoints") == [4]
+
+
+def test_nonfinite_loss_skip_mode(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "skip", training__on_nonfinite="skip"))
+    _poison_step(trainer, 3)
+    trainer.train()
+    assert trainer.step == 12 and trainer.skipped_steps == 1
+    data = scalars(tmp_path / "outputs/skip/tb")
+    assert data["skipped_steps"][2] == 0 and data["skipped_steps"][3] == 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_async_save_equals_sync_save(tmp_path: Path) -> None:
+    sync = train(tmp_path, "sync", steps=4)
+    train(tmp_path, "async", steps=4, checkpoint__async_mode=True)
+    a = Trainer(tiny_config(tmp_path, "async", steps=8))
+    assert a.step == 4
+    for p, q in zip(sync.model.parameters(), a.model.parameters()):
+        assert torch.equal(p, q)
+    shutil.rmtree(tmp_path / "outputs")

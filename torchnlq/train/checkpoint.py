@@ -1,0 +1,234 @@
+"""Save and resume: DCP checkpoints in ``<run>/checkpoints/step-N``.
+
+A checkpoint holds everything an exact resume needs: the model and optimizer
+(through ``get_state_dict``, so FSDP-sharded and plain models save the same
+FQN-keyed state and a checkpoint loads at any world size), the step and tokens
+seen (in :data:`~torchnlq.train.checkpoint_meta.META_FILE`), and every rank's
+RNG states (``rng-rank{r}.pt``). The data position needs no state: the batch of
+step s is a pure function of s.
+
+Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to
+``step-N`` only after all ranks finished, so a ``step-N`` folder is always
+complete, and a save killed midway leaves the previous checkpoint as the latest.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import shutil
+import time
+import warnings
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+from torchnlq.config.job_config import Checkpoint
+from torchnlq.errors import UserError
+from torchnlq.train.checkpoint_meta import META_FILE, MODEL_KEY, read_meta, write_meta
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+# DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+def list_checkpoints(folder: Path) -> list[int]:
+    """Steps of the complete checkpoints in ``folder``, ascending (partial saves are ignored)."""
+    if not folder.is_dir():
+        return []
+    steps = []
+    for p in folder.iterdir():
+        m = STEP_DIR.match(p.name)
+        if m and (p / META_FILE).is_file() and (p / ".metadata").is_file():
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG state of this process: Python, NumPy, torch CPU and CUDA."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"dim": 8}}`` -> ``{"model.dim": 8}``, so a difference can be named exactly."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
+    """Refuse to resume when model shape or data differ; name the first differing field.
+
+    Fingerprints are nested dicts (``{"model": {...}, "data": {...}}``); only the
+    sections present in ``current`` are compared (model-only loads pass just "model").
+    """
+    saved = flatten({k: v for k, v in saved.items() if k in current})
+    current = flatten(current)
+    for key in sorted(set(saved) | set(current)):
+        if saved.get(key) != current.get(key):
+            raise UserError(
+                f"{where} was saved with {key}={saved.get(key)!r} but this run has {key}={current.get(key)!r}; "
+                "resume with the original settings, or start a new run (--job.name) or from its weights "
+                "(--checkpoint.initial_load_path)"
+            )
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+class Checkpointer:
+    """Saves, prunes and loads the run's checkpoints; one per process, all ranks call every method."""
+
+    def __init__(self, cfg: Checkpoint, run_dir: Path, rank: int, logger: logging.Logger) -> None:
+        self.cfg = cfg
+        self.folder = run_dir / "checkpoints"
+        self.rank = rank
+        self.logger = logger
+        self._pending: tuple[Future, Path, Path, int] | None = None
+        self._async_group = None
+        if cfg.async_mode and dist.is_available() and dist.is_initialized():
+            # A separate gloo group keeps background-save collectives off the training group.
+            self._async_group = dist.new_group(backend="gloo")
+        self.last_save_blocked_s = 0.0
+
+    # ----- saving ---------------------------------------------------------------------------
+
+    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
+        """Write ``step-N`` (synchronously, or in the background with ``async_mode``)."""
+        self.wait()  # at most one save in flight: the previous one must be complete and renamed
+        start = time.perf_counter()
+        final = self.folder / f"step-{step}"
+        partial = self.folder / f"step-{step}.partial"
+        if self.rank == 0:
+            if partial.exists():
+                shutil.rmtree(partial)  # left by a killed save
+            partial.mkdir(parents=True)
+        _barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {MODEL_KEY: model_sd, "optimizer": optim_sd}
+        torch.save(rng_state(), partial / f"rng-rank{self.rank}.pt")
+        if self.rank == 0:
+            write_meta(partial, {**meta, "step": step})
+        if self.cfg.async_mode:
+            future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
+            self._pending = (future, partial, final, step)
+        else:
+            dcp.save(state, checkpoint_id=str(partial))
+            self._finish(partial, final, step)
+        self.last_save_blocked_s = time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Block until a background save is written, then make it visible (rename, prune)."""
+        if self._pending is None:
+            return
+        future, partial, final, step = self._pending
+        self._pending = None
+        future.result()
+        self._finish(partial, final, step)
+
+    def _finish(self, partial: Path, final: Path, step: int) -> None:
+        _barrier()  # every rank's shards are on disk
+        if self.rank == 0:
+            if final.exists():
+                shutil.rmtree(final)  # re-saving a step (e.g. after --checkpoint.resume=false)
+            partial.rename(final)
+            self._prune()
+            self.logger.info(f"checkpoint saved: {final}")
+        _barrier()
+
+    def _prune(self) -> None:
+        if self.cfg.keep_latest_k <= 0:
+            return
+        for step in list_checkpoints(self.folder)[: -self.cfg.keep_latest_k]:
+            shutil.rmtree(self.folder / f"step-{step}", ignore_errors=True)
+
+    # ----- loading --------------------------------------------------------------------------
+
+    def resume_path(self) -> Path | None:
+        """The checkpoint to resume from: ``load_step`` or the latest; None for a fresh run."""
+        if not self.cfg.resume:
+            return None
+        steps = list_checkpoints(self.folder)
+        if self.cfg.load_step >= 0:
+            if self.cfg.load_step not in steps:
+                have = ", ".join(map(str, steps)) or "none"
+                raise UserError(
+                    f"checkpoint.load_step={self.cfg.load_step} not found in {self.folder} (have: {have}); "
+                    "use -1 for the latest"
+                )
+            return self.folder / f"step-{self.cfg.load_step}"
+        return self.folder / f"step-{steps[-1]}" if steps else None
+
+    def load(
+        self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, fingerprint: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its meta."""
+        meta = read_meta(path)
+        compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
+        model_only = optimizer is None
+        model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+        state: dict[str, Any] = {MODEL_KEY: model_sd}
+        if not model_only:
+            state["optimizer"] = optim_sd
+        try:
+            dcp.load(state, checkpoint_id=str(path))
+        except Exception as e:  # DCP's errors are long multi-rank dumps: keep the first line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"could not load checkpoint {path}: {first}") from None
+        set_state_dict(
+            model, optimizer if optimizer is not None else [],
+            model_state_dict=state[MODEL_KEY],
+            optim_state_dict=state.get("optimizer", {}),
+            options=StateDictOptions(strict=True),
+        )
+        rng_file = path / f"rng-rank{self.rank}.pt"
+        if not model_only and rng_file.is_file():  # a new rank after a world-size change keeps its seed
+            set_rng_state(torch.load(rng_file, weights_only=False))
+        return meta
+
+    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> dict[str, Any]:
+        """Load only the weights of another run's checkpoint (checkpoint.initial_load_path).
+
+        ``model_fingerprint`` is ``{"model": ...}``: the shapes must match, the data may differ.
+        """
+        meta = read_meta(path)
+        compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
+        model_sd, _ = get_state_dict(model, [])
+        state = {MODEL_KEY: model_sd}
+        try:
+            dcp.load(state, checkpoint_id=str(path))
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"could not load weights from {path}: {first} (is the model shape the same?)") from None
+        set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
+        return meta
+
+    def close(self) -> None:
+        """Finish any background save."""
+        self.wait()

@@ -1,0 +1,40 @@
+"""What a torchnlq checkpoint folder holds besides the DCP shards.
+
+A checkpoint is a folder ``<run>/checkpoints/step-N/`` written with
+torch.distributed.checkpoint (DCP). Its state dict has the model's parameters
+under the top-level key :data:`MODEL_KEY` (plain FQNs of the unwrapped model,
+e.g. ``model.layers.0.attn.kv.weight``), and the folder holds a small JSON file,
+:data:`META_FILE`, that says how to rebuild the model without the run's config:
+``{"step", "model_args", "tokenizer", "seq_len", "validation", "data_fingerprint", ...}``.
+The folder is renamed into place only once complete, so a ``step-N`` folder
+that exists is a loadable checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torchnlq.errors import UserError
+
+META_FILE = "torchnlq.json"
+MODEL_KEY = "model"
+
+
+def write_meta(ckpt_dir: str | Path, meta: dict[str, Any]) -> None:
+    """Write the checkpoint's metadata JSON (called before the folder is renamed into place)."""
+    Path(ckpt_dir, META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
+    """Read the metadata of a checkpoint folder; a folder without it is a clear user error."""
+    path = Path(ckpt_dir, META_FILE)
+    if not Path(ckpt_dir).is_dir():
+        raise UserError(f"checkpoint '{ckpt_dir}' does not exist; pass a <run>/checkpoints/step-N folder")
+    if not path.is_file():
+        raise UserError(f"'{ckpt_dir}' is not a torchnlq checkpoint (no {META_FILE}); pass a <run>/checkpoints/step-N folder")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"'{path}' is corrupt ({e}); use another checkpoint") from None

@@ -1,0 +1,135 @@
+"""Per-layer statistics of residual queries Q(X) = X + f(X) (scaled), on one batch.
+
+``query_diagnostics(model, tokens)`` runs one forward pass and, for every layer
+whose query has a residual branch (``residual``, ``residual_mlp``), measures on
+that query's input X (the output of the block's ``ln_1``), per token t:
+
+- ``query/layer{i}/f_ratio``: mean over tokens of ‖f(x_t)‖ / ‖x_t‖ (per-token ratio
+  of L2 norms, then averaged; not a ratio of Frobenius norms, so a few large tokens
+  do not dominate). How far the query has moved away from its identity anchor.
+- ``query/layer{i}/cos_q_x``: mean over tokens of cos(Q(x_t), x_t).
+- ``query/layer{i}/gain_in``, ``gain_out``: mean of the gain vector of the norm
+  before W1 / after W2 (``residual_mlp`` with those norms only).
+- ``query/mean/<stat>``: the average of each statistic over the layers that have it.
+
+Queries without a residual branch (``linear``, ``identity``) give no keys.
+
+The query modules are found with ``isinstance`` over ``model.modules()`` and the
+statistics are computed in forward hooks, inside the real forward: that works
+whatever wraps the blocks (activation checkpointing, ``torch.compile``, FSDP,
+whose parameters are only whole during their block's forward). Compiled code runs
+eagerly for this one pass (``torch.compiler.set_stance("force_eager")``), so the
+hooks neither trigger a recompile nor need tracing. Runs under ``torch.no_grad``
+in eval mode; every module's train/eval flag is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torchnlq.models.query import QueryProjection
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+STATS = ("f_ratio", "cos_q_x", "gain_in", "gain_out")
+
+
+def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
+    """(layer index, query) for every query with a residual branch, in layer order.
+
+    The index comes from the module's name (``layers.<i>.``, wrappers in between are
+    fine); a model without that naming falls back to the order of appearance.
+    """
+    found: list[tuple[int, QueryProjection]] = []
+    queries = [(n, m) for n, m in model.named_modules() if isinstance(m, QueryProjection)]
+    for position, (name, module) in enumerate(queries):
+        if type(module).residual_branch is QueryProjection.residual_branch:
+            continue  # no f(X): linear, identity
+        match = _LAYER_INDEX.search(name)
+        found.append((int(match.group(1)) if match else position, module))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _gain(module: nn.Module | None) -> float | None:
+    weight = getattr(module, "weight", None)
+    if isinstance(module, (nn.LayerNorm, nn.RMSNorm)) and weight is not None:
+        if hasattr(weight, "full_tensor"):  # a DTensor shard outside FSDP's unsharded window
+            weight = weight.full_tensor()
+        return weight.detach().float().mean().item()
+    return None
+
+
+def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
+    """The statistics of one query, given its input ``x`` and output ``q`` ([..., dim])."""
+    f = query.residual_branch(x).float()
+    x, q = x.float(), q.float()
+    x_norm = x.norm(dim=-1)
+    ratio = f.norm(dim=-1) / x_norm.clamp_min(torch.finfo(torch.float32).tiny)
+    stats = {
+        "f_ratio": ratio.mean().item(),
+        "cos_q_x": F.cosine_similarity(q, x, dim=-1).mean().item(),
+    }
+    for key, norm in (("gain_in", getattr(query, "input_norm", None)), ("gain_out", getattr(query, "output_norm", None))):
+        gain = _gain(norm)
+        if gain is not None:
+            stats[key] = gain
+    return stats
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode for the duration, then every module's own flag back (not just the root's)."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+def _eager() -> contextlib.AbstractContextManager:
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+@torch.no_grad()
+def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float]:
+    """``{"query/layer{i}/<stat>": value, "query/mean/<stat>": value}`` from one forward of ``tokens`` [B, T].
+
+    Empty (and no forward at all) when no layer has a residual query.
+    """
+    queries = residual_queries(model)
+    if not queries:
+        return {}
+    per_layer: dict[int, dict[str, float]] = {}
+
+    def hook_for(index: int):
+        def hook(module: QueryProjection, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            per_layer[index] = layer_stats(module, args[0], output)
+        return hook
+
+    handles = [query.register_forward_hook(hook_for(index)) for index, query in queries]
+    try:
+        with _eval_mode(model), _eager():
+            model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    out: dict[str, float] = {}
+    collected: dict[str, list[float]] = defaultdict(list)
+    for index in sorted(per_layer):
+        for stat, value in per_layer[index].items():
+            out[f"query/layer{index}/{stat}"] = value
+            collected[stat].append(value)
+    for stat in STATS:
+        if collected[stat]:
+            out[f"query/mean/{stat}"] = sum(collected[stat]) / len(collected[stat])
+    return out

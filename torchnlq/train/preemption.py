@@ -1,0 +1,47 @@
+"""SIGTERM/SIGINT: finish the current step, save, exit cleanly.
+
+Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before killing a
+job; Ctrl-C sends SIGINT. The handler only sets a flag; the trainer checks it
+between steps (agreeing across ranks), saves a checkpoint and stops. A second
+signal of the same kind falls back to the default behaviour, so a stuck run can
+still be killed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+
+class PreemptionFlag:
+    """Installs the handlers on creation (main thread only); ``requested()`` is checked per step."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+
+    def requested(self, device: torch.device) -> bool:
+        """True when any rank received a signal (an all-reduce when distributed, so all ranks agree)."""
+        local = self.signal_name is not None
+        if dist.is_available() and dist.is_initialized():
+            t = torch.tensor([1.0 if local else 0.0], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return bool(t.item() > 0)
+        return local
+
+    def restore(self) -> None:
+        """Put back the handlers that were installed before."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
