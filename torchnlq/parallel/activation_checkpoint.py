@@ -1,0 +1,110 @@
+"""Activation checkpointing of transformer blocks, applied in place.
+
+A checkpointed block keeps only its input during forward and recomputes the
+rest in backward (``full``, ``selective``), or keeps the outputs of the
+expensive ops — matmuls and attention — and recomputes only the cheap
+elementwise ones (``op``, selective activation checkpointing).
+
+We do not wrap blocks in ``checkpoint_wrapper``: that inserts a
+``_checkpoint_wrapped_module`` child, so ``named_parameters()`` and
+``named_modules()`` change (``state_dict()`` strips the prefix through hooks,
+but optimizer groups, logging or anything keyed by parameter name would not).
+Instead each block's ``forward`` is replaced, on the instance only, by a call
+of :func:`torch.utils.checkpoint.checkpoint` (non-reentrant) around the class's
+forward. The module tree, parameter names and ``state_dict`` keys stay exactly
+those of the plain model, and FSDP2 / ``Module.compile`` applied later see an
+ordinary block.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from torchnlq.config.job_config import ActivationCheckpoint
+
+aten = torch.ops.aten
+
+# Ops whose outputs "op" mode saves: the matmuls (the FLOPs) and every fused attention kernel.
+# On CPU, SDPA dispatches to _scaled_dot_product_flash_attention_for_cpu (torch 2.13); when it
+# falls back to the math path, that is a composite of bmm/softmax, so bmm is listed too.
+# _scaled_mm is float8's matmul. Names missing from this torch build are skipped.
+_SAVED_OP_NAMES = (
+    "mm",
+    "addmm",
+    "bmm",
+    "_scaled_mm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+)
+
+
+def _saved_ops() -> frozenset[Any]:
+    ops = set()
+    for name in _SAVED_OP_NAMES:
+        if hasattr(aten, name):
+            ops.add(getattr(aten, name).default)
+    return frozenset(ops)
+
+
+SAVED_OPS: frozenset[Any] = _saved_ops()
+
+
+def _op_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    """Save matmul and attention outputs; recompute everything else (norms, GELU, adds, views)."""
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def op_context_fn() -> tuple[Any, Any]:
+    """Fresh selective-checkpoint contexts for one forward of one block (what ``context_fn`` must return)."""
+    return create_selective_checkpoint_contexts(_op_policy)
+
+
+def checkpoint_block(block: nn.Module, context_fn: Callable[[], tuple[Any, Any]] | None = None) -> None:
+    """Make ``block`` recompute its forward in backward, in place; names and keys are unchanged.
+
+    ``context_fn`` (e.g. :func:`op_context_fn`) selects what is saved anyway;
+    None recomputes the whole block.
+    """
+    if "forward" in vars(block):
+        raise RuntimeError(f"{type(block).__name__} already has an instance forward (checkpointed twice?)")
+    inner = block.forward  # the class's forward, bound to this block
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if context_fn is not None:
+        kwargs["context_fn"] = context_fn
+
+    @functools.wraps(inner)
+    def forward(*args: Any, **fwd_kwargs: Any) -> Any:
+        return checkpoint(inner, *args, **kwargs, **fwd_kwargs)
+
+    block.forward = forward  # an instance attribute: plain attribute, not a submodule
+
+
+def is_checkpointed(block: nn.Module) -> bool:
+    """Whether :func:`checkpoint_block` was applied to ``block``."""
+    return "forward" in vars(block)
+
+
+def apply_activation_checkpointing(model: nn.Module, cfg: ActivationCheckpoint) -> nn.Module:
+    """Checkpoint ``model.layers`` per ``cfg.mode``: none, full, selective (every n-th block) or op.
+
+    ``selective`` checkpoints blocks every, 2·every, ... counting from 1 (with
+    every = 2: the 2nd, 4th, ...), so every = 1 is the same as full.
+    """
+    if cfg.mode == "none":
+        return model
+    if cfg.mode not in ("full", "selective", "op"):
+        raise ValueError(f"activation_checkpoint.mode: unknown {cfg.mode!r}")
+    for index, block in enumerate(model.layers):
+        if cfg.mode == "selective" and (index + 1) % cfg.every:
+            continue
+        checkpoint_block(block, op_context_fn if cfg.mode == "op" else None)
+    return model

@@ -1,0 +1,100 @@
+"""float8 training of the linear layers through torchao.
+
+:func:`convert_to_float8` swaps eligible ``nn.Linear`` modules for torchao's
+``Float8Linear`` (it runs anywhere, so tests check on CPU exactly which modules
+were swapped); :func:`apply_float8` adds the hardware check a real run needs.
+torchao is imported lazily: runs without float8 never pay for it, and its
+import-time noise about CUDA kernels that a CPU build cannot load is silenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
+import torch
+import torch.nn as nn
+
+from torchnlq.config.job_config import Float8
+from torchnlq.errors import UserError
+
+# float8 matmuls (torch._scaled_mm) need Ada (8.9) or Hopper/Blackwell (9.0+) tensor cores.
+MIN_CAPABILITY = (8, 9)
+# The float8 GEMM tiles want both matrix dimensions divisible by 16.
+FLOAT8_MULTIPLE = 16
+
+
+@contextlib.contextmanager
+def quiet_torchao_import() -> Iterator[None]:
+    """Silence what torchao prints on import: "Failed to load ..." for its CUDA-only .so files
+    (logger ``torchao``) and torch's pytree deprecation notice about its enums."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def float8_linear_class() -> type[nn.Module]:
+    """torchao's ``Float8Linear`` (imported quietly)."""
+    with quiet_torchao_import():
+        from torchao.float8.float8_linear import Float8Linear
+    return Float8Linear
+
+
+def is_float8_eligible(module: nn.Module, fqn: str) -> bool:
+    """The module filter: an ``nn.Linear`` that is not the LM head, with both sizes multiples of 16.
+
+    A tied LM head is not a module (``model.lm_head is None``: forward reuses the
+    embedding matrix), so only an untied ``lm_head`` needs skipping: the logits are
+    the most precision-sensitive matmul and the vocabulary need not divide 16.
+    """
+    if not isinstance(module, nn.Linear):
+        return False
+    if fqn == "lm_head" or fqn.endswith(".lm_head"):
+        return False
+    return module.in_features % FLOAT8_MULTIPLE == 0 and module.out_features % FLOAT8_MULTIPLE == 0
+
+
+def convert_to_float8(model: nn.Module, recipe: str) -> nn.Module:
+    """Swap every eligible ``nn.Linear`` of ``model`` for ``Float8Linear``, in place; no hardware check.
+
+    ``recipe`` is a torchao recipe name (tensorwise, rowwise). Parameter names
+    are unchanged (``Float8Linear`` keeps ``weight``), so checkpoints load either way.
+    """
+    with quiet_torchao_import():
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        config = Float8LinearConfig.from_recipe_name(recipe)
+        convert_to_float8_training(model, config=config, module_filter_fn=is_float8_eligible)
+    return model
+
+
+def float8_supported(device: torch.device) -> tuple[bool, str]:
+    """Whether ``device`` runs float8 matmuls, and a description of it for the error message."""
+    if device.type != "cuda":
+        return False, "a CPU" if device.type == "cpu" else f"a {device.type} device"
+    major, minor = torch.cuda.get_device_capability(device)
+    name = torch.cuda.get_device_name(device)
+    return (major, minor) >= MIN_CAPABILITY, f"{name} (compute capability {major}.{minor})"
+
+
+def apply_float8(model: nn.Module, cfg: Float8, device: torch.device) -> nn.Module:
+    """Convert the eligible linears to float8 training when ``cfg.enabled``; UserError on hardware without float8."""
+    if not cfg.enabled:
+        return model
+    supported, description = float8_supported(device)
+    if not supported:
+        raise UserError(
+            "float8.enabled needs a GPU with float8 support (compute capability >= 8.9: RTX 4090/5090, H100, ...); "
+            f"this device is {description}; set --float8.enabled=false"
+        )
+    return convert_to_float8(model, cfg.recipe)
