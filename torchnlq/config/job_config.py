@@ -72,6 +72,11 @@ class Query:
     half_scale: bool = option(
         True, "residual_mlp: multiply X + f(X) by 1/2 (the paper); false gives X + f(X)."
     )
+    fuse_kv: bool = option(
+        False,
+        "residual_mlp with input_norm rms or none: compute X·W1 in the same matmul as K,V "
+        "(X·[W_K | W_V | diag(g)·W1], then divide by rms(X)); same function, same parameters, one launch fewer.",
+    )
 
 
 @dataclass
@@ -141,7 +146,9 @@ class Training:
 class Optimizer:
     """AdamW; weight decay on tensors with two or more dimensions only."""
 
-    name: str = option("adamw", "Optimizer (adamw).", choices=("adamw",))
+    name: str = option(
+        "adamw", "Optimizer: adamw (torch) or adamw8bit (torchao's 8-bit AdamW states).", choices=("adamw", "adamw8bit")
+    )
     lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
     weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
     beta1: float = option(0.9, "AdamW beta1.", min=0.0, max=1.0)
