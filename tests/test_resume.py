@@ -142,3 +142,15 @@ def test_async_save_equals_sync_save(tmp_path: Path) -> None:
     for p, q in zip(sync.model.parameters(), a.model.parameters()):
         assert torch.equal(p, q)
     shutil.rmtree(tmp_path / "outputs")
+
+
+def test_export_at_end_loads_with_equal_logits(tmp_path: Path) -> None:
+    import torchnlq
+
+    trainer = train(tmp_path, "exp", steps=4, checkpoint__export_at_end=True)
+    model = torchnlq.load_pretrained(tmp_path / "outputs/exp/export")
+    x = trainer.val_batches[0][0]
+    with torch.no_grad():
+        assert torch.equal(model(x), trainer.model.eval()(x))
+    with pytest.raises(UserError, match="export_at_end"):
+        Trainer(tiny_config(tmp_path, "exp2", checkpoint__export_at_end=True, checkpoint__enabled=False))

@@ -269,10 +269,12 @@ class Checkpoint:
         True, "With initial_load_path: load the weights only (fresh optimizer, step 0)."
     )
     export_dtype: str = option(
-        "fp32", "Dtype of the safetensors export written at the end (scripts/convert_checkpoint.py uses it too).",
+        "fp32", "Dtype of the safetensors export written with export_at_end.",
         choices=("fp32", "bf16", "fp16"),
     )
-    export_at_end: bool = option(False, "Also write a safetensors export of the final model to <run>/export.")
+    export_at_end: bool = option(
+        False, "After the final checkpoint, also write a safetensors export of the model to <run>/export."
+    )
 
 
 @dataclass

@@ -115,6 +115,8 @@ class Trainer:
     def _build_model(self) -> None:
         cfg, tcfg = self.cfg, self.cfg.training
         self.model_args = build_model_args(cfg.model, resolve_vocab_size(cfg.model, cfg.data.tokenizer))
+        if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
+            raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
         if tcfg.seq_len > self.model_args.max_seq_len:
             raise ConfigError(
                 f"training.seq_len={tcfg.seq_len} exceeds the model's max_seq_len={self.model_args.max_seq_len}; "
@@ -289,6 +291,16 @@ class Trainer:
             self.checkpointer.save(self.step, self.model, self.optimizer, self.checkpoint_meta())
             self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
 
+    def export_final(self) -> None:
+        """Write ``<run>/export`` (safetensors, checkpoint.export_dtype) from the final checkpoint."""
+        from torchnlq.tools.export import export_safetensors
+
+        out = export_safetensors(
+            self.checkpointer.folder / f"step-{self.step}", self.run_dir / "export",
+            dtype=self.cfg.checkpoint.export_dtype, overwrite=True,
+        )
+        self.logger.info(f"exported {out} ({self.cfg.checkpoint.export_dtype})")
+
     def train(self) -> None:
         """Run until ``training.steps`` or a preemption signal; validate and checkpoint on schedule."""
         cfg = self.cfg
@@ -328,7 +340,10 @@ class Trainer:
             preemption.restore()
             self.checkpointer.close()
             self.metrics.close()
-        self.write_run_info(finished=self.step >= cfg.training.steps)
+        finished = self.step >= cfg.training.steps
+        self.write_run_info(finished=finished)
+        if finished and cfg.checkpoint.export_at_end and self.is_main:
+            self.export_final()
         wall = time.perf_counter() - start
         tokens = self.tokens_seen - start_tokens
         self.logger.info(f"done: step {self.step}, {tokens:,} tokens in {wall:.1f}s ({tokens / max(wall, 1e-9):,.0f} tok/s incl. validation)")

@@ -1,0 +1,78 @@
+"""Measure checkpoint save/load times: how long training is blocked, sync vs async.
+
+Builds a model of the given flavor with an AdamW state (one step taken, so the
+moments exist), then times :class:`~torchnlq.train.checkpoint.Checkpointer`
+saves into a temporary folder: a synchronous save, an asynchronous one (the
+time until ``save`` returns is what training waits for; the rest overlaps with
+training), and a load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from torchnlq.config.job_config import Checkpoint, Model
+from torchnlq.models import GPT, build_model_args
+from torchnlq.train.checkpoint import Checkpointer
+
+
+def _model_and_optimizer(flavor: str) -> tuple[GPT, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = GPT(build_model_args(Model(flavor=flavor), vocab_size=50304 if flavor != "debug" else 320))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opt.step()
+    return model, opt
+
+
+def bench(flavor: str, repeats: int, folder: Path) -> dict[str, float]:
+    """Median seconds for: sync save, async save (blocked part and total), load."""
+    model, opt = _model_and_optimizer(flavor)
+    log = logging.getLogger("torchnlq.bench")
+    times: dict[str, list[float]] = {"sync_save": [], "async_blocked": [], "async_total": [], "load": []}
+    step = 0
+    for _ in range(repeats):
+        step += 1
+        sync = Checkpointer(Checkpoint(keep_latest_k=1), folder, 0, log)
+        t = time.perf_counter()
+        sync.save(step, model, opt, {"fingerprint": {}})
+        times["sync_save"].append(time.perf_counter() - t)
+        step += 1
+        asyn = Checkpointer(Checkpoint(keep_latest_k=1, async_mode=True), folder, 0, log)
+        t = time.perf_counter()
+        asyn.save(step, model, opt, {"fingerprint": {}})
+        times["async_blocked"].append(time.perf_counter() - t)
+        asyn.wait()
+        times["async_total"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sync.load(folder / "checkpoints" / f"step-{step}", model, opt, {})
+        times["load"].append(time.perf_counter() - t)
+    size = sum(f.stat().st_size for f in (folder / "checkpoints" / f"step-{step}").rglob("*") if f.is_file())
+    result = {k: statistics.median(v) for k, v in times.items()}
+    result["size_mb"] = size / 1e6
+    result["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
+    return result
+
+
+def main(argv: list[str]) -> int:
+    """``scripts/bench_checkpoint.py [--flavor debug gpt_small] [--repeats 3]``: print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flavor", nargs="+", default=["debug", "gpt_small"])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    print("| flavor | params (M) | checkpoint (MB) | sync save (s) | async: training blocked (s) | async: total (s) | load (s) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for flavor in args.flavor:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = bench(flavor, args.repeats, Path(tmp))
+        print(f"| {flavor} | {r['params_m']:.1f} | {r['size_mb']:.0f} | {r['sync_save']:.3f} | "
+              f"{r['async_blocked']:.3f} | {r['async_total']:.3f} | {r['load']:.3f} |")
+    return 0
