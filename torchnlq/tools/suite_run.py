@@ -7,6 +7,9 @@
   resume (the trainer picks up ``<run>/checkpoints/step-N`` by itself).
 - A failed run (non-zero exit, e.g. a divergence) is reported and the suite goes on:
   one bad arm should not cost the night's other runs. The exit code is then 1.
+- Ctrl-C or SIGTERM to the suite is passed to the running training process exactly once
+  (it runs in its own process group): it finishes its step, saves a checkpoint and exits;
+  then the suite stops. The same command later resumes where it stopped.
 - ``--dry-run`` prints the commands (e.g. to spread them over a cluster) and runs nothing.
 - At the end the finished runs are compared (:mod:`torchnlq.tools.compare`) into the
   suite's dump folder: ``comparison.md``, ``comparison.csv``, ``runs.csv`` and plots.
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -85,8 +90,32 @@ def _log(suite: Suite, line: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
+def launch(cmd: list[str]) -> tuple[int, str | None]:
+    """Run one training command; returns (exit code, name of a signal the suite received meanwhile).
+
+    The child gets its own session, so a terminal's Ctrl-C reaches only the suite, which
+    forwards it (and SIGTERM) once: the trainer then saves a checkpoint and exits cleanly.
+    A second signal is forwarded too, so a stuck run can still be killed the trainer's way.
+    """
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    received: list[str] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        proc.send_signal(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code, (received[0] if received else None)
+
+
 def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, out: TextIO | None = None) -> int:
-    """Train the suite's runs in order, then compare; 0 when every run finished, else 1."""
+    """Train the suite's runs in order, then compare; 0 when every run finished, 1 if one failed, 130 if stopped."""
     out = out or sys.stdout
     failed: list[str] = []
     start = time.perf_counter()
@@ -98,9 +127,13 @@ def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, 
         cmd = launcher_command(run, launcher)
         print(f"[suite] $ {shlex.join(cmd)}", file=out, flush=True)
         t0 = time.perf_counter()
-        code = subprocess.run(cmd).returncode
+        code, stopped_by = launch(cmd)
         seconds = time.perf_counter() - t0
-        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}")
+        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}" + (f" stopped_by={stopped_by}" if stopped_by else ""))
+        if stopped_by:
+            print(f"[suite] stopped by {stopped_by} during {run.name} (exit {code}); run the same command to resume",
+                  file=out, flush=True)
+            return 130
         if code != 0:
             failed.append(run.name)
             print(f"[suite] {run.name} failed with exit code {code}; going on with the next run", file=out, flush=True)

@@ -250,7 +250,7 @@ class Trainer:
                 loss = self.loss_fn(self.model(x), y) / tcfg.grad_accum_steps
             loss.backward()
             loss_sum += loss.detach()
-        grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm if tcfg.max_norm > 0 else math.inf)
+        grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm)  # 0: measure only
         loss_value = _sum_across_ranks(loss_sum).item() / self.world_size
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             if tcfg.on_nonfinite == "stop":
