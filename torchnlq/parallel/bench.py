@@ -1,0 +1,169 @@
+"""Time and memory of one training step under each activation-checkpointing mode, with and without compile.
+
+Memory is measured without CUDA: ``torch.profiler`` with ``profile_memory=True``
+records every allocation and free of the CPU allocator (eager ops and inductor's
+compiled kernels alike) with its size. Summing the sizes over a window gives the
+bytes still held at its end; the running maximum gives the window's peak. Both
+are relative to the window's start, so parameters, gradients of earlier steps and
+optimizer state (allocated before) are excluded. Process RSS would be useless
+here: the allocator keeps freed pages, so RSS only ever grows.
+
+Two figures per configuration (gradients are set to None before each step):
+
+- *held after forward*: what forward leaves alive for backward (saved activations,
+  the logits and the loss): the number activation checkpointing reduces;
+- *peak fwd+bwd*: the highest point during forward and backward, including the
+  gradients backward allocates (the same for every mode) and recomputed activations.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile
+
+from torchnlq.config.job_config import ActivationCheckpoint
+from torchnlq.models import GPT, ModelArgs
+from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
+from torchnlq.parallel.parallelize import apply_compile
+
+MB = 2**20
+
+
+@dataclass
+class StepStats:
+    """One configuration's figures: step wall time and CPU time in ms, memory in MiB."""
+
+    ac: str
+    compile: bool
+    step_ms: float
+    cpu_ms: float
+    held_mb: float
+    peak_mb: float
+
+
+def _walk(events: list[Any]) -> Iterator[Any]:
+    for event in events:
+        yield event
+        yield from _walk(event.children)
+
+
+def measure_allocations(fn: Callable[[], Any]) -> tuple[Any, int, int]:
+    """Run ``fn`` under the profiler: (its result, bytes allocated and not freed, peak bytes above the start).
+
+    Python's cyclic garbage collector is run before and paused during the window: a
+    collection inside it would free tensors of earlier steps and be counted as ``fn``'s.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = fn()
+    finally:
+        gc.enable()
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    events = [e for e in _walk(tree) if e.tag == _EventType.Allocation]
+    events.sort(key=lambda e: e.start_time_ns)
+    live = peak = 0
+    for event in events:
+        live += event.extra_fields.alloc_size  # negative for a free
+        peak = max(peak, live)
+    return result, live, peak
+
+
+def _loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+
+class _Config:
+    """One (AC mode, compile) configuration: its own seeded model, optimizer and batch."""
+
+    def __init__(self, args: ModelArgs, ac: ActivationCheckpoint, compile: bool, micro_batch: int, seq_len: int,
+                 seed: int) -> None:
+        torch.manual_seed(seed)
+        self.ac, self.compile = ac, compile
+        self.model = apply_activation_checkpointing(GPT(args), ac)
+        if compile:
+            apply_compile(self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        gen = torch.Generator().manual_seed(seed)
+        self.tokens = torch.randint(0, args.vocab_size, (micro_batch, seq_len + 1), generator=gen)
+        self.times: list[float] = []
+        self.cpu_times: list[float] = []
+
+    def step(self) -> None:
+        _loss(self.model, self.tokens).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def timed_step(self) -> None:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        self.step()
+        self.times.append(time.perf_counter() - start)
+        self.cpu_times.append(time.process_time() - cpu_start)
+
+    def stats(self) -> StepStats:
+        loss, held, fwd_peak = measure_allocations(lambda: _loss(self.model, self.tokens))
+        _, _, bwd_peak = measure_allocations(loss.backward)
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepStats(
+            ac=self.ac.mode if self.ac.mode != "selective" else f"selective/{self.ac.every}",
+            compile=self.compile,
+            step_ms=1000 * min(self.times),
+            cpu_ms=1000 * min(self.cpu_times),
+            held_mb=held / MB,
+            peak_mb=max(fwd_peak, held + bwd_peak) / MB,
+        )
+
+
+def run_bench(
+    args: ModelArgs,
+    micro_batch: int,
+    seq_len: int,
+    modes: list[ActivationCheckpoint],
+    compile_options: list[bool],
+    *,
+    steps: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+) -> list[StepStats]:
+    """Step time and memory for every (compile, mode) pair.
+
+    The step time (forward, backward, AdamW) is the best of ``steps`` timed steps,
+    taken round-robin over the configurations after ``warmup`` steps each
+    (compilation, optimizer state): on a shared machine the minimum of interleaved
+    runs is the least disturbed figure, and each configuration sees the same load.
+    The process CPU time is reported too: with one thread it is the work done,
+    whatever else the machine runs (wall time then includes waiting for a core).
+    """
+    configs = [_Config(args, ac, c, micro_batch, seq_len, seed) for c in compile_options for ac in modes]
+    for config in configs:
+        for _ in range(warmup):
+            config.step()
+    for _ in range(steps):
+        for config in configs:
+            config.timed_step()
+    return [config.stats() for config in configs]
+
+
+def format_table(results: list[StepStats]) -> str:
+    """A Markdown table of the results."""
+    lines = [
+        "| AC mode | compile | step CPU time (ms) | step wall time (ms) "
+        "| held after forward (MiB) | peak fwd+bwd (MiB) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.ac} | {'on' if r.compile else 'off'} | {r.cpu_ms:.0f} | {r.step_ms:.0f} | {r.held_mb:.1f} "
+            f"| {r.peak_mb:.1f} |"
+        )
+    return "\n".join(lines)
