@@ -72,3 +72,24 @@ def test_weight_decay_acts_on_matrices_only() -> None:
     assert torch.equal(model.norm.weight, before["norm.weight"])
     assert torch.equal(model.lin.bias, before["lin.bias"])
     assert opt.defaults["betas"] == (0.9, 0.95)
+
+
+def test_adamw8bit_has_adamws_groups_and_settings() -> None:
+    from torchnlq.errors import ConfigError
+    from torchnlq.train.optim import set_lr
+
+    model = Tiny()
+    cfg = Optimizer(name="adamw8bit", lr=3e-3, weight_decay=0.03125, beta2=0.99, eps=1e-7)
+    opt, ref = build_optimizer(cfg, model, "cpu"), build_optimizer(Optimizer(weight_decay=0.03125), model, "cpu")
+    from torchao.optim import AdamW8bit  # after build_optimizer, which imports torchao quietly
+
+    assert isinstance(opt, AdamW8bit)
+    assert [[id(p) for p in g["params"]] for g in opt.param_groups] == [[id(p) for p in g["params"]] for g in ref.param_groups]
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.03125, 0.0]
+    assert opt.defaults["betas"] == (0.9, 0.99) and opt.defaults["eps"] == 1e-7
+    # torchao keeps the LR as a tensor (its compiled step would otherwise recompile per value): set in place.
+    lr = opt.param_groups[0]["lr"]
+    set_lr(opt, 1.5e-3)
+    assert opt.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(1.5e-3)
+    with pytest.raises(ConfigError, match="optimizer.fused"):
+        build_optimizer(Optimizer(name="adamw8bit", fused=True), model, "cpu")

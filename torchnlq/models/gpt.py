@@ -87,7 +87,14 @@ class LayerKV:
 
 
 class Attention(nn.Module):
-    """Causal self-attention: registry query, fused linear K,V, SDPA, out-projection."""
+    """Causal self-attention: registry query, fused linear K,V, SDPA, out-projection.
+
+    With ``model.query.fuse_kv`` the query's first projection joins the K,V matmul:
+    ``X·[W_K | W_V | diag(g)·W1]`` (d -> 2·kv_dim + r), the weight concatenated at each
+    forward from the unchanged parameters (same state_dict, gradients to the originals;
+    docs/performance.md has the measurements). The query finishes its part (the
+    1/rms(X) scale) in ``query(x, fused)``, so hooks on the query still see its input X.
+    """
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -98,6 +105,7 @@ class Attention(nn.Module):
         # K and V stay linear (the paper); one matmul for both, K rows first.
         self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=False)
         self.proj = nn.Linear(args.q_dim, args.dim, bias=False)
+        self.fuse_kv = args.query.fuse_kv  # check_config has rejected queries that cannot fuse
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
@@ -105,11 +113,27 @@ class Attention(nn.Module):
         nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
 
+    def _fusion_applies(self) -> bool:
+        """Fuse only while K,V and W1 are plain Linears: a swapped module (float8) has its own matmul
+        (its weight used directly would bypass it), so then the unfused path runs, same function."""
+        return self.fuse_kv and type(self.kv) is nn.Linear and type(getattr(self.query, "w1", None)) is nn.Linear
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q [B, T, q_dim], k, v [B, T, kv_dim]) from the block input x, fused or not."""
+        kv_dim = self.n_kv_heads * self.head_dim
+        if not self._fusion_applies():
+            k, v = self.kv(x).split(kv_dim, dim=-1)
+            return self.query(x), k, v
+        extra = self.query.kv_fusion_weight()
+        out = F.linear(x, torch.cat([self.kv.weight, extra], dim=0))
+        k, v, fused = out.split([kv_dim, kv_dim, extra.shape[0]], dim=-1)
+        return self.query(x, fused), k, v
+
     def forward(self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         # The query sees the whole d-dim vector; only its output is split into heads.
-        q = self.query(x).view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
-        k, v = self.kv(x).split(self.n_kv_heads * self.head_dim, dim=-1)
+        q, k, v = self.project(x)
+        q = q.view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if rope is not None:

@@ -20,6 +20,12 @@ Adding a query type is one class and one decorator::
 The base class supplies a default ``init_weights`` (every ``nn.Linear`` gets
 N(0, init_std), every norm is reset to gain 1) and a default ``count_params``
 (builds the query alone on the meta device), so a new type needs neither.
+
+K,V fusion (``model.query.fuse_kv``): a query whose first operation is a
+linear map of X (after at most a per-token scalar) can hand that map to the
+attention module, which computes it in the same matmul as K and V. The query
+says so with ``supports_fuse_kv``, gives the rows with :meth:`kv_fusion_weight`
+and accepts the product in ``forward(x, fused)``; the parameters stay its own.
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ class QueryProjection(nn.Module):
     type_name: ClassVar[str] = ""
     #: True when the output contains X itself, so n_heads * head_dim must equal dim.
     requires_full_width: ClassVar[bool] = False
+    #: True when the query implements :meth:`kv_fusion_weight` and ``forward(x, fused)``.
+    supports_fuse_kv: ClassVar[bool] = False
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__()
@@ -105,6 +113,12 @@ class QueryProjection(nn.Module):
             raise ConfigError(
                 f"model.query.type={cls.type_name!r} needs n_heads*head_dim == dim (got {q_dim} != {dim}); "
                 f"use model.query.type='linear' or make model.n_heads divide model.dim"
+            )
+        if cfg.fuse_kv and not cls.supports_fuse_kv:
+            fusable = sorted(name for name, c in QUERY_TYPES.items() if c.supports_fuse_kv)
+            raise ConfigError(
+                f"model.query.fuse_kv = true needs a query with a fusable input projection "
+                f"({', '.join(fusable)}), not model.query.type={cls.type_name!r}; set model.query.fuse_kv = false"
             )
 
     @classmethod
@@ -127,6 +141,10 @@ class QueryProjection(nn.Module):
     def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
         """f(X) of a residual query (for diagnostics); query types without one raise."""
         raise NotImplementedError(f"query type {self.type_name!r} has no residual branch f(X)")
+
+    def kv_fusion_weight(self) -> torch.Tensor:
+        """Rows ``[r, dim]`` to append to the K,V weight (``supports_fuse_kv`` types only)."""
+        raise NotImplementedError(f"query type {self.type_name!r} cannot be fused with the K,V projection")
 
     def extra_repr(self) -> str:
         return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}"
@@ -201,6 +219,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
 }
 NORMS = ("rms", "layer", "none")
+# Input norms that are a per-token scalar times a per-channel gain (or nothing): fusable with K,V.
+FUSABLE_INPUT_NORMS = ("rms", "none")
 
 
 def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
@@ -226,10 +246,12 @@ class ResidualMLPQuery(QueryProjection):
     """
 
     requires_full_width = True
+    supports_fuse_kv = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
         self.rank = self.bottleneck_width(cfg, dim)
+        self.fuse_kv = cfg.fuse_kv
         self.activation = cfg.activation
         self.act = ACTIVATIONS[cfg.activation]
         self.scale = 0.5 if cfg.half_scale else 1.0
@@ -257,18 +279,53 @@ class ResidualMLPQuery(QueryProjection):
                 f"model.query.bottleneck_ratio={cfg.bottleneck_ratio} gives r = round({cfg.bottleneck_ratio}*{dim}) = "
                 f"{rank} < 1; raise model.query.bottleneck_ratio to at least {1 / dim:.3g}"
             )
+        if cfg.fuse_kv and cfg.input_norm not in FUSABLE_INPUT_NORMS:
+            # LayerNorm subtracts the per-token mean first: not a per-token scalar times X, so
+            # LN(X)·W1 is no column block of one matmul with X·W_K, X·W_V.
+            raise ConfigError(
+                f"model.query.fuse_kv = true needs model.query.input_norm in {FUSABLE_INPUT_NORMS} "
+                f"(got {cfg.input_norm!r}: LayerNorm is not a per-token scale of X); "
+                "set model.query.fuse_kv = false or change model.query.input_norm"
+            )
 
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
         return 2 * dim * cls.bottleneck_width(cfg, dim) + gains
 
-    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]."""
-        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
+    def kv_fusion_weight(self) -> torch.Tensor:
+        """diag(g)·W1 as ``[r, dim]`` rows (W1 alone for input_norm none), built from the parameters.
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x + self.residual_branch(x)) * self.scale
+        RMSNorm(X)·W1 = (X·diag(g)·W1) / rms(X): the gain moves into the weight, and the
+        per-token 1/rms(X) is applied afterwards by ``forward(x, fused)``. Computed at every
+        call so that gradients flow to ``w1.weight`` and the gain, which stay the parameters.
+        """
+        if isinstance(self.input_norm, nn.RMSNorm):
+            return self.w1.weight * self.input_norm.weight
+        return self.w1.weight
+
+    def _first_projection(self, x: torch.Tensor, fused: torch.Tensor | None) -> torch.Tensor:
+        """in_norm(X)·W1, or the same from ``fused`` = X·kv_fusion_weight()ᵀ (computed by the caller)."""
+        if fused is None:
+            return self.w1(self.input_norm(x))
+        if isinstance(self.input_norm, nn.RMSNorm):
+            # RMSNorm's per-token 1/rms(X) = 1/sqrt(mean(X²) + eps), applied to r columns instead of d.
+            # mean(X²) as ‖X‖²/d: one reduction kernel, no [B, T, d] temporary for X² (eager CPU/GPU).
+            eps = self.input_norm.eps if self.input_norm.eps is not None else torch.finfo(x.dtype).eps
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+            inv_rms = torch.rsqrt(norm.square() / x.shape[-1] + eps)
+            # Back to the matmul's dtype (bf16 under autocast), as the unfused W1 output would be.
+            return (fused * inv_rms).to(fused.dtype)
+        return fused
+
+    def residual_branch(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
+        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]; see ``forward`` for ``fused``."""
+        return self.output_norm(self.w2(self.act(self._first_projection(x, fused))))
+
+    def forward(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
+        """Q(X); ``fused`` ([B, T, r]), when given, is X·kv_fusion_weight()ᵀ from the fused K,V matmul."""
+        return (x + self.residual_branch(x, fused)) * self.scale
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, rank={self.rank}, activation={self.activation!r}, scale={self.scale}"
+        fused = ", fuse_kv=True" if self.fuse_kv else ""
+        return f"{super().extra_repr()}, rank={self.rank}, activation={self.activation!r}, scale={self.scale}{fused}"

@@ -5,12 +5,13 @@
 Each RUN is a run folder (``config.toml``, ``run_info.json``, ``tb/``) or a folder
 of run folders (a suite's dump folder). Runs whose resolved configs differ only
 in ``training.seed`` (and in keys that cannot change the result: ``[job]``,
-``[checkpoint]``, ``[metrics]``) form one group. Per group it reports the
-validation loss at the last validation step every run has (or ``--step``): the
-mean over seeds and the sample standard deviation (n − 1), and the relative
-improvement over the baseline's group mean, (L_base − L)/L_base in %, as in the
-paper; with at least two seeds on both sides, ``±`` after the improvement is
-the standard error of the difference of the two means (relative to L_base).
+``[metrics]``, ``[checkpoint]`` but its ``initial_load_*``) form one group. Per
+group it reports the validation loss at the last validation step every run has
+(or ``--step``): the mean over seeds and the sample standard deviation (n − 1),
+and the relative improvement over the baseline's group mean, (L_base − L)/L_base
+in %, as in the paper; with at least two seeds on both sides, ``±`` after the
+improvement is the standard error of the difference of the two means (relative
+to L_base).
 
 Comparisons are only meaningful on identical data: runs whose batch or
 validation fingerprints differ are refused unless ``--allow-different-data``.
@@ -37,7 +38,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-# Sections that cannot change a run's losses: differing there does not split a seed group.
+# Sections that cannot change a run's losses: differing there does not split a seed group
+# (except checkpoint.initial_load_*, see group_key).
 IGNORED_SECTIONS = ("job", "checkpoint", "metrics")
 _SEED_IN_NAME = re.compile(r"(^|[_-])seed-?\d+")
 
@@ -105,11 +107,13 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
 
 
 def group_key(config: dict[str, Any]) -> str:
-    """The resolved config without the seed and the result-neutral sections, as a comparable string."""
+    """The resolved config without the seed and the result-neutral sections, as a comparable string.
+
+    A run started from another run's weights (``checkpoint.initial_load_*``) is no seed replicate.
+    """
     kept = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
-    training = dict(kept.get("training", {}))
-    training.pop("seed", None)
-    kept["training"] = training
+    kept["initial_load"] = {k: v for k, v in config.get("checkpoint", {}).items() if k.startswith("initial_load")}
+    kept["training"] = {k: v for k, v in config.get("training", {}).items() if k != "seed"}
     return json.dumps(kept, sort_keys=True, default=str)
 
 

@@ -1,13 +1,24 @@
-"""AdamW with the paper's parameter groups, and the warmup + cosine LR schedule."""
+"""AdamW with the paper's parameter groups, and the warmup + cosine LR schedule.
+
+``optimizer.name = "adamw8bit"`` swaps torch's AdamW for torchao's ``AdamW8bit``:
+the same update with both moments stored in 8 bits (blockwise-quantised, blocks of
+256), so optimizer state takes ~2 bytes per parameter instead of 8. Tensors under
+4096 values (norm gains) keep fp32 moments. Its step is ``torch.compile``d per
+parameter shape (the first step compiles; on the CPU it also runs slower than
+AdamW, see docs/performance.md). It keeps the learning rate as a tensor, which
+:func:`set_lr` updates in place.
+"""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
 
 from torchnlq.config.job_config import LRSchedule, Optimizer
+from torchnlq.errors import ConfigError
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -26,8 +37,25 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def _adamw8bit(cfg: Optimizer, groups: list[dict]) -> torch.optim.Optimizer:
+    """torchao's AdamW8bit over the same parameter groups (imported only when asked for)."""
+    if cfg.fused:
+        raise ConfigError("optimizer.fused = true is torch's fused AdamW kernel; unset it with optimizer.name = 'adamw8bit'")
+    from torchnlq.parallel.float8 import quiet_torchao_import
+
+    with quiet_torchao_import():
+        from torchao.optim import AdamW8bit
+    # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless (the
+    # step recompiles per shape on first use anyway) and not actionable by a user.
+    warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
+    return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
 def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str) -> torch.optim.Optimizer:
-    """AdamW over :func:`param_groups`; fused on CUDA unless ``cfg.fused`` says otherwise."""
+    """``cfg.name`` over :func:`param_groups`: AdamW (fused on CUDA unless ``cfg.fused`` says otherwise)
+    or torchao's AdamW8bit (same groups, same decay)."""
+    if cfg.name == "adamw8bit":
+        return _adamw8bit(cfg, param_groups(model, cfg.weight_decay))
     fused = cfg.fused if cfg.fused is not None else device_type == "cuda"
     return torch.optim.AdamW(
         param_groups(model, cfg.weight_decay),
@@ -56,6 +84,14 @@ def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group."""
+    """Set the learning rate of every parameter group.
+
+    A tensor learning rate (torchao's optimizers keep one so that their compiled step
+    does not recompile for every new value) is filled in place; replacing it with a
+    float would make them raise.
+    """
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
