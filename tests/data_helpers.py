@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,14 @@ needs_gpt2 = pytest.mark.skipif(not SHARED_GPT2.is_file(), reason="../shared/dat
 
 
 def isolate_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point HF_HOME, TMPDIR and TIKTOKEN_CACHE_DIR into tmp_path so a test litters nothing."""
-    for var, sub in (("HF_HOME", "hf_home"), ("TMPDIR", "tmp"), ("TIKTOKEN_CACHE_DIR", "tiktoken")):
+    """Point HF_HOME and TIKTOKEN_CACHE_DIR into tmp_path so a test litters nothing.
+
+    TMPDIR stays as run_tests.sh set it (a scratch folder it removes): pointing it deeper, into
+    tmp_path, makes the Unix-socket paths of datasets' worker processes exceed the 108-byte limit.
+    """
+    for var, sub in (("HF_HOME", "hf_home"), ("TIKTOKEN_CACHE_DIR", "tiktoken")):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # gettempdir() caches TMPDIR
     monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE", raising=False)
 
 
