@@ -92,9 +92,14 @@ class Attention(nn.Module):
     With ``model.query.fuse_kv`` the query's first projection joins the K,V matmul:
     ``X·[W_K | W_V | diag(g)·W1]`` (d -> 2·kv_dim + r), the weight concatenated at each
     forward from the unchanged parameters (same state_dict, gradients to the originals;
-    docs/performance.md has the measurements). The query finishes its part (the
-    1/rms(X) scale) in ``query(x, fused)``, so hooks on the query still see its input X.
+    docs/performance.md has the measurements), when the forward has enough tokens for
+    that copy to pay (not in one-token decode steps, see ``_fusion_applies``). The query
+    finishes its part (the 1/rms(X) scale) in ``query(x, fused)``, so hooks on the query
+    still see its input X.
     """
+
+    #: Fewest tokens (batch x seq) for the fused path; None means the fused weight's row count.
+    fuse_min_tokens: int | None = None
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -113,19 +118,36 @@ class Attention(nn.Module):
         nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
 
-    def _fusion_applies(self) -> bool:
-        """Fuse only while K,V and W1 are plain Linears: a swapped module (float8) has its own matmul
-        (its weight used directly would bypass it), so then the unfused path runs, same function."""
-        return self.fuse_kv and type(self.kv) is nn.Linear and type(getattr(self.query, "w1", None)) is nn.Linear
+    def _fusion_applies(self, x: torch.Tensor) -> bool:
+        """Whether this forward takes the fused path (same function either way).
+
+        Only while K,V and W1 are plain Linears: a swapped module (float8) has its own matmul,
+        which using its weight directly would bypass. And only with at least as many tokens
+        as fused weight rows (2·kv_dim + r): the concatenation copies those rows at every
+        forward, and what the fusion saves (a [tokens, d] pass for the normalised X, one
+        launch) grows with the tokens; a decode step (one token per sequence) is cheaper unfused.
+        ``fuse_min_tokens`` overrides that threshold (0: always fuse, for tests and benchmarks).
+        """
+        if not (self.fuse_kv and type(self.kv) is nn.Linear and type(getattr(self.query, "w1", None)) is nn.Linear):
+            return False
+        rows = self.kv.out_features + self.query.w1.out_features
+        threshold = rows if self.fuse_min_tokens is None else self.fuse_min_tokens
+        return x.shape[0] * x.shape[1] >= threshold
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q [B, T, q_dim], k, v [B, T, kv_dim]) from the block input x, fused or not."""
         kv_dim = self.n_kv_heads * self.head_dim
-        if not self._fusion_applies():
+        if not self._fusion_applies(x):
             k, v = self.kv(x).split(kv_dim, dim=-1)
             return self.query(x), k, v
         extra = self.query.kv_fusion_weight()
-        out = F.linear(x, torch.cat([self.kv.weight, extra], dim=0))
+        pieces = [self.kv.weight, extra]
+        if torch.is_autocast_enabled(x.device.type):
+            # Cast the pieces, not the concatenation: the cat then moves half the bytes and the
+            # matmul gets its weight already in the autocast dtype (no second cast of it).
+            dtype = torch.get_autocast_dtype(x.device.type)
+            pieces = [w.to(dtype) for w in pieces]
+        out = F.linear(x, torch.cat(pieces, dim=0))
         k, v, fused = out.split([kv_dim, kv_dim, extra.shape[0]], dim=-1)
         return self.query(x, fused), k, v
 

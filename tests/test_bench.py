@@ -1,0 +1,141 @@
+"""scripts/bench.py and scripts/bench_attention.py: tables, interleaving, ratios, JSON, one-line errors.
+
+Only the mechanics are tested; no timing is asserted (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from torchnlq.cli import run_cli
+from torchnlq.tools import bench, bench_attention
+from torchnlq.tools.bench_args import parse_variant
+from torchnlq.tools.timing import interleave
+
+TINY = [
+    "--model.flavor=debug", "--model.n_layers=1", "--model.dim=32", "--model.n_heads=2",
+    "--model.query.type=residual_mlp", "--training.seq_len=32", "--training.micro_batch_size=2",
+    "--training.grad_accum_steps=2", "--training.device=cpu", "--data.tokenizer=byte",
+]
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These models are tiny: with two OpenMP threads on a shared, loaded machine every op waits for
+    a descheduled thread at the barrier (4x slower here); one thread is faster and steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+COLUMNS = ["variant", "precision", "compile", "tokens/step", "tokens/s", "step (ms)", "TFLOP/s", "MFU",
+           "peak mem (MiB)", "data (%)", "step vs first"]
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The Markdown table's rows (header first, the |---| rule dropped) as stripped cells."""
+    lines = [line for line in out.splitlines() if line.startswith("|") and not line.startswith("|-")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_bench_prints_one_table(capsys):
+    assert run_cli(bench.main, [*TINY, "--steps", "2", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    assert rows[0] == COLUMNS and len(rows) == 2
+    row = dict(zip(COLUMNS, rows[1]))
+    assert row["variant"] == "base" and row["precision"] == "fp32" and row["compile"] == "off"
+    assert row["tokens/step"] == "128"  # 2 sequences x 2 micro-steps x 32 tokens
+    assert row["MFU"] == "–"  # no known peak for a CPU
+    assert row["step vs first"] == "1.000×"
+    assert float(row["peak mem (MiB)"]) > 0 and row["data (%)"].endswith("%")
+    assert out.count("| variant |") == 1 and "load avg" in out
+
+
+def test_compare_interleaves_and_writes_json(tmp_path, capsys, monkeypatch):
+    order: list[str] = []
+    timed = bench.Variant.timed_step
+
+    def spy(self: bench.Variant) -> float:
+        order.append(self.label)
+        return timed(self)
+
+    monkeypatch.setattr(bench.Variant, "timed_step", spy)
+    out_json = tmp_path / "bench.json"
+    argv = [*TINY, "--steps=3", "--warmup=0", "--json", str(out_json),
+            "--compare", "lin: --model.query.type=linear",
+            "--compare", "fused: --model.query.fuse_kv=true --autocast=bf16"]
+    assert run_cli(bench.main, argv) == 0
+    # Round-robin, with the starting variant rotating every round.
+    assert order == ["lin", "fused", "fused", "lin", "lin", "fused"]
+
+    rows = table_rows(capsys.readouterr().out)
+    assert [r[0] for r in rows[1:]] == ["lin", "fused"]
+    assert rows[1][-1] == "1.000×" and rows[2][-1].endswith("×")
+
+    data = json.loads(out_json.read_text())
+    assert {"config_args", "options", "machine", "variants"} <= data.keys()
+    assert {"device", "torch", "threads", "load_avg_1m", "load_avg_1m_end"} <= data["machine"].keys()
+    fields = {f.name for f in dataclasses.fields(bench.VariantResult)}
+    lin, fused = data["variants"]
+    assert fields == lin.keys() == fused.keys()
+    assert (lin["label"], fused["label"]) == ("lin", "fused")
+    assert fused["overrides"] == ["--model.query.fuse_kv=true"] and fused["precision"] == "bf16 autocast"
+    assert len(lin["step_ms_all"]) == len(fused["step_ms_all"]) == 3
+    assert lin["step_time_ratio"] == 1.0
+    assert fused["step_time_ratio"] == pytest.approx(fused["step_ms"] / lin["step_ms"])
+    assert lin["tokens_per_s"] == pytest.approx(lin["tokens_per_step"] / (lin["step_ms"] / 1000))
+    assert lin["tflops"] == pytest.approx(lin["flops_per_token"] * lin["tokens_per_s"] / 1e12)
+    assert lin["mfu"] is None and 0 <= lin["data_share"] < 1
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--steps", "0"], "--steps must be at least 1"),
+        (["--steps", "two"], "--steps expects an integer"),
+        (["--autocast=fp16"], "--autocast: unknown 'fp16'"),
+        (["--compare", "a: --model.query.typo=1"], "unknown key 'model.query.typo'"),
+        (["--compare", "a: --training.steps=1", "--compare", "a: --training.steps=2"], "labels must differ"),
+        (["--compare", "a: --autocast=int8"], "--compare 'a': --autocast: unknown 'int8'"),
+        (["--model.query.type=linear", "--model.query.fuse_kv=true"], "model.query.fuse_kv"),
+    ],
+)
+def test_user_errors_are_one_line(capsys, extra, message):
+    assert run_cli(bench.main, [*TINY, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("linear: --model.query.type=linear", ("linear", ["--model.query.type=linear"], "config")),
+        ("--model.query.type=identity", ("--model.query.type=identity", ["--model.query.type=identity"], "config")),
+        ("bf: --autocast bf16 --training.compile true", ("bf", ["--training.compile", "true"], "bf16")),
+        ("empty:", ("empty", [], "config")),
+    ],
+)
+def test_parse_variant(spec, expected):
+    assert parse_variant(spec, "config") == expected
+
+
+def test_interleave_rotates_the_start():
+    calls: list[int] = []
+    runs = [lambda i=i: calls.append(i) or float(i) for i in range(3)]
+    assert interleave(runs, 3) == [[0.0] * 3, [1.0] * 3, [2.0] * 3]
+    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+
+
+def test_bench_attention_table(capsys):
+    argv = ["--dim", "32", "--heads", "4", "--kv-heads", "2", "--rope", "--seq", "16", "--steps", "2", "--warmup", "1"]
+    assert run_cli(bench_attention.main, argv) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[0] == ["query", "params", "fwd (ms)", "fwd vs linear", "fwd+bwd (ms)", "fwd+bwd vs linear"]
+    assert [r[0] for r in rows[1:]] == list(bench_attention.VARIANTS)
+    assert rows[1][3] == "1.000×"
+    # The fused and unfused nonlinear queries hold the same parameters.
+    assert rows[4][1] == rows[5][1]

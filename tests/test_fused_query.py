@@ -1,0 +1,178 @@
+"""model.query.fuse_kv: X·[W_K | W_V | diag(g)·W1] in one matmul is the unfused model, same parameters."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torchnlq.config.job_config import Model, Query
+from torchnlq.config.manager import load_job_config
+from torchnlq.errors import ConfigError
+from torchnlq.models import GPT, ModelArgs, build_model_args
+from torchnlq.models.gpt import KVCache
+from torchnlq.train.diagnostics import query_diagnostics
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These models are tiny: with two OpenMP threads on a shared, loaded machine every op waits for
+    a descheduled thread at the barrier (4x slower here); one thread is faster and steadier."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+FP32 = dict(rtol=1e-5, atol=1e-5)
+
+
+def assert_fp32_close(actual: torch.Tensor, expected: torch.Tensor, name: str = "") -> None:
+    """Within 1e-5 relative to the tensor's scale: the two paths round differently (one matmul
+    instead of two, the gain in the weight instead of on X), so tiny entries get no tighter bound."""
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * max(scale, 1.0),
+                               msg=lambda m: f"{name}: {m}")
+CASES = list(itertools.product(("rms", "none"), (None, 2), ("rope", "learned")))
+
+
+def pair(input_norm: str = "rms", n_kv_heads: int | None = None, positions: str = "rope", **query: object):
+    """(unfused, fused) tiny GPTs holding the same parameters, gains away from 1 so a lost gain shows."""
+    args = ModelArgs(n_layers=2, dim=32, n_heads=4, n_kv_heads=n_kv_heads, vocab_size=48, max_seq_len=32,
+                     positions=positions, init_std=0.2,
+                     query=Query(type="residual_mlp", input_norm=input_norm, **query))
+    torch.manual_seed(0)
+    unfused = GPT(args)
+    with torch.no_grad():
+        for p in unfused.parameters():
+            if p.ndim == 1:
+                p.copy_(torch.rand_like(p) + 0.5)
+    fused = GPT(replace(args, query=replace(args.query, fuse_kv=True)))
+    fused.load_state_dict(unfused.state_dict())
+    for layer in fused.layers:
+        layer.attn.fuse_min_tokens = 0  # fuse at any size (by default only from 2·kv_dim + r tokens)
+    return unfused, fused
+
+
+def tokens(seq: int = 13) -> torch.Tensor:
+    return torch.randint(0, 48, (2, seq), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("input_norm,n_kv,positions", CASES)
+def test_outputs_and_gradients_match(input_norm, n_kv, positions):
+    unfused, fused = pair(input_norm, n_kv, positions)
+    t = tokens()
+    out_u, out_f = unfused(t), fused(t)
+    assert_fp32_close(out_f, out_u, "logits")
+    # A loss that weights every logit differently, so every gradient entry is exercised.
+    weights = torch.randn(out_u.shape, generator=torch.Generator().manual_seed(2))
+    (out_u * weights).sum().backward()
+    (out_f * weights).sum().backward()
+    grads_u = {n: p.grad for n, p in unfused.named_parameters()}
+    for name, p in fused.named_parameters():
+        assert p.grad is not None, name
+        assert_fp32_close(p.grad, grads_u[name], name)
+
+
+def test_state_dict_keys_and_shapes_are_identical():
+    unfused, fused = pair()
+    su, sf = unfused.state_dict(), fused.state_dict()
+    assert list(su) == list(sf)
+    assert all(su[k].shape == sf[k].shape for k in su)
+    assert [n for n, _ in unfused.named_parameters()] == [n for n, _ in fused.named_parameters()]
+    # The fused module really takes the fused path (one matmul d -> 2·kv_dim + r).
+    x = torch.zeros(1, 1, 32)
+    assert fused.layers[0].attn._fusion_applies(x) and not unfused.layers[0].attn._fusion_applies(x)
+
+
+def test_default_threshold_fuses_large_forwards_only():
+    """By default the fused path needs at least 2·kv_dim + r tokens (here 2·32 + 16 = 80): a
+    one-token decode step would copy the weights for nothing. Same function either way."""
+    unfused, fused = pair()
+    attn = fused.layers[0].attn
+    attn.fuse_min_tokens = None
+    assert not attn._fusion_applies(torch.zeros(2, 39, 32)) and attn._fusion_applies(torch.zeros(2, 40, 32))
+    for layer in fused.layers:
+        layer.attn.fuse_min_tokens = None
+    t = tokens(32)
+    with torch.no_grad():
+        assert_fp32_close(fused(t[:, :30]), unfused(t[:, :30]), "below the threshold")
+        assert_fp32_close(fused(t), unfused(t), "above the threshold")
+
+
+@pytest.mark.parametrize("n_kv", [None, 2])
+def test_kv_cache_path_with_fusion(n_kv):
+    unfused, fused = pair(n_kv_heads=n_kv)
+    t = tokens(20)
+    with torch.no_grad():
+        full = unfused(t)
+        cache = KVCache.for_model(fused)
+        parts = [fused(t[:, :7], cache), fused(t[:, 7:11], cache)]
+        parts += [fused(t[:, i : i + 1], cache) for i in range(11, 20)]
+    assert cache.pos == 20
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, **FP32)
+
+
+def test_bf16_autocast_runs_and_stays_close():
+    unfused, fused = pair()
+    t = tokens()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_u, out_f = unfused(t).float(), fused(t).float()
+    assert torch.isfinite(out_f).all()
+    torch.testing.assert_close(out_f, out_u, rtol=0.05, atol=0.1)
+
+
+def test_diagnostics_hooks_see_the_same_query():
+    """Diagnostics hook the query module: with fusion it is still called on X and returns Q."""
+    unfused, fused = pair()
+    t = tokens()
+    du, df = query_diagnostics(unfused, t), query_diagnostics(fused, t)
+    assert du.keys() == df.keys() and du
+    for key in du:
+        assert df[key] == pytest.approx(du[key], rel=1e-5, abs=1e-6), key
+
+
+def test_swapped_linear_falls_back_to_the_unfused_path():
+    """A K,V module that is not a plain nn.Linear (float8 swaps it) must keep its own forward."""
+
+    class CountingLinear(nn.Linear):
+        calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            CountingLinear.calls += 1
+            return super().forward(x)
+
+    unfused, fused = pair()
+    for layer in fused.layers:
+        old = layer.attn.kv
+        layer.attn.kv = CountingLinear(old.in_features, old.out_features, bias=False)
+        layer.attn.kv.weight = old.weight
+    t = tokens()
+    torch.testing.assert_close(fused(t), unfused(t), **FP32)
+    assert CountingLinear.calls == len(fused.layers)
+
+
+@pytest.mark.parametrize("qtype", ["linear", "identity", "residual"])
+def test_fuse_kv_on_other_query_types_is_a_config_error(qtype):
+    with pytest.raises(ConfigError, match="model.query.fuse_kv") as err:
+        ModelArgs(dim=32, n_heads=4, query=Query(type=qtype, fuse_kv=True))
+    assert qtype in str(err.value) and "residual_mlp" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fuse_kv_with_layer_input_norm_is_a_config_error():
+    with pytest.raises(ConfigError, match="model.query.fuse_kv") as err:
+        build_model_args(Model(query=Query(type="residual_mlp", input_norm="layer", fuse_kv=True)), 320)
+    assert "input_norm" in str(err.value) and "'layer'" in str(err.value)
+
+
+def test_fuse_kv_from_the_command_line():
+    """The option as users set it; layer/rms output norms are both fine (only the input norm matters)."""
+    for output_norm in ("layer", "rms", "none"):
+        cfg = load_job_config(["--model.query.type=residual_mlp", "--model.query.fuse_kv",
+                               f"--model.query.output_norm={output_norm}"])
+        args = build_model_args(cfg.model, 320)
+        assert args.query.fuse_kv
+        # Same parameter count as unfused: the fusion adds no parameter.
+        assert args.num_params() == build_model_args(replace(cfg.model, query=replace(cfg.model.query, fuse_kv=False)), 320).num_params()

@@ -1,0 +1,326 @@
+"""Time full training steps of a config, or of several variants of it interleaved in one process.
+
+    python scripts/bench.py CONFIG [--section.key=value ...] [--steps N] [--warmup N] [--json OUT]
+                            [--autocast config|bf16|fp32] [--real-data] [--compare "label: --k=v --k2=v2" ...]
+
+Each variant is a real :class:`~torchnlq.train.trainer.Trainer` built from the config
+(plus the variant's overrides), and a timed step is ``Trainer.train_step()``: the LR
+update, every micro-batch's read, forward and backward, clipping, the optimizer step,
+exactly what a run executes. Checkpoints, validation and TensorBoard are switched off,
+the run folder is a temporary directory, and the data is a random-token corpus for
+the config's tokenizer (``--real-data`` reads ``data.path`` instead).
+
+After ``--warmup`` steps per variant (compilation, optimizer state), ``--steps`` timed
+steps run round-robin over the variants (see :func:`torchnlq.tools.timing.interleave`);
+figures are medians. One more step per variant measures peak memory: the CUDA
+allocator's peak on GPU; on CPU every allocation during the step, recorded by the
+profiler (:func:`torchnlq.parallel.bench.measure_allocations`), since process RSS
+never shrinks and is shared by all variants. Both add the variant's parameters and
+optimizer state, which exist before the step. The data column is the time spent in
+``read_batch`` plus the host-to-device copy, as a share of the step.
+
+``--autocast`` overrides the trainer's choice (bf16 autocast on CUDA per
+``training.mixed_precision``, none on CPU): ``bf16`` autocasts on any device (CPU
+included), ``fp32`` never. It may also appear inside a ``--compare`` spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import torchnlq.train.trainer as trainer_module
+from torchnlq.config.manager import load_job_config
+from torchnlq.data import token_format as fmt
+from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
+from torchnlq.errors import UserError
+from torchnlq.parallel.bench import measure_allocations
+from torchnlq.tools.bench_args import BenchOptions, parse_variant, split_bench_args
+from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+from torchnlq.train.metrics import peak_tflops
+
+# Overrides every benchmark run gets after the user's: no files worth keeping, nothing but steps.
+BENCH_OVERRIDES = [
+    "--checkpoint.enabled=false", "--checkpoint.initial_load_path=none", "--validation.enabled=false",
+    "--validation.sequences=1", "--metrics.tensorboard=false", "--metrics.query_diagnostics_interval=0",
+]
+RANDOM_CORPUS_TOKENS = {"train": 4_000_000, "val": 100_000}
+
+
+@dataclass
+class VariantResult:
+    """One variant's figures: times in ms, memory in MiB, shares and ratios as fractions."""
+
+    label: str
+    overrides: list[str]
+    device: str
+    compile: bool
+    precision: str
+    tokens_per_step: int
+    flops_per_token: int
+    step_ms: float
+    step_ms_all: list[float]
+    tokens_per_s: float
+    tflops: float
+    mfu: float | None
+    peak_memory_mib: float
+    data_ms: float
+    data_share: float
+    step_time_ratio: float = 1.0
+
+
+def write_random_corpus(folder: Path, tokenizer: str) -> Path:
+    """A data folder of uniformly random tokens for ``tokenizer`` (what the model sees is irrelevant for speed)."""
+    vocab = BASE_VOCAB_SIZE[tokenizer]
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    temps = {}
+    for split, n in RANDOM_CORPUS_TOKENS.items():
+        temps[split] = fmt.temp_name(fmt.split_file(folder, split))
+        fmt.write_tokens(temps[split], n, [rng.integers(0, vocab, n, dtype=np.uint16)])
+    info = {"name": tokenizer, "vocab_size": vocab, "eot_id": vocab - 1}
+    fmt.commit(folder, temps, fmt.make_meta(info, RANDOM_CORPUS_TOKENS, {s: 1 for s in temps}, {"kind": "bench"}))
+    return folder
+
+
+class ReadTimer:
+    """Times ``read_batch`` and the host-to-device copy inside ``Trainer.train_step``.
+
+    Installed by replacing the trainer module's ``read_batch`` (looked up at call
+    time), so the trainer itself is unchanged. The wrapper also does the copy, timed
+    with CUDA events on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.device = torch.device("cpu")
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def start(self, device: torch.device) -> None:
+        self.seconds, self.device, self._events = 0.0, device, []
+
+    def total(self) -> float:
+        """Seconds of reading and copying since :meth:`start` (call after the step has synchronized)."""
+        return self.seconds + sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        original = trainer_module.read_batch
+
+        def timed_read_batch(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            t0 = time.perf_counter()
+            x, y = original(*args, **kwargs)
+            self.seconds += time.perf_counter() - t0
+            if self.device.type != "cuda":
+                return x, y
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            end.record()
+            self._events.append((begin, end))
+            return x, y
+
+        trainer_module.read_batch = timed_read_batch
+        try:
+            yield
+        finally:
+            trainer_module.read_batch = original
+
+
+def _tensor_bytes(tensors: Any) -> int:
+    """Bytes held by tensors, counting a tensor subclass (torchao's 8-bit states) by its inner tensors."""
+    total = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if hasattr(t, "__tensor_flatten__") and type(t) is not torch.nn.Parameter:
+            names, _ = t.__tensor_flatten__()
+            total += _tensor_bytes(getattr(t, name) for name in names)
+        else:
+            total += t.numel() * t.element_size()
+    return total
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 for the duration: kineto prints profiler_start/stop lines there
+    at a level no environment variable lowers. Python exceptions still surface (after restoring)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _quiet_trainer_logs() -> None:
+    """Keep only warnings of the ``torchnlq`` logger, on stderr: the benchmark prints one table."""
+    logger = logging.getLogger("torchnlq")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+
+
+class Variant:
+    """One configuration under test: its own Trainer and its timings."""
+
+    def __init__(self, label: str, config_args: list[str], overrides: list[str], autocast: str, opts: BenchOptions,
+                 workdir: Path, reads: ReadTimer, index: int) -> None:
+        self.label, self.overrides, self.reads = label, overrides, reads
+        total_steps = opts.warmup + opts.steps + 1  # + 1: the memory measurement
+        run_args = [f"--job.dump_folder={workdir / 'runs'}", f"--job.name=v{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}",
+                    f"--training.steps={total_steps}", *BENCH_OVERRIDES]
+        cfg = load_job_config([*config_args, *overrides, *run_args])
+        if not opts.real_data:
+            folder = workdir / f"data-{cfg.data.tokenizer}"
+            if not fmt.is_complete(folder):
+                write_random_corpus(folder, cfg.data.tokenizer)
+            cfg.data.path, cfg.data.synthetic = str(folder), False
+        # The trainer logs a header line on construction; the benchmark prints only its table.
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.trainer = trainer_module.Trainer(cfg)
+        _quiet_trainer_logs()
+        device = self.trainer.device
+        if autocast == "bf16":
+            self.trainer.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+        elif autocast == "fp32":
+            self.trainer.autocast = contextlib.nullcontext
+        self.precision = "fp32" if self.trainer.autocast is contextlib.nullcontext else "bf16 autocast"
+        self.cfg, self.timer = cfg, DeviceTimer(device)
+        self.times: list[float] = []
+        self.data_times: list[float] = []
+
+    def step(self) -> None:
+        """One untimed training step (warm-up)."""
+        self.reads.start(self.trainer.device)
+        self.trainer.train_step()
+
+    def timed_step(self) -> float:
+        """One timed training step; records its time and its data-loading time."""
+        self.reads.start(self.trainer.device)
+        seconds = self.timer.time(self.trainer.train_step)
+        self.times.append(seconds)
+        self.data_times.append(self.reads.total())
+        return seconds
+
+    def peak_memory_bytes(self) -> int:
+        """Parameters + optimizer state + the peak allocated above them during one more step."""
+        trainer, device = self.trainer, self.trainer.device
+        static = _tensor_bytes(trainer.model.parameters())
+        static += _tensor_bytes(v for state in trainer.optimizer.state.values() for v in state.values())
+        if device.type == "cuda":
+            self.timer.synchronize()
+            base = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            self.step()
+            self.timer.synchronize()
+            return static + torch.cuda.max_memory_allocated(device) - base
+        with _quiet_native_stderr():
+            _, _, peak = measure_allocations(self.step)
+        return static + peak
+
+    def result(self) -> VariantResult:
+        trainer = self.trainer
+        step_s = median(self.times)
+        data_s = median(self.data_times)
+        tokens_per_s = trainer.tokens_per_step / step_s
+        fpt = trainer.model_args.flops_per_token(self.cfg.training.seq_len)
+        tflops = fpt * tokens_per_s / 1e12
+        peak = peak_tflops(trainer.device, self.cfg.metrics.peak_tflops)
+        return VariantResult(
+            label=self.label, overrides=self.overrides, device=trainer.device.type, compile=self.cfg.training.compile,
+            precision=self.precision, tokens_per_step=trainer.tokens_per_step, flops_per_token=fpt,
+            step_ms=1000 * step_s, step_ms_all=[1000 * t for t in self.times], tokens_per_s=tokens_per_s,
+            tflops=tflops, mfu=tflops / peak if peak else None, peak_memory_mib=self.peak_memory_bytes() / 2**20,
+            data_ms=1000 * data_s, data_share=data_s / step_s,
+        )
+
+    def close(self) -> None:
+        self.trainer.checkpointer.close()
+        self.trainer.metrics.close()
+
+
+def run_bench(config_args: list[str], opts: BenchOptions) -> tuple[list[VariantResult], dict[str, Any]]:
+    """Build every variant, warm each up, time them interleaved; (results in order, machine info)."""
+    specs = [parse_variant(spec, opts.autocast) for spec in opts.compare] or [("base", [], opts.autocast)]
+    labels = [label for label, _, _ in specs]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--compare labels must differ, got {', '.join(labels)}")
+    reads = ReadTimer()
+    # Every variant's blocks share one code object; allow one compiled graph per variant at least.
+    limit = max(torch._dynamo.config.recompile_limit, 8 * len(specs))
+    with tempfile.TemporaryDirectory(prefix="torchnlq-bench-") as tmp, reads.installed(), \
+            torch._dynamo.config.patch(recompile_limit=limit):
+        variants: list[Variant] = []
+        try:
+            for index, (label, args, autocast) in enumerate(specs):
+                variants.append(Variant(label, config_args, args, autocast, opts, Path(tmp), reads, index))
+            info = machine_info(variants[0].trainer.device)
+            for variant in variants:
+                for _ in range(opts.warmup):
+                    variant.step()
+            interleave([v.timed_step for v in variants], opts.steps)
+            results = [v.result() for v in variants]
+        finally:
+            for variant in variants:
+                variant.close()
+    info["load_avg_1m_end"] = machine_info(torch.device("cpu"))["load_avg_1m"]
+    for r in results:
+        r.step_time_ratio = r.step_ms / results[0].step_ms
+    return results, info
+
+
+def format_results(results: list[VariantResult], info: dict[str, Any], config_args: list[str],
+                   opts: BenchOptions) -> str:
+    """Two comment lines (what was run, on what machine) and the Markdown table."""
+    end_load = info.get("load_avg_1m_end")
+    rows = [
+        [r.label, r.precision, "on" if r.compile else "off", f"{r.tokens_per_step:,}", f"{r.tokens_per_s:,.0f}",
+         f"{r.step_ms:.1f}", f"{r.tflops:.3f}", f"{100 * r.mfu:.1f}%" if r.mfu is not None else "–",
+         f"{r.peak_memory_mib:,.1f}", f"{100 * r.data_share:.2g}%", f"{r.step_time_ratio:.3f}×"]
+        for r in results
+    ]
+    headers = ["variant", "precision", "compile", "tokens/step", "tokens/s", "step (ms)", "TFLOP/s", "MFU",
+               "peak mem (MiB)", "data (%)", "step vs first"]
+    return "\n".join([
+        f"# bench {' '.join(config_args) or '(defaults)'}: median of {opts.steps} steps after {opts.warmup} warm-up, "
+        f"{len(results)} variant(s) interleaved",
+        f"# {describe_machine(info)}" + (f" -> {end_load:.2f} at the end" if end_load is not None else ""),
+        markdown_table(headers, rows, right=[False, False, False] + [True] * 8),
+    ])
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of scripts/bench.py (wrapped by :func:`torchnlq.cli.run_cli`)."""
+    opts, config_args = split_bench_args(argv)
+    if opts.help:
+        print(__doc__)
+        return 0
+    results, info = run_bench(config_args, opts)
+    print(format_results(results, info, config_args, opts))
+    if opts.json:
+        payload = {"config_args": config_args, "options": asdict(opts), "machine": info,
+                   "variants": [asdict(r) for r in results]}
+        Path(opts.json).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0

@@ -1,0 +1,144 @@
+"""Micro-benchmark of one attention block (query, K,V, SDPA, out-projection) per query type.
+
+The block alone isolates what the query type changes: in a whole training step the
+MLP, the LM head and the optimizer dilute it. Every variant gets the same input
+``[batch, seq, dim]`` and its own seeded :class:`~torchnlq.models.gpt.Attention`;
+"fwd" is a forward with autograd recording (as in training), "fwd+bwd" adds the
+backward to the parameters and the input. Timings are medians over rounds that run
+the variants round-robin (:func:`torchnlq.tools.timing.interleave`). The fused row
+always takes the fused path, even with fewer tokens than a model would fuse at
+(``Attention.fuse_min_tokens``), so it shows where fusing pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from torchnlq.config.job_config import Query
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import Attention
+from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+
+# The five arrangements compared (label -> query config); the first is the reference of the ratios.
+VARIANTS: dict[str, Query] = {
+    "linear": Query(type="linear"),
+    "identity": Query(type="identity"),
+    "residual": Query(type="residual"),
+    "residual_mlp": Query(type="residual_mlp"),
+    "residual_mlp fused": Query(type="residual_mlp", fuse_kv=True),
+}
+
+
+@dataclass
+class AttentionResult:
+    """Median times (ms) of one variant and its parameter count."""
+
+    label: str
+    params: int
+    fwd_ms: float
+    fwd_bwd_ms: float
+
+
+class _Case:
+    """One variant: its attention module, input, RoPE tables and timings."""
+
+    def __init__(self, label: str, query: Query, opts: argparse.Namespace, device: torch.device) -> None:
+        args = ModelArgs(n_layers=1, dim=opts.dim, n_heads=opts.heads, n_kv_heads=opts.kv_heads, vocab_size=64,
+                         max_seq_len=opts.seq, positions="rope" if opts.rope else "learned", query=query)
+        torch.manual_seed(0)
+        with torch.device(device):
+            self.attn = Attention(args)
+            self.attn.init_weights(args.init_std, args.init_std)
+            # The fused row measures the fused path at this shape even below the model's own
+            # threshold (2·kv_dim + r tokens, 1920 at gpt_small), where a model would run unfused.
+            self.attn.fuse_min_tokens = 0
+            self.x = torch.randn(opts.batch, opts.seq, opts.dim, requires_grad=True)
+            self.rope = None
+            if opts.rope:
+                from torchnlq.models.rope import RotaryEmbedding
+
+                self.rope = RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta)(opts.seq)
+        self.fn: Callable[..., torch.Tensor] = torch.compile(self.attn) if opts.compile else self.attn
+        self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if opts.autocast == "bf16" \
+            else contextlib.nullcontext
+        self.label, self.timer = label, DeviceTimer(device)
+        self.params = sum(p.numel() for p in self.attn.parameters())
+        self.fwd: list[float] = []
+        self.fwd_bwd: list[float] = []
+
+    def forward(self) -> torch.Tensor:
+        with self.autocast():
+            return self.fn(self.x, self.rope)
+
+    def forward_backward(self) -> None:
+        self.forward().float().square().mean().backward()
+        self.attn.zero_grad(set_to_none=True)
+        self.x.grad = None
+
+    def time_forward(self) -> float:
+        seconds = self.timer.time(self.forward)
+        self.fwd.append(seconds)
+        return seconds
+
+    def time_forward_backward(self) -> float:
+        seconds = self.timer.time(self.forward_backward)
+        self.fwd_bwd.append(seconds)
+        return seconds
+
+
+def run_attention_bench(opts: argparse.Namespace, device: torch.device) -> list[AttentionResult]:
+    """Warm up every variant (compiling if asked), then time fwd and fwd+bwd interleaved."""
+    cases = [_Case(label, query, opts, device) for label, query in VARIANTS.items()]
+    for case in cases:
+        for _ in range(opts.warmup):
+            case.forward_backward()
+    interleave([c.time_forward for c in cases], opts.steps)
+    interleave([c.time_forward_backward for c in cases], opts.steps)
+    return [AttentionResult(c.label, c.params, 1000 * median(c.fwd), 1000 * median(c.fwd_bwd)) for c in cases]
+
+
+def format_attention_results(results: list[AttentionResult], opts: argparse.Namespace, info: dict) -> str:
+    """Two comment lines and one Markdown table; ratios are to the first row (linear)."""
+    ref = results[0]
+    rows = [[r.label, f"{r.params:,}", f"{r.fwd_ms:.2f}", f"{r.fwd_ms / ref.fwd_ms:.3f}×", f"{r.fwd_bwd_ms:.2f}",
+             f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.3f}×"] for r in results]
+    kv = opts.kv_heads or opts.heads
+    return "\n".join([
+        f"# attention block: d={opts.dim}, {opts.heads} heads / {kv} kv heads, {'RoPE' if opts.rope else 'no RoPE'}, "
+        f"input {opts.batch} x {opts.seq}, {'bf16 autocast' if opts.autocast == 'bf16' else 'fp32'}, "
+        f"{'compiled' if opts.compile else 'eager'}; median of {opts.steps} interleaved rounds after {opts.warmup} warm-up",
+        f"# {describe_machine(info)}",
+        markdown_table(["query", "params", "fwd (ms)", "fwd vs linear", "fwd+bwd (ms)", "fwd+bwd vs linear"], rows,
+                       right=[False] + [True] * 5),
+    ])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Time one attention block per query type (fwd, fwd+bwd).")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--kv-heads", type=int, default=None, help="GQA/MQA key/value heads (default: heads)")
+    parser.add_argument("--rope", action="store_true", help="rotary positions (default: none, as GPT-2)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="torch.compile each attention module")
+    parser.add_argument("--autocast", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of scripts/bench_attention.py."""
+    opts = build_parser().parse_args(argv)
+    want_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if want_cuda else "cpu")
+    info = machine_info(device)
+    print(format_attention_results(run_attention_bench(opts, device), opts, info))
+    return 0

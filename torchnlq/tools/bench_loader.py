@@ -1,0 +1,117 @@
+"""Throughput of the training data loader alone: ``read_batch`` on a large uint16 memmap.
+
+``read_batch`` gathers ``micro_batch`` random windows of ``seq_len + 1`` tokens with
+one fancy-indexing read of the memmap (numpy touches only those pages) and
+converts them to int64 tensors. Offsets are random, as the pre-drawn batch schedule's
+are. Two cache states are measured: *warm* (the file's pages in the OS page cache,
+as after the first epoch or with a file smaller than RAM) and *cold* (the file's
+pages evicted with ``posix_fadvise(DONTNEED)`` before every read, so each window
+comes from the disk: the worst case of a corpus much larger than RAM). Eviction
+touches only this file's pages, never other processes' caches. A page fault on a
+mapping reads ``read_ahead_kb`` around the page (8 MiB on some VMs, for a 2 KiB
+window), so the cold case is also measured with ``madvise(MADV_RANDOM)``, which
+turns that readahead off for the mapping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import TokenFile, read_batch
+from torchnlq.tools.timing import describe_machine, machine_info, markdown_table, median
+
+CHUNK = 64 * 2**20  # tokens per write while creating a random file (128 MiB)
+
+
+def write_random_tokens(path: Path, tokens: int, vocab: int = 50257) -> Path:
+    """A file of ``tokens`` uniformly random uint16 ids below ``vocab``, written in chunks."""
+    rng = np.random.default_rng(0)
+    with open(path, "wb") as f:
+        for start in range(0, tokens, CHUNK):
+            f.write(rng.integers(0, vocab, min(CHUNK, tokens - start), dtype=fmt.DTYPE).tobytes())
+        # Written back to disk now: the page cache cannot evict dirty pages, so "cold" would stay warm.
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def _evict(path: Path) -> None:
+    """Drop this file's pages from the page cache (Linux; a no-op where fadvise is missing)."""
+    if hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+MODES = ("warm", "cold", "cold + MADV_RANDOM")
+
+
+def _advise_random(tokens: TokenFile) -> None:
+    """Tell the kernel this mapping is read at random: page faults then read no readahead window."""
+    mapping = getattr(tokens.tokens, "_mmap", None)
+    if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
+        mapping.madvise(mmap.MADV_RANDOM)
+
+
+def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str) -> list[float]:
+    """Seconds of each of ``iters`` ``read_batch`` calls at random offsets, in one of :data:`MODES`.
+
+    warm: each micro-batch is read once untimed, then timed (its pages are cached).
+    cold: the file is unmapped, its pages evicted and the file mapped again before each
+    timed read (mapped pages cannot be evicted). Neither preparation is timed.
+    """
+    tokens = TokenFile(path)
+    gen = torch.Generator().manual_seed(0)
+    offsets = torch.randint(len(tokens) - seq_len, (iters, micro_batch), generator=gen)
+    times = []
+    for row in offsets:
+        if mode == "warm":
+            read_batch(tokens, row, seq_len)
+        else:
+            del tokens
+            _evict(path)
+            tokens = TokenFile(path)
+            if mode == "cold + MADV_RANDOM":
+                _advise_random(tokens)
+        start = time.perf_counter()
+        read_batch(tokens, row, seq_len)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of scripts/bench_loader.py: one table, warm and cold, per micro-batch shape."""
+    parser = argparse.ArgumentParser(description="Time read_batch on a large token memmap.")
+    parser.add_argument("--file", help="an existing train.bin (default: a random file in a temporary folder)")
+    parser.add_argument("--tokens", type=float, default=1e9, help="size of the random file in tokens (2 bytes each)")
+    parser.add_argument("--shapes", default="12x1024,1x1024", help="micro-batch x seq_len pairs, comma-separated")
+    parser.add_argument("--iters", type=int, default=200)
+    opts = parser.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="torchnlq-loader-") as tmp:
+        path = Path(opts.file) if opts.file else write_random_tokens(Path(tmp) / "train.bin", int(opts.tokens))
+        rows = []
+        for micro_batch, seq_len in shapes:
+            for mode in MODES:
+                times = time_reads(path, micro_batch, seq_len, opts.iters, mode)
+                ms = 1000 * median(times)
+                rows.append([f"{micro_batch} x {seq_len}", mode, f"{ms:.3f}",
+                             f"{1000 * max(times):.3f}", f"{micro_batch * seq_len / median(times) / 1e6:,.1f}"])
+        size = len(TokenFile(path))
+        print(f"# read_batch on {path.name}: {size:,} tokens ({2 * size / 2**30:.2f} GiB), "
+              f"median of {opts.iters} random micro-batches")
+        print(f"# {describe_machine(machine_info(torch.device('cpu')))}")
+        print(markdown_table(["micro-batch", "page cache", "median (ms)", "max (ms)", "M tokens/s"], rows,
+                             right=[False, False, True, True, True]))
+    return 0

@@ -1,0 +1,116 @@
+"""Timing helpers shared by the benchmarks (scripts/bench.py, bench_attention.py, bench_loader.py).
+
+- :class:`DeviceTimer`: the duration of a callable on the device that runs it. On
+  CUDA, events recorded around the work give the GPU-timeline duration (the host
+  may run ahead; the synchronize at the end only fetches the result). On the CPU,
+  the wall clock.
+- :func:`interleave`: time several variants round-robin, so that a load change on
+  a shared machine (other jobs, thermal drift) affects every variant alike; the
+  order is rotated every round so no variant always runs right after the same one.
+- :func:`machine_info`: what a reader of a table needs to judge it (device, threads,
+  load average when measured).
+- :func:`markdown_table`.
+
+Allocation (peak memory) measurement is not here: it is
+:func:`torchnlq.parallel.bench.measure_allocations`, reused by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+class DeviceTimer:
+    """Seconds taken by ``fn()`` on ``device``: CUDA events on GPU, ``perf_counter`` on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op on the CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        """Run ``fn`` once and return its duration in seconds (earlier queued work is excluded)."""
+        if self.device.type != "cuda":
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        self.synchronize()
+        start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start_event.record()
+        fn()
+        end_event.record()
+        end_event.synchronize()
+        return start_event.elapsed_time(end_event) / 1000.0
+
+
+def interleave(runs: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+    """Call every run once per round, round-robin, rotating the start; returns each run's results.
+
+    Each callable performs one timed unit of work and returns its duration.
+    """
+    results: list[list[float]] = [[] for _ in runs]
+    n = len(runs)
+    for r in range(rounds):
+        for k in range(n):
+            i = (r + k) % n
+            results[i].append(runs[i]())
+    return results
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (robust to the occasional step disturbed by another process)."""
+    return statistics.median(values)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    """Device name, torch version, CPU threads and the 1-minute load average at call time."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "device": device.type,
+        "device_name": name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": load,
+    }
+
+
+def describe_machine(info: dict[str, Any]) -> str:
+    """One line from :func:`machine_info` (the load average says how shared the machine was)."""
+    load = f", load avg {info['load_avg_1m']:.2f}" if info.get("load_avg_1m") is not None else ""
+    return (
+        f"{info['device']} ({info['device_name']}), torch {info['torch']}, "
+        f"{info['threads']} threads / {info['cpus']} CPUs{load}"
+    )
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> str:
+    """A Markdown table; ``right[i]`` right-aligns column i (numbers)."""
+    right = right if right is not None else [False] * len(headers)
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---:" if r else "---" for r in right) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
