@@ -124,6 +124,17 @@ def test_bf16_autocast_runs_and_stays_close():
     torch.testing.assert_close(out_f, out_u, rtol=0.05, atol=0.1)
 
 
+def test_bf16_parameters_match_the_fp32_model():
+    """bf16 weights and activations (FSDP's param_dtype), no autocast: the fused model in bf16 is
+    about as far from the fp32 model as the unfused one in bf16 (no extra rounding on the fused path)."""
+    unfused, fused = pair()
+    t = tokens()
+    reference = unfused(t)
+    err_u = (unfused.to(torch.bfloat16)(t).float() - reference).abs().max()
+    err_f = (fused.to(torch.bfloat16)(t).float() - reference).abs().max()
+    assert torch.isfinite(err_f) and err_f <= 2 * err_u + 1e-3 * reference.abs().max()
+
+
 def test_diagnostics_hooks_see_the_same_query():
     """Diagnostics hook the query module: with fusion it is still called on X and returns Q."""
     unfused, fused = pair()

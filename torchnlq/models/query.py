@@ -312,7 +312,8 @@ class ResidualMLPQuery(QueryProjection):
             # RMSNorm's per-token 1/rms(X) = 1/sqrt(mean(X²) + eps), applied to r columns instead of d.
             # mean(X²) as ‖X‖²/d: one reduction kernel, no [B, T, d] temporary for X² (eager CPU/GPU).
             eps = self.input_norm.eps if self.input_norm.eps is not None else torch.finfo(x.dtype).eps
-            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+            # At least fp32 (as RMSNorm computes internally), also for bf16 activations under FSDP.
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.promote_types(x.dtype, torch.float32))
             inv_rms = torch.rsqrt(norm.square() / x.shape[-1] + eps)
             # Back to the matmul's dtype (bf16 under autocast), as the unfused W1 output would be.
             return (fused * inv_rms).to(fused.dtype)

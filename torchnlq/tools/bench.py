@@ -12,7 +12,9 @@ the config's tokenizer (``--real-data`` reads ``data.path`` instead).
 
 After ``--warmup`` steps per variant (compilation, optimizer state), ``--steps`` timed
 steps run round-robin over the variants (see :func:`torchnlq.tools.timing.interleave`);
-figures are medians. One more step per variant measures peak memory: the CUDA
+figures are medians, and the ratio to the first variant is the median over rounds of
+the per-round ratio (paired: both steps of a ratio ran back to back). One more step
+per variant measures peak memory: the CUDA
 allocator's peak on GPU; on CPU every allocation during the step, recorded by the
 profiler (:func:`torchnlq.parallel.bench.measure_allocations`), since process RSS
 never shrinks and is shared by all variants. Both add the variant's parameters and
@@ -29,27 +31,27 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
-import os
 import re
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import torchnlq.train.trainer as trainer_module
 from torchnlq.config.manager import load_job_config
 from torchnlq.data import token_format as fmt
-from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
 from torchnlq.errors import UserError
 from torchnlq.parallel.bench import measure_allocations
 from torchnlq.tools.bench_args import BenchOptions, parse_variant, split_bench_args
+from torchnlq.tools.bench_support import (
+    ReadTimer,
+    quiet_native_stderr,
+    quiet_trainer_logs,
+    tensor_bytes,
+    write_random_corpus,
+)
 from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 from torchnlq.train.metrics import peak_tflops
 
@@ -58,7 +60,6 @@ BENCH_OVERRIDES = [
     "--checkpoint.enabled=false", "--checkpoint.initial_load_path=none", "--validation.enabled=false",
     "--validation.sequences=1", "--metrics.tensorboard=false", "--metrics.query_diagnostics_interval=0",
 ]
-RANDOM_CORPUS_TOKENS = {"train": 4_000_000, "val": 100_000}
 
 
 @dataclass
@@ -83,105 +84,6 @@ class VariantResult:
     step_time_ratio: float = 1.0
 
 
-def write_random_corpus(folder: Path, tokenizer: str) -> Path:
-    """A data folder of uniformly random tokens for ``tokenizer`` (what the model sees is irrelevant for speed)."""
-    vocab = BASE_VOCAB_SIZE[tokenizer]
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    temps = {}
-    for split, n in RANDOM_CORPUS_TOKENS.items():
-        temps[split] = fmt.temp_name(fmt.split_file(folder, split))
-        fmt.write_tokens(temps[split], n, [rng.integers(0, vocab, n, dtype=np.uint16)])
-    info = {"name": tokenizer, "vocab_size": vocab, "eot_id": vocab - 1}
-    fmt.commit(folder, temps, fmt.make_meta(info, RANDOM_CORPUS_TOKENS, {s: 1 for s in temps}, {"kind": "bench"}))
-    return folder
-
-
-class ReadTimer:
-    """Times ``read_batch`` and the host-to-device copy inside ``Trainer.train_step``.
-
-    Installed by replacing the trainer module's ``read_batch`` (looked up at call
-    time), so the trainer itself is unchanged. The wrapper also does the copy, timed
-    with CUDA events on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
-    """
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.device = torch.device("cpu")
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-
-    def start(self, device: torch.device) -> None:
-        self.seconds, self.device, self._events = 0.0, device, []
-
-    def total(self) -> float:
-        """Seconds of reading and copying since :meth:`start` (call after the step has synchronized)."""
-        return self.seconds + sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        original = trainer_module.read_batch
-
-        def timed_read_batch(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            t0 = time.perf_counter()
-            x, y = original(*args, **kwargs)
-            self.seconds += time.perf_counter() - t0
-            if self.device.type != "cuda":
-                return x, y
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            end.record()
-            self._events.append((begin, end))
-            return x, y
-
-        trainer_module.read_batch = timed_read_batch
-        try:
-            yield
-        finally:
-            trainer_module.read_batch = original
-
-
-def _tensor_bytes(tensors: Any) -> int:
-    """Bytes held by tensors, counting a tensor subclass (torchao's 8-bit states) by its inner tensors."""
-    total = 0
-    for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            continue
-        if hasattr(t, "__tensor_flatten__") and type(t) is not torch.nn.Parameter:
-            names, _ = t.__tensor_flatten__()
-            total += _tensor_bytes(getattr(t, name) for name in names)
-        else:
-            total += t.numel() * t.element_size()
-    return total
-
-
-@contextlib.contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
-    """Silence file descriptor 2 for the duration: kineto prints profiler_start/stop lines there
-    at a level no environment variable lowers. Python exceptions still surface (after restoring)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _quiet_trainer_logs() -> None:
-    """Keep only warnings of the ``torchnlq`` logger, on stderr: the benchmark prints one table."""
-    logger = logging.getLogger("torchnlq")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        handler.close()
-    handler = logging.StreamHandler()
-    handler.setLevel(logging.WARNING)
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-
-
 class Variant:
     """One configuration under test: its own Trainer and its timings."""
 
@@ -200,7 +102,7 @@ class Variant:
         # The trainer logs a header line on construction; the benchmark prints only its table.
         with contextlib.redirect_stdout(io.StringIO()):
             self.trainer = trainer_module.Trainer(cfg)
-        _quiet_trainer_logs()
+        quiet_trainer_logs()
         device = self.trainer.device
         if autocast == "bf16":
             self.trainer.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16)
@@ -227,8 +129,8 @@ class Variant:
     def peak_memory_bytes(self) -> int:
         """Parameters + optimizer state + the peak allocated above them during one more step."""
         trainer, device = self.trainer, self.trainer.device
-        static = _tensor_bytes(trainer.model.parameters())
-        static += _tensor_bytes(v for state in trainer.optimizer.state.values() for v in state.values())
+        static = tensor_bytes(trainer.model.parameters())
+        static += tensor_bytes(v for state in trainer.optimizer.state.values() for v in state.values())
         if device.type == "cuda":
             self.timer.synchronize()
             base = torch.cuda.memory_allocated(device)
@@ -236,7 +138,7 @@ class Variant:
             self.step()
             self.timer.synchronize()
             return static + torch.cuda.max_memory_allocated(device) - base
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             _, _, peak = measure_allocations(self.step)
         return static + peak
 
@@ -287,7 +189,9 @@ def run_bench(config_args: list[str], opts: BenchOptions) -> tuple[list[VariantR
                 variant.close()
     info["load_avg_1m_end"] = machine_info(torch.device("cpu"))["load_avg_1m"]
     for r in results:
-        r.step_time_ratio = r.step_ms / results[0].step_ms
+        # Paired: within a round the variants ran back to back under the same load, so the
+        # median of the per-round ratios is steadier than the ratio of the medians.
+        r.step_time_ratio = median([a / b for a, b in zip(r.step_ms_all, results[0].step_ms_all)])
     return results, info
 
 

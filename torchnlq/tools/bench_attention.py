@@ -24,7 +24,7 @@ from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import Attention
 from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 
-# The five arrangements compared (label -> query config); the first is the reference of the ratios.
+# The arrangements compared (label -> query config); the first is the reference of the ratios.
 VARIANTS: dict[str, Query] = {
     "linear": Query(type="linear"),
     "identity": Query(type="identity"),

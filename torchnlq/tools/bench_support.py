@@ -1,0 +1,123 @@
+"""Pieces of the training-step benchmark (torchnlq/tools/bench.py) that are not about timing:
+a random-token corpus, the data-loading timer, memory accounting of tensor subclasses,
+and keeping the trainer's and the profiler's output out of the benchmark's table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import torchnlq.train.trainer as trainer_module
+from torchnlq.data import token_format as fmt
+from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
+
+RANDOM_CORPUS_TOKENS = {"train": 4_000_000, "val": 100_000}
+
+
+def write_random_corpus(folder: Path, tokenizer: str) -> Path:
+    """A data folder of uniformly random tokens for ``tokenizer`` (what the model sees is irrelevant for speed)."""
+    vocab = BASE_VOCAB_SIZE[tokenizer]
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    temps = {}
+    for split, n in RANDOM_CORPUS_TOKENS.items():
+        temps[split] = fmt.temp_name(fmt.split_file(folder, split))
+        fmt.write_tokens(temps[split], n, [rng.integers(0, vocab, n, dtype=np.uint16)])
+    info = {"name": tokenizer, "vocab_size": vocab, "eot_id": vocab - 1}
+    fmt.commit(folder, temps, fmt.make_meta(info, RANDOM_CORPUS_TOKENS, {s: 1 for s in temps}, {"kind": "bench"}))
+    return folder
+
+
+class ReadTimer:
+    """Times ``read_batch`` and the host-to-device copy inside ``Trainer.train_step``.
+
+    Installed by replacing the trainer module's ``read_batch`` (looked up at call
+    time), so the trainer itself is unchanged. The wrapper also does the copy, timed
+    with CUDA events on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.device = torch.device("cpu")
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def start(self, device: torch.device) -> None:
+        self.seconds, self.device, self._events = 0.0, device, []
+
+    def total(self) -> float:
+        """Seconds of reading and copying since :meth:`start` (call after the step has synchronized)."""
+        return self.seconds + sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        original = trainer_module.read_batch
+
+        def timed_read_batch(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            t0 = time.perf_counter()
+            x, y = original(*args, **kwargs)
+            self.seconds += time.perf_counter() - t0
+            if self.device.type != "cuda":
+                return x, y
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            end.record()
+            self._events.append((begin, end))
+            return x, y
+
+        trainer_module.read_batch = timed_read_batch
+        try:
+            yield
+        finally:
+            trainer_module.read_batch = original
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes held by tensors, counting a tensor subclass (torchao's 8-bit states) by its inner tensors."""
+    total = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if hasattr(t, "__tensor_flatten__") and type(t) is not torch.nn.Parameter:
+            names, _ = t.__tensor_flatten__()
+            total += tensor_bytes(getattr(t, name) for name in names)
+        else:
+            total += t.numel() * t.element_size()
+    return total
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 for the duration: kineto prints profiler_start/stop lines there
+    at a level no environment variable lowers. Python exceptions still surface (after restoring)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def quiet_trainer_logs() -> None:
+    """Keep only warnings of the ``torchnlq`` logger, on stderr: the benchmark prints one table."""
+    logger = logging.getLogger("torchnlq")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
