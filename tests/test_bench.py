@@ -69,8 +69,8 @@ def test_compare_interleaves_and_writes_json(tmp_path, capsys, monkeypatch):
             "--compare", "lin: --model.query.type=linear",
             "--compare", "fused: --model.query.fuse_kv=true --autocast=bf16"]
     assert run_cli(bench.main, argv) == 0
-    # Round-robin, with the starting variant rotating every round.
-    assert order == ["lin", "fused", "fused", "lin", "lin", "fused"]
+    # Interleaved: each round times every variant once (in a shuffled order).
+    assert [sorted(order[k : k + 2]) for k in (0, 2, 4)] == [["fused", "lin"]] * 3
 
     rows = table_rows(capsys.readouterr().out)
     assert [r[0] for r in rows[1:]] == ["lin", "fused"]
@@ -124,11 +124,18 @@ def test_parse_variant(spec, expected):
     assert parse_variant(spec, "config") == expected
 
 
-def test_interleave_rotates_the_start():
+def test_interleave_shuffles_the_order_every_round():
     calls: list[int] = []
-    runs = [lambda i=i: calls.append(i) or float(i) for i in range(3)]
-    assert interleave(runs, 3) == [[0.0] * 3, [1.0] * 3, [2.0] * 3]
-    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    runs = [lambda i=i: calls.append(i) or float(i) for i in range(4)]
+    assert interleave(runs, 30) == [[float(i)] * 30 for i in range(4)]
+    rounds = [calls[k : k + 4] for k in range(0, len(calls), 4)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)  # each run exactly once per round
+    # Every run follows every other run in some round (a cyclic order would give each run one predecessor).
+    predecessors = {(r[k - 1], r[k]) for r in rounds for k in range(1, 4)}
+    assert predecessors == {(a, b) for a in range(4) for b in range(4) if a != b}
+    calls.clear()
+    interleave(runs, 30)
+    assert [calls[k : k + 4] for k in range(0, len(calls), 4)] == rounds  # seeded: the same orders again
 
 
 def test_bench_attention_table(capsys):

@@ -11,10 +11,10 @@ the run folder is a temporary directory, and the data is a random-token corpus f
 the config's tokenizer (``--real-data`` reads ``data.path`` instead).
 
 After ``--warmup`` steps per variant (compilation, optimizer state), ``--steps`` timed
-steps run round-robin over the variants (see :func:`torchnlq.tools.timing.interleave`);
-figures are medians, and the ratio to the first variant is the median over rounds of
-the per-round ratio (paired: both steps of a ratio ran back to back). One more step
-per variant measures peak memory: the CUDA
+steps run interleaved, one of each variant per round in a shuffled order (see
+:func:`torchnlq.tools.timing.interleave`); figures are medians, and the ratio to the
+first variant is the median over rounds of the per-round ratio (paired: both steps of
+a ratio ran in the same round). One more step per variant measures peak memory: the CUDA
 allocator's peak on GPU; on CPU every allocation during the step, recorded by the
 profiler (:func:`torchnlq.parallel.bench.measure_allocations`), since process RSS
 never shrinks and is shared by all variants. Both add the variant's parameters and
