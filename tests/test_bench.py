@@ -147,3 +147,27 @@ def test_bench_attention_table(capsys):
     assert rows[1][3] == "1.000×"
     # The fused and unfused nonlinear queries hold the same parameters.
     assert rows[4][1] == rows[5][1]
+
+
+def test_bench_loader_table(capsys):
+    from torchnlq.tools import bench_loader
+
+    assert bench_loader.main(["--tokens", "200000", "--shapes", "2x64,1x32", "--iters", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "200,000 tokens" in out
+    rows = table_rows(out)
+    assert [r[:2] for r in rows[1:]] == [[shape, mode] for shape in ("2 x 64", "1 x 32") for mode in bench_loader.MODES]
+    assert all(float(r[2]) > 0 and float(r[3]) >= float(r[2]) for r in rows[1:])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--shapes", "12by1024"], "--shapes: expected pairs"),
+    (["--file", "/nonexistent/train.bin"], "--file: no such file"),
+    (["--tokens", "10"], "--tokens larger than one micro-batch"),
+])
+def test_bench_loader_bad_input_is_one_line(argv, message, capsys):
+    from torchnlq.tools import bench_loader
+
+    with pytest.raises(SystemExit) as exc:
+        bench_loader.main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 import shutil
 
@@ -185,6 +186,30 @@ def test_read_batch_windows(tmp_path):
     for i, o in enumerate(offsets.tolist()):
         assert x[i].tolist() == tokens[o : o + 64].tolist()
         assert y[i].tolist() == tokens[o + 1 : o + 65].tolist()
+
+
+def _vm_flags(path) -> set[str]:
+    """The kernel's VmFlags of this process's mapping of ``path`` (Linux /proc/self/smaps)."""
+    lines, target = open("/proc/self/smaps").read().splitlines(), str(path)
+    for i, line in enumerate(lines):
+        if line.endswith(target):
+            flags = next(l for l in lines[i + 1 :] if l.startswith("VmFlags:"))
+            return set(flags.split()[1:])
+    raise AssertionError(f"{path} is not mapped")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
+def test_token_file_is_mapped_for_random_reads(tmp_path):
+    """MADV_RANDOM (smaps flag "rr"): a cold random read must not pull the readahead window."""
+    import mmap
+
+    path = tmp_path / "train.bin"
+    path.write_bytes(np.arange(50_000, dtype=fmt.DTYPE).tobytes())
+    tf = TokenFile(path)
+    assert "rr" in _vm_flags(path)
+    tf.advise(mmap.MADV_NORMAL)
+    assert "rr" not in _vm_flags(path)
+    assert tf.tokens[12_345] == 12_345 and not tf.tokens.flags.writeable
 
 
 def test_validation_set_fixed(tmp_path):

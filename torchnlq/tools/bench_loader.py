@@ -1,16 +1,16 @@
-"""Throughput of the training data loader alone: ``read_batch`` on a large uint16 memmap.
+"""Throughput of the training data loader alone: ``read_batch`` on a large uint16 token file.
 
 ``read_batch`` gathers ``micro_batch`` random windows of ``seq_len + 1`` tokens with
-one fancy-indexing read of the memmap (numpy touches only those pages) and
+one fancy-indexing read of the mapped file (only those pages are touched) and
 converts them to int64 tensors. Offsets are random, as the pre-drawn batch schedule's
 are. Two cache states are measured: *warm* (the file's pages in the OS page cache,
 as after the first epoch or with a file smaller than RAM) and *cold* (the file's
 pages evicted with ``posix_fadvise(DONTNEED)`` before every read, so each window
 comes from the disk: the worst case of a corpus much larger than RAM). Eviction
-touches only this file's pages, never other processes' caches. A page fault on a
-mapping reads ``read_ahead_kb`` around the page (8 MiB on some VMs, for a 2 KiB
-window), so the cold case is also measured with ``madvise(MADV_RANDOM)``, which
-turns that readahead off for the mapping.
+touches only this file's pages, never other processes' caches. :class:`TokenFile`
+advises its mapping ``MADV_RANDOM`` (no readahead around a faulting page); the
+"cold, readahead" row sets ``MADV_NORMAL`` back to show what that hint saves (a page
+fault then reads ``read_ahead_kb`` around the page: 8 MiB on some VMs, for a 2 KiB window).
 """
 
 from __future__ import annotations
@@ -54,14 +54,7 @@ def _evict(path: Path) -> None:
             os.close(fd)
 
 
-MODES = ("warm", "cold", "cold + MADV_RANDOM")
-
-
-def _advise_random(tokens: TokenFile) -> None:
-    """Tell the kernel this mapping is read at random: page faults then read no readahead window."""
-    mapping = getattr(tokens.tokens, "_mmap", None)
-    if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
-        mapping.madvise(mmap.MADV_RANDOM)
+MODES = ("warm", "cold", "cold, readahead")
 
 
 def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str) -> list[float]:
@@ -82,8 +75,8 @@ def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str
             del tokens
             _evict(path)
             tokens = TokenFile(path)
-            if mode == "cold + MADV_RANDOM":
-                _advise_random(tokens)
+            if mode == "cold, readahead":
+                tokens.advise(getattr(mmap, "MADV_NORMAL", None))  # undo TokenFile's MADV_RANDOM
         start = time.perf_counter()
         read_batch(tokens, row, seq_len)
         times.append(time.perf_counter() - start)
@@ -98,7 +91,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--shapes", default="12x1024,1x1024", help="micro-batch x seq_len pairs, comma-separated")
     parser.add_argument("--iters", type=int, default=200)
     opts = parser.parse_args(argv)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in opts.shapes.split(",")]
+    try:
+        shapes = [(int(b), int(t)) for b, t in (s.split("x") for s in opts.shapes.split(","))]
+    except ValueError:
+        parser.error(f"--shapes: expected pairs like 12x1024,1x1024, got {opts.shapes!r}")
+    if opts.file and not Path(opts.file).is_file():
+        parser.error(f"--file: no such file {opts.file!r} (a train.bin written by scripts/prepare_data.py)")
+    if opts.iters < 1 or opts.tokens < max(b * (t + 1) for b, t in shapes) + 1:
+        parser.error("--iters must be at least 1 and --tokens larger than one micro-batch")
     with tempfile.TemporaryDirectory(prefix="torchnlq-loader-") as tmp:
         path = Path(opts.file) if opts.file else write_random_tokens(Path(tmp) / "train.bin", int(opts.tokens))
         rows = []
