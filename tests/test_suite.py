@@ -230,6 +230,33 @@ def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None
     assert "stopped_by=SIGINT" in (tmp_path / "out" / "suite.log").read_text()
 
 
+def test_signal_while_the_run_starts_is_forwarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT between the suite's decision to launch and the child existing reaches the child."""
+    import torchnlq.tools.suite_run as suite_run
+
+    class SignalTooEarly(Exception):
+        pass
+
+    def too_early(signum: int, frame: object) -> None:
+        raise SignalTooEarly  # the suite had no handler yet: a real suite would have died here
+
+    real_popen = subprocess.Popen
+
+    def popen_after_a_signal(*args: object, **kwargs: object) -> subprocess.Popen:
+        os.kill(os.getpid(), signal.SIGINT)  # delivered before the child exists
+        return real_popen(*args, **kwargs)
+
+    previous = signal.signal(signal.SIGINT, too_early)
+    try:
+        monkeypatch.setattr(suite_run.subprocess, "Popen", popen_after_a_signal)
+        start = time.monotonic()
+        code, received = suite_run.launch(["sleep", "30"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert received == "SIGINT" and code == -signal.SIGINT  # the child got it and stopped
+    assert time.monotonic() - start < 20
+
+
 def test_cli_dry_run_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     from torchnlq.cli import run_cli
 

@@ -97,16 +97,26 @@ def launch(cmd: list[str]) -> tuple[int, str | None]:
     forwards it (and SIGTERM) once: the trainer then saves a checkpoint and exits cleanly.
     A second signal is forwarded too, so a stuck run can still be killed the trainer's way.
     """
-    proc = subprocess.Popen(cmd, start_new_session=True)
     received: list[str] = []
+    started: list[subprocess.Popen] = []  # the child, once it exists
+    pending: list[int] = []  # signals that arrived before it did
 
     def forward(signum: int, frame: object) -> None:
         received.append(signal.Signals(signum).name)
-        proc.send_signal(signum)
+        if started:
+            started[0].send_signal(signum)
+        else:
+            pending.append(signum)
 
+    # Handlers first, then the child: a signal in between would otherwise hit Python's
+    # default handler and end the suite while the run (in its own session) kept going.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     try:
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        started.append(proc)
+        for signum in pending:
+            proc.send_signal(signum)
         code = proc.wait()
     finally:
         for sig, handler in previous.items():
