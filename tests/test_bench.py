@@ -21,15 +21,7 @@ TINY = [
     "--model.query.type=residual_mlp", "--training.seq_len=32", "--training.micro_batch_size=2",
     "--training.grad_accum_steps=2", "--training.device=cpu", "--data.tokenizer=byte",
 ]
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: with two OpenMP threads on a shared, loaded machine every op waits for
-    a descheduled thread at the barrier (4x slower here); one thread is faster and steadier."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 COLUMNS = ["variant", "precision", "compile", "tokens/step", "tokens/s", "step (ms)", "TFLOP/s", "MFU",
            "peak mem (MiB)", "data (%)", "step vs first"]
@@ -162,12 +154,20 @@ def test_bench_loader_table(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--shapes", "12by1024"], "--shapes: expected pairs"),
+    (["--shapes", "0x64"], "every --shapes size must be at least 1"),
     (["--file", "/nonexistent/train.bin"], "--file: no such file"),
-    (["--tokens", "10"], "--tokens larger than one micro-batch"),
+    (["--tokens", "10"], "smaller than one micro-batch"),
 ])
 def test_bench_loader_bad_input_is_one_line(argv, message, capsys):
     from torchnlq.tools import bench_loader
 
-    with pytest.raises(SystemExit) as exc:
-        bench_loader.main(argv)
-    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert run_cli(bench_loader.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--batch", "-1"], ["--seq", "0"], ["--warmup", "-1"]])
+def test_bench_attention_bad_input_is_one_line(argv, capsys):
+    assert run_cli(bench_attention.main, ["--dim", "32", "--heads", "4", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must be at least" in err

@@ -16,14 +16,7 @@ from torchnlq.models import GPT, ModelArgs, build_model_args
 from torchnlq.models.gpt import KVCache
 from torchnlq.train.diagnostics import query_diagnostics
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: with two OpenMP threads on a shared, loaded machine every op waits for
-    a descheduled thread at the barrier (4x slower here); one thread is faster and steadier."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 FP32 = dict(rtol=1e-5, atol=1e-5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn as nn
@@ -78,6 +80,24 @@ def test_activation_checkpointing_which_blocks() -> None:
                          (ActivationCheckpoint(mode="op"), [True] * 4)):
         model = apply_activation_checkpointing(seeded_model(tiny_args()), ac)
         assert [is_checkpointed(block) for block in model.layers] == expected, ac
+
+
+def test_measure_allocations_counts_bytes_and_keeps_stderr_clean(capfd: pytest.CaptureFixture) -> None:
+    """A 4 MB tensor kept and a 40 MB one freed: held ≈ 4 MB, peak ≥ 44 MB; the profiler's own
+    start/stop lines are hidden, what fn writes to stderr is not."""
+
+    def fn() -> torch.Tensor:
+        kept = torch.ones(1_000_000)
+        del_me = torch.ones(10_000_000)
+        del del_me
+        os.write(2, b"from fn\n")
+        return kept
+
+    kept, held, peak = measure_allocations(fn)
+    assert kept.numel() == 1_000_000
+    assert 4_000_000 <= held < 4_100_000 and peak >= 44_000_000
+    err = capfd.readouterr().err
+    assert "from fn" in err and "profiler_st" not in err
 
 
 def test_op_mode_saves_less_than_none_and_more_than_full() -> None:

@@ -18,7 +18,10 @@ Two figures per configuration (gradients are set to None before each step):
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from torchnlq.config.job_config import ActivationCheckpoint
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
+from torchnlq.tools.timing import interleave, markdown_table
 
 MB = 2**20
 
@@ -61,11 +65,19 @@ def measure_allocations(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     Python's cyclic garbage collector is run before and paused during the window: a
     collection inside it would free tensors of earlier steps and be counted as ``fn``'s.
     """
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     gc.collect()
     gc.disable()
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        # kineto prints a profiler_start/stop line on stderr at a level no environment variable
+        # lowers: hidden around start and stop only, so whatever fn prints still shows.
+        with _quiet_native_stderr():
+            prof.start()
+        try:
             result = fn()
+        finally:
+            with _quiet_native_stderr():
+                prof.stop()
     finally:
         gc.enable()
     tree = prof.profiler.kineto_results.experimental_event_tree()
@@ -76,6 +88,20 @@ def measure_allocations(fn: Callable[[], Any]) -> tuple[Any, int, int]:
         live += event.extra_fields.alloc_size  # negative for a free
         peak = max(peak, live)
     return result, live, peak
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (native code's stderr too) for the duration."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
@@ -104,11 +130,13 @@ class _Config:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def timed_step(self) -> None:
+    def timed_step(self) -> float:
+        """One step; records (and returns) its wall time, and records its process CPU time."""
         start, cpu_start = time.perf_counter(), time.process_time()
         self.step()
         self.times.append(time.perf_counter() - start)
         self.cpu_times.append(time.process_time() - cpu_start)
+        return self.times[-1]
 
     def stats(self) -> StepStats:
         loss, held, fwd_peak = measure_allocations(lambda: _loss(self.model, self.tokens))
@@ -138,9 +166,10 @@ def run_bench(
     """Step time and memory for every (compile, mode) pair.
 
     The step time (forward, backward, AdamW) is the best of ``steps`` timed steps,
-    taken round-robin over the configurations after ``warmup`` steps each
-    (compilation, optimizer state): on a shared machine the minimum of interleaved
-    runs is the least disturbed figure, and each configuration sees the same load.
+    taken interleaved over the configurations (:func:`~torchnlq.tools.timing.interleave`)
+    after ``warmup`` steps each (compilation, optimizer state): on a shared machine the
+    minimum of interleaved runs is the least disturbed figure, and each configuration
+    sees the same load.
     The process CPU time is reported too: with one thread it is the work done,
     whatever else the machine runs (wall time then includes waiting for a core).
     """
@@ -148,22 +177,14 @@ def run_bench(
     for config in configs:
         for _ in range(warmup):
             config.step()
-    for _ in range(steps):
-        for config in configs:
-            config.timed_step()
+    interleave([config.timed_step for config in configs], steps)
     return [config.stats() for config in configs]
 
 
 def format_table(results: list[StepStats]) -> str:
     """A Markdown table of the results."""
-    lines = [
-        "| AC mode | compile | step CPU time (ms) | step wall time (ms) "
-        "| held after forward (MiB) | peak fwd+bwd (MiB) |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.ac} | {'on' if r.compile else 'off'} | {r.cpu_ms:.0f} | {r.step_ms:.0f} | {r.held_mb:.1f} "
-            f"| {r.peak_mb:.1f} |"
-        )
-    return "\n".join(lines)
+    headers = ["AC mode", "compile", "step CPU time (ms)", "step wall time (ms)", "held after forward (MiB)",
+               "peak fwd+bwd (MiB)"]
+    rows = [[r.ac, "on" if r.compile else "off", f"{r.cpu_ms:.0f}", f"{r.step_ms:.0f}", f"{r.held_mb:.1f}",
+             f"{r.peak_mb:.1f}"] for r in results]
+    return markdown_table(headers, rows, right=[False, False, True, True, True, True])

@@ -47,7 +47,6 @@ from torchnlq.parallel.bench import measure_allocations
 from torchnlq.tools.bench_args import BenchOptions, parse_variant, split_bench_args
 from torchnlq.tools.bench_support import (
     ReadTimer,
-    quiet_native_stderr,
     quiet_trainer_logs,
     tensor_bytes,
     write_random_corpus,
@@ -138,8 +137,7 @@ class Variant:
             self.step()
             self.timer.synchronize()
             return static + torch.cuda.max_memory_allocated(device) - base
-        with quiet_native_stderr():
-            _, _, peak = measure_allocations(self.step)
+        _, _, peak = measure_allocations(self.step)
         return static + peak
 
     def result(self) -> VariantResult:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from torchnlq.config.job_config import Query
+from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import Attention
 from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
@@ -137,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Entry point of scripts/bench_attention.py."""
     opts = build_parser().parse_args(argv)
+    if min(opts.batch, opts.seq, opts.steps) < 1 or opts.warmup < 0:
+        raise UserError(f"--batch, --seq and --steps must be at least 1 and --warmup at least 0 "
+                        f"(got {opts.batch}, {opts.seq}, {opts.steps}, {opts.warmup})")
     want_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if want_cuda else "cpu")
     info = machine_info(device)

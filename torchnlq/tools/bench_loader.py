@@ -27,6 +27,7 @@ import torch
 
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import TokenFile, read_batch
+from torchnlq.errors import UserError
 from torchnlq.tools.timing import describe_machine, machine_info, markdown_table, median
 
 CHUNK = 64 * 2**20  # tokens per write while creating a random file (128 MiB)
@@ -94,11 +95,13 @@ def main(argv: list[str]) -> int:
     try:
         shapes = [(int(b), int(t)) for b, t in (s.split("x") for s in opts.shapes.split(","))]
     except ValueError:
-        parser.error(f"--shapes: expected pairs like 12x1024,1x1024, got {opts.shapes!r}")
+        raise UserError(f"--shapes: expected pairs like 12x1024,1x1024, got {opts.shapes!r}") from None
     if opts.file and not Path(opts.file).is_file():
-        parser.error(f"--file: no such file {opts.file!r} (a train.bin written by scripts/prepare_data.py)")
-    if opts.iters < 1 or opts.tokens < max(b * (t + 1) for b, t in shapes) + 1:
-        parser.error("--iters must be at least 1 and --tokens larger than one micro-batch")
+        raise UserError(f"--file: no such file {opts.file!r} (a train.bin written by scripts/prepare_data.py)")
+    if opts.iters < 1 or min(min(shape) for shape in shapes) < 1:
+        raise UserError(f"--iters and every --shapes size must be at least 1 (got {opts.iters}, {opts.shapes!r})")
+    if not opts.file and opts.tokens < max(b * (t + 1) for b, t in shapes) + 1:
+        raise UserError(f"--tokens {opts.tokens:g} is smaller than one micro-batch of --shapes {opts.shapes}; raise it")
     with tempfile.TemporaryDirectory(prefix="torchnlq-loader-") as tmp:
         path = Path(opts.file) if opts.file else write_random_tokens(Path(tmp) / "train.bin", int(opts.tokens))
         rows = []

@@ -1,14 +1,12 @@
 """Pieces of the training-step benchmark (torchnlq/tools/bench.py) that are not about timing:
 a random-token corpus, the data-loading timer, memory accounting of tensor subclasses,
-and keeping the trainer's and the profiler's output out of the benchmark's table.
+and keeping the trainer's log lines out of the benchmark's table.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,21 +92,6 @@ def tensor_bytes(tensors: Any) -> int:
         else:
             total += t.numel() * t.element_size()
     return total
-
-
-@contextlib.contextmanager
-def quiet_native_stderr() -> Iterator[None]:
-    """Silence file descriptor 2 for the duration: kineto prints profiler_start/stop lines there
-    at a level no environment variable lowers. Python exceptions still surface (after restoring)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def quiet_trainer_logs() -> None:
