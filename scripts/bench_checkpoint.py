@@ -1,9 +1,9 @@
-"""Checkpoint save/load timing (sync vs async); see torchnlq/tools/checkpoint_bench.py."""
+"""Checkpoint save/load timing (sync vs async); see torchnlq/benchmarks/checkpoint_io.py."""
 
 import sys
 
 from torchnlq.cli import run_cli
-from torchnlq.tools.checkpoint_bench import main
+from torchnlq.benchmarks.checkpoint_io import main
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

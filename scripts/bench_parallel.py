@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 from torchnlq.config.job_config import ActivationCheckpoint, Query  # noqa: E402
 from torchnlq.models import ModelArgs  # noqa: E402
-from torchnlq.parallel.bench import format_table, run_bench  # noqa: E402
+from torchnlq.benchmarks.activation_memory import format_table, run_bench  # noqa: E402
 
 
 def main() -> int:

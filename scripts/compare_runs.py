@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.tools.compare import cli  # noqa: E402
+from torchnlq.experiments.compare import cli  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(cli())

@@ -36,15 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.tools.export import load_model
+    from torchnlq.checkpoint.load import load_model
 
     loaded = load_model(args.checkpoint)
     if args.format == "hf-gpt2":
-        from torchnlq.tools.hf_gpt2 import export_hf_gpt2
+        from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
 
         out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)
     else:
-        from torchnlq.tools.export import export_safetensors
+        from torchnlq.checkpoint.export import export_safetensors
 
         out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
     step = loaded.meta.get("step", "?")

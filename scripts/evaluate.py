@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.tools.evaluate import evaluate_source
+    from torchnlq.inference.evaluation import evaluate_source
 
     result = evaluate_source(
         args.source, args.data, args.sequences, args.micro_batch_size, args.seed, args.seq_len, args.device

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchnlq.tools.summary import main  # noqa: E402
+from torchnlq.inference.summary import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,7 +18,7 @@ import torch.distributed.checkpoint as dcp
 
 from torchnlq.config.job_config import Query
 from torchnlq.models import GPT, ModelArgs
-from torchnlq.train.checkpoint_meta import write_meta
+from torchnlq.checkpoint.metadata import write_meta
 
 REPO = Path(__file__).resolve().parents[1]
 BYTE_TOKENIZER = {"name": "byte", "vocab_size": 257, "eot_id": 256}

@@ -16,7 +16,7 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
-from torchnlq.tools.compare import compare_runs, main
+from torchnlq.experiments.compare import compare_runs, main
 
 
 def f32(x: float) -> float:

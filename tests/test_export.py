@@ -14,8 +14,9 @@ import torchnlq
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.models import ModelArgs
-from torchnlq.tools.export import LoadedModel, export_safetensors, load_model
-from torchnlq.tools.hf_gpt2 import export_hf_gpt2
+from torchnlq.checkpoint.export import export_safetensors
+from torchnlq.checkpoint.load import LoadedModel, load_model
+from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
 
 TOKENS = torch.randint(0, 257, (2, 20), generator=torch.Generator().manual_seed(1))
 CONFIGS = {

@@ -10,12 +10,14 @@ import torch
 from data_helpers import SHARED_GPT2, needs_gpt2, write_toy_tiktoken
 from export_helpers import SEQ_LEN, VALIDATION, load_script, tiny_model, write_byte_data, write_checkpoint
 
-from torchnlq.data.batches import TokenFile, ValidationSet
+from torchnlq.data.batches import ValidationSet
+from torchnlq.data.token_file import TokenFile
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import KVCache
-from torchnlq.tools.evaluate import evaluate_source
-from torchnlq.tools.export import export_safetensors, load_model
-from torchnlq.tools.generate import STOP_CONTEXT, STOP_EOT, STOP_LENGTH, generate_text, generate_tokens
+from torchnlq.inference.evaluation import evaluate_source
+from torchnlq.checkpoint.export import export_safetensors
+from torchnlq.checkpoint.load import load_model
+from torchnlq.inference.sampling import STOP_CONTEXT, STOP_EOT, STOP_LENGTH, generate_text, generate_tokens
 from torchnlq.train.validate import evaluate
 
 QUERY_TYPES = ("linear", "identity", "residual", "residual_mlp")

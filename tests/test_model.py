@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from torchnlq.config.job_config import JobConfig, Model, Query
 from torchnlq.errors import ConfigError
-from torchnlq.models import FLAVORS, GPT, ModelArgs, build_model, build_model_args, resolve_vocab_size
+from torchnlq.data.tokenizer import BASE_VOCAB_SIZE, padded_vocab_size
+from torchnlq.models import FLAVORS, GPT, ModelArgs, build_model, build_model_args
 from torchnlq.models.rope import RotaryEmbedding, apply_rotary
 
 QUERY_TYPE_NAMES = ("linear", "identity", "residual", "residual_mlp")
@@ -348,11 +349,12 @@ def test_overrides():
     assert build_model_args(Model(mlp_ratio=3.0, mlp_hidden=100), 320).mlp_hidden == 100
 
 
-def test_resolve_vocab_size():
-    assert resolve_vocab_size(Model(), "gpt2") == 50304
-    assert resolve_vocab_size(Model(), "byte") == 320
-    assert resolve_vocab_size(Model(vocab_multiple=1), "gpt2") == 50257
-    assert resolve_vocab_size(Model(vocab_size=1234), "gpt2") == 1234
+@pytest.mark.parametrize("tokenizer", sorted(BASE_VOCAB_SIZE))
+@pytest.mark.parametrize("multiple", [1, 64, 100])
+def test_padded_vocab_size_is_the_smallest_multiple_that_holds_every_token(tokenizer, multiple):
+    padded = padded_vocab_size(tokenizer, multiple)
+    base = BASE_VOCAB_SIZE[tokenizer]
+    assert padded % multiple == 0 and base <= padded < base + multiple
 
 
 @pytest.mark.parametrize(
@@ -382,7 +384,7 @@ def test_identity_like_query_on_mismatched_shape(qtype):
 
 
 def test_summary():
-    from torchnlq.tools.summary import main, summarize
+    from torchnlq.inference.summary import main, summarize
 
     cfg = JobConfig()
     cfg.model.flavor, cfg.model.query.type, cfg.training.seq_len = "gpt_small", "residual_mlp", 1024

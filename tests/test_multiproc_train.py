@@ -97,4 +97,4 @@ def test_sigterm_saves_and_resume_finishes(tmp_path: Path) -> None:
     # Same command, with fewer total steps so the test ends soon (decay_steps stays 3000).
     resumed = run_train(tmp_path, *args, f"--training.steps={stopped_at + 10}")
     check(resumed)
-    assert f"resumed from" in resumed.stdout and f"done: step {stopped_at + 10}," in resumed.stdout
+    assert "resumed from" in resumed.stdout and f"done: step {stopped_at + 10}," in resumed.stdout

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import torchnlq.train.checkpoint as checkpoint_mod
+import torchnlq.checkpoint.checkpointer as checkpoint_mod
 from torchnlq.errors import UserError
-from torchnlq.train.checkpoint import list_checkpoints
+from torchnlq.checkpoint.checkpointer import list_checkpoints
 from torchnlq.train.trainer import Trainer, TrainingDiverged
 
 from train_helpers import scalars, tiny_config

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from torchnlq.errors import UserError
-from torchnlq.tools.suite import grid_name, load_suite
-from torchnlq.tools.suite_run import main, print_commands, run_suite
+from torchnlq.experiments.suite import grid_name, load_suite
+from torchnlq.experiments.suite_run import main, print_commands, run_suite
 
 from conftest import REPO_ROOT
 from train_helpers import script_env, tiny_args
@@ -215,8 +215,8 @@ def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None
         f'#!/usr/bin/env bash\ntrap \'echo INT >> "{tmp_path}/signals.txt"; kill $!; exit 0\' INT\n'
         f'echo "$@" >> "{tmp_path}/launches.txt"\nsleep 60 & wait\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    code = ("import sys; from pathlib import Path; from torchnlq.tools.suite import load_suite; "
-            "from torchnlq.tools.suite_run import run_suite; "
+    code = ("import sys; from pathlib import Path; from torchnlq.experiments.suite import load_suite; "
+            "from torchnlq.experiments.suite_run import run_suite; "
             f"sys.exit(run_suite(load_suite({str(path)!r}), Path({str(script)!r}), compare=False))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -232,7 +232,7 @@ def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None
 
 def test_signal_while_the_run_starts_is_forwarded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGINT between the suite's decision to launch and the child existing reaches the child."""
-    import torchnlq.tools.suite_run as suite_run
+    import torchnlq.experiments.suite_run as suite_run
 
     class SignalTooEarly(Exception):
         pass
@@ -277,7 +277,8 @@ def test_shipped_suites_load(suite: Path) -> None:
 
 def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None:
     from torchnlq.config.manager import load_job_config
-    from torchnlq.models import build_model_args, resolve_vocab_size
+    from torchnlq.data.tokenizer import padded_vocab_size
+    from torchnlq.models import build_model_args
 
     suite = load_suite(REPO_ROOT / "suites" / "shakespeare_tiny.toml")
     assert len(suite.runs) == 15
@@ -285,7 +286,7 @@ def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None
     for run in suite.runs:
         cfg = load_job_config(run.argv())
         assert cfg.data.seed == 42 and cfg.validation.seed == 2357
-        params[run.arm] = build_model_args(cfg.model, resolve_vocab_size(cfg.model, "byte")).num_params(True)
+        params[run.arm] = build_model_args(cfg.model, padded_vocab_size("byte", cfg.model.vocab_multiple)).num_params(True)
     assert params["mlp_matched"] == params["res_gelu_lr3e-3"] > params["baseline"]
 
 

@@ -15,8 +15,8 @@ def load_pretrained(path: Any, device: Any = "cpu") -> GPT:
     """The GPT stored in a checkpoint folder or a safetensors export, in eval mode, fp32, on ``device``.
 
     Imports torch only when called, so ``import torchnlq`` stays light.
-    See :func:`torchnlq.tools.export.load_model` for the metadata too.
+    See :func:`torchnlq.checkpoint.load.load_model` for the metadata too.
     """
-    from torchnlq.tools.export import load_model
+    from torchnlq.checkpoint.load import load_model
 
     return load_model(path, device).model

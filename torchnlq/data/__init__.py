@@ -10,14 +10,13 @@ from typing import Any
 
 from torchnlq.data.batches import (
     BatchSchedule,
-    TokenFile,
     ValidationSet,
     build_batch_schedule,
     build_validation_set,
     open_token_files,
-    read_batch,
 )
 from torchnlq.data.synthetic import ensure_synthetic_corpus, generate_synthetic_tokens, unigram_entropy
+from torchnlq.data.token_file import TokenFile, read_batch
 from torchnlq.data.token_format import read_meta
 from torchnlq.data.tokenizer import (
     BASE_VOCAB_SIZE,
@@ -25,6 +24,7 @@ from torchnlq.data.tokenizer import (
     GPT2Tokenizer,
     Tokenizer,
     build_tokenizer,
+    padded_vocab_size,
 )
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ensure_synthetic_corpus",
     "generate_synthetic_tokens",
     "open_token_files",
+    "padded_vocab_size",
     "prepare_dataset",
     "read_batch",
     "read_meta",

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from torchnlq.data import token_format as fmt
-from torchnlq.data.batches import TokenFile
+from torchnlq.data.token_file import TokenFile
 from torchnlq.data.tokenizer import ByteTokenizer
 from torchnlq.errors import UserError
 

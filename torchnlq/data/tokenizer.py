@@ -19,9 +19,8 @@ from typing import Any
 
 from torchnlq.errors import UserError
 
-# Base (unpadded) vocabulary size of each tokenizer name; the model pads it up
-# to a multiple of model.vocab_multiple. Kept here so the model can be sized
-# without loading the tokenizer's files.
+# Base (unpadded) vocabulary size of each tokenizer name, so that a model can be
+# sized without loading the tokenizer's files (see padded_vocab_size).
 BASE_VOCAB_SIZE = {"gpt2": 50257, "byte": 257}
 
 # sha256 of tiktoken's r50k_base ranks file: the GPT-2 BPE merges, whose ids
@@ -214,3 +213,14 @@ def build_tokenizer(
     if name == "gpt2":
         return GPT2Tokenizer(tiktoken_file, expected_hash)
     raise UserError(f"unknown tokenizer '{name}'; choose one of: {', '.join(sorted(BASE_VOCAB_SIZE))}")
+
+
+def padded_vocab_size(tokenizer_name: str, multiple: int) -> int:
+    """The embedding rows a model needs for ``tokenizer_name``: its base vocabulary rounded up to ``multiple``.
+
+    Padding (gpt2 with 64: 50257 -> 50304) gives friendlier matmul shapes; the extra
+    rows are never targets. ``model.vocab_size``, when set, replaces this number.
+    """
+    if tokenizer_name not in BASE_VOCAB_SIZE:
+        raise UserError(f"unknown tokenizer '{tokenizer_name}'; choose one of: {', '.join(sorted(BASE_VOCAB_SIZE))}")
+    return -(-BASE_VOCAB_SIZE[tokenizer_name] // multiple) * multiple

@@ -3,7 +3,7 @@
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.models.query import QUERY_TYPES, QueryProjection, build_query, register_query
-from torchnlq.models.registry import FLAVORS, build_model, build_model_args, resolve_vocab_size
+from torchnlq.models.registry import FLAVORS, build_model, build_model_args
 
 __all__ = [
     "FLAVORS",
@@ -15,5 +15,4 @@ __all__ = [
     "build_model_args",
     "build_query",
     "register_query",
-    "resolve_vocab_size",
 ]

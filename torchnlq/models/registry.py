@@ -42,8 +42,8 @@ FLAVORS: dict[str, Flavor] = {
 def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     """Resolve the ``[model]`` section into ModelArgs: flavor sizes, then overrides, then validation.
 
-    ``vocab_size`` is the resolved vocabulary (see :func:`resolve_vocab_size`);
-    a set ``cfg.vocab_size`` wins over it. The MLP width is ``cfg.mlp_hidden``,
+    ``vocab_size`` is the data side's vocabulary (see
+    :func:`torchnlq.data.tokenizer.padded_vocab_size`); a set ``cfg.vocab_size`` wins over it. The MLP width is ``cfg.mlp_hidden``,
     else ``round(ratio * dim)`` with ``cfg.mlp_ratio`` or the flavor's ratio,
     on the final dim (so overriding ``dim`` scales the MLP). Raises ConfigError.
     """
@@ -79,23 +79,6 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         init_std=cfg.init_std,
         query=copy.deepcopy(cfg.query),  # the model must not change if the config object is edited later
     )
-
-
-def resolve_vocab_size(cfg: Model, tokenizer_name: str) -> int:
-    """``cfg.vocab_size`` if set, else the tokenizer's base vocabulary rounded up to ``cfg.vocab_multiple``.
-
-    Padding to a multiple of 64 (gpt2: 50257 -> 50304) gives friendlier matmul
-    shapes; the extra rows are never targets.
-    """
-    if cfg.vocab_size is not None:
-        return cfg.vocab_size
-    from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
-
-    if tokenizer_name not in BASE_VOCAB_SIZE:
-        raise unknown_choice("data.tokenizer", tokenizer_name, list(BASE_VOCAB_SIZE))
-    base = BASE_VOCAB_SIZE[tokenizer_name]
-    multiple = cfg.vocab_multiple
-    return -(-base // multiple) * multiple
 
 
 def build_model(args: ModelArgs) -> GPT:

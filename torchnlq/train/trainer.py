@@ -25,12 +25,12 @@ import torch.distributed as dist
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import to_toml
 from torchnlq.data.batches import BatchSchedule, ValidationSet, open_token_files, read_batch
-from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
+from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, UserError
-from torchnlq.models import GPT, build_model_args, resolve_vocab_size
+from torchnlq.models import GPT, build_model_args
 from torchnlq.parallel.dist import build_mesh, init_distributed
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
-from torchnlq.train.checkpoint import Checkpointer
+from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.train.metrics import MetricsLogger, peak_tflops, setup_logging
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
@@ -114,7 +114,7 @@ class Trainer:
 
     def _build_model(self) -> None:
         cfg, tcfg = self.cfg, self.cfg.training
-        self.model_args = build_model_args(cfg.model, resolve_vocab_size(cfg.model, cfg.data.tokenizer))
+        self.model_args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
         if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
             raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
         if tcfg.seq_len > self.model_args.max_seq_len:
@@ -158,7 +158,7 @@ class Trainer:
         }
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        """Metadata saved with each checkpoint (see torchnlq/train/checkpoint_meta.py)."""
+        """Metadata saved with each checkpoint (see torchnlq/checkpoint/metadata.py)."""
         vcfg, tcfg = self.cfg.validation, self.cfg.training
         return {
             "tokens_seen": self.tokens_seen,
@@ -293,7 +293,7 @@ class Trainer:
 
     def export_final(self) -> None:
         """Write ``<run>/export`` (safetensors, checkpoint.export_dtype) from the final checkpoint."""
-        from torchnlq.tools.export import export_safetensors
+        from torchnlq.checkpoint.export import export_safetensors
 
         out = export_safetensors(
             self.checkpointer.folder / f"step-{self.step}", self.run_dir / "export",

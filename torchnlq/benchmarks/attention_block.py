@@ -5,7 +5,7 @@ MLP, the LM head and the optimizer dilute it. Every variant gets the same input
 ``[batch, seq, dim]`` and its own seeded :class:`~torchnlq.models.gpt.Attention`;
 "fwd" is a forward with autograd recording (as in training), "fwd+bwd" adds the
 backward to the parameters and the input. Timings are medians over rounds that run
-the variants interleaved (:func:`torchnlq.tools.timing.interleave`). The fused row
+the variants interleaved (:func:`torchnlq.benchmarks.timing.interleave`). The fused row
 always takes the fused path, even with fewer tokens than a model would fuse at
 (``Attention.fuse_min_tokens``), so it shows where fusing pays.
 """
@@ -23,7 +23,7 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import Attention
-from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+from torchnlq.benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 
 # The arrangements compared (label -> query config); the first is the reference of the ratios.
 VARIANTS: dict[str, Query] = {

@@ -21,7 +21,7 @@ from torchnlq.config.job_config import Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import ValidationSet, open_token_files
 from torchnlq.errors import UserError
-from torchnlq.tools.export import LoadedModel, as_loaded
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.train.validate import evaluate
 
 # Used only when the source records no validation settings (e.g. a hand-made export).

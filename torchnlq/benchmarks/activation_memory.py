@@ -36,7 +36,7 @@ from torchnlq.config.job_config import ActivationCheckpoint
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
-from torchnlq.tools.timing import interleave, markdown_table
+from torchnlq.benchmarks.timing import interleave, markdown_table
 
 MB = 2**20
 
@@ -166,7 +166,7 @@ def run_bench(
     """Step time and memory for every (compile, mode) pair.
 
     The step time (forward, backward, AdamW) is the best of ``steps`` timed steps,
-    taken interleaved over the configurations (:func:`~torchnlq.tools.timing.interleave`)
+    taken interleaved over the configurations (:func:`~torchnlq.benchmarks.timing.interleave`)
     after ``warmup`` steps each (compilation, optimizer state): on a shared machine the
     minimum of interleaved runs is the least disturbed figure, and each configuration
     sees the same load.

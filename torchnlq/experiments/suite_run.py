@@ -11,7 +11,7 @@
   (it runs in its own process group): it finishes its step, saves a checkpoint and exits;
   then the suite stops. The same command later resumes where it stopped.
 - ``--dry-run`` prints the commands (e.g. to spread them over a cluster) and runs nothing.
-- At the end the finished runs are compared (:mod:`torchnlq.tools.compare`) into the
+- At the end the finished runs are compared (:mod:`torchnlq.experiments.compare`) into the
   suite's dump folder: ``comparison.md``, ``comparison.csv``, ``runs.csv`` and plots.
   ``suite.log`` there records each launch with its exit code and wall time.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchnlq.cli import run_cli
-from torchnlq.tools.suite import REPO_ROOT, Suite, SuiteRun, display_path, load_suite
+from torchnlq.experiments.suite import REPO_ROOT, Suite, SuiteRun, display_path, load_suite
 
 USAGE = """usage: run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.key value ...]
 
@@ -158,7 +158,7 @@ def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, 
 
 def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
     """Compare the suite's finished runs into its dump folder (nothing when the baseline has not finished)."""
-    from torchnlq.tools.compare import compare_runs
+    from torchnlq.experiments.compare import compare_runs
 
     out = out or sys.stdout
     done = [r for r in suite.runs if is_finished(read_run_info(suite.run_dir(r)), r.steps)]

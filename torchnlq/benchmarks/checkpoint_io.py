@@ -1,7 +1,7 @@
 """Measure checkpoint save/load times: how long training is blocked, sync vs async.
 
 Builds a model of the given flavor with an AdamW state (one step taken, so the
-moments exist), then times :class:`~torchnlq.train.checkpoint.Checkpointer`
+moments exist), then times :class:`~torchnlq.checkpoint.checkpointer.Checkpointer`
 saves into a temporary folder: a synchronous save, an asynchronous one (the
 time until ``save`` returns is what training waits for; the rest overlaps with
 training), and a load.
@@ -20,7 +20,7 @@ import torch
 
 from torchnlq.config.job_config import Checkpoint, Model
 from torchnlq.models import GPT, build_model_args
-from torchnlq.train.checkpoint import Checkpointer
+from torchnlq.checkpoint.checkpointer import Checkpointer
 
 
 def _model_and_optimizer(flavor: str) -> tuple[GPT, torch.optim.Optimizer]:

@@ -14,7 +14,8 @@ import torch
 from torchnlq.config.job_config import JobConfig
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.models.gpt import GPT
-from torchnlq.models.registry import build_model_args, resolve_vocab_size
+from torchnlq.data.tokenizer import padded_vocab_size
+from torchnlq.models.registry import build_model_args
 
 _LAYER_PREFIX = re.compile(r"^layers\.(\d+)\.")
 
@@ -28,7 +29,7 @@ def summarize(cfg: JobConfig) -> list[str]:
     ``total_params``, ``non_embedding_params`` and ``flops_per_token`` (at
     ``training.seq_len``).
     """
-    vocab_size = resolve_vocab_size(cfg.model, cfg.data.tokenizer)
+    vocab_size = padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple)
     args = build_model_args(cfg.model, vocab_size)
     seq_len = cfg.training.seq_len
     if seq_len > args.max_seq_len:

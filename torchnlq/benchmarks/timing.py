@@ -13,7 +13,7 @@
 - :func:`markdown_table`.
 
 Allocation (peak memory) measurement is not here: it is
-:func:`torchnlq.parallel.bench.measure_allocations`, reused by the benchmarks.
+:func:`torchnlq.benchmarks.activation_memory.measure_allocations`, reused by the benchmarks.
 """
 
 from __future__ import annotations

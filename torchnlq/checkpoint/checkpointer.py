@@ -3,7 +3,7 @@
 A checkpoint holds everything an exact resume needs: the model and optimizer
 (through ``get_state_dict``, so FSDP-sharded and plain models save the same
 FQN-keyed state and a checkpoint loads at any world size), the step and tokens
-seen (in :data:`~torchnlq.train.checkpoint_meta.META_FILE`), and every rank's
+seen (in :data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
 RNG states (``rng-rank{r}.pt``). The data position needs no state: the batch of
 step s is a pure function of s.
 
@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
-from torchnlq.train.checkpoint_meta import META_FILE, MODEL_KEY, read_meta, write_meta
+from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 # DCP warns on every single-process save/load that it "assumes" one process: that is our intent.

@@ -1,4 +1,4 @@
-"""Pieces of the training-step benchmark (torchnlq/tools/bench.py) that are not about timing:
+"""Pieces of the training-step benchmark (torchnlq/benchmarks/train_step.py) that are not about timing:
 a random-token corpus, the data-loading timer, memory accounting of tensor subclasses,
 and keeping the trainer's log lines out of the benchmark's table.
 """

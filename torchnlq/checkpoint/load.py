@@ -1,12 +1,12 @@
-"""Load a trained model from a checkpoint or an export, and export it to safetensors.
+"""Load a trained model for inference, from a checkpoint or from an export.
 
 Two on-disk forms hold a model:
 
 * a **checkpoint**: a DCP folder ``<run>/checkpoints/step-N`` whose state dict has
   the model under ``"model"`` (next to optimizer and train state, ignored here)
-  plus ``torchnlq.json`` (see :mod:`torchnlq.train.checkpoint_meta`);
+  plus ``torchnlq.json`` (see :mod:`torchnlq.checkpoint.metadata`);
 * an **export**: ``model.safetensors`` + ``config.json`` + ``tokenizer_config.json``,
-  written by :func:`export_safetensors`; small, single-file weights, no DCP.
+  written by :func:`torchnlq.checkpoint.export.export_safetensors`; small, single-file weights, no DCP.
 
 :func:`load_model` accepts either and returns the same :class:`LoadedModel`;
 ``meta`` has the same keys for both (``step``, ``seq_len``, ``validation``, ...),
@@ -16,31 +16,28 @@ they were given.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from torchnlq.checkpoint.metadata import (
+    CONFIG_FILE,
+    EXPORT_FORMAT,
+    FORMAT_VERSION,
+    META_FILE,
+    MODEL_KEY,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    read_meta,
+)
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-from torchnlq.train.checkpoint_meta import META_FILE, MODEL_KEY, read_meta
 
-EXPORT_FORMAT = "torchnlq-safetensors"
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer_config.json"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# Keys of config.json that describe the file itself, not the run it came from.
-FORMAT_KEYS = ("format", "format_version", "torchnlq_version", "dtype", "source")
 
 
 @dataclass
@@ -89,7 +86,7 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
 
 
 def is_export(path: str | Path) -> bool:
-    """True when ``path`` is a folder written by :func:`export_safetensors`."""
+    """True when ``path`` is a folder written by :func:`torchnlq.checkpoint.export.export_safetensors`."""
     config = read_config(path)
     return config is not None and config.get("format") == EXPORT_FORMAT
 
@@ -229,73 +226,3 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
     if not tokenizer and (path / TOKENIZER_FILE).is_file():
         tokenizer = json.loads((path / TOKENIZER_FILE).read_text())
     return LoadedModel(model, args, dict(tokenizer), config, path, "export")
-
-
-@contextlib.contextmanager
-def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` when the block succeeds.
-
-    A reader never sees a half-written export, and a failure leaves nothing
-    behind. An existing ``out_dir`` is a UserError unless ``overwrite``.
-    """
-    final = Path(out_dir).expanduser()
-    if final.exists() and not overwrite:
-        raise UserError(f"'{out_dir}' already exists; choose another output folder or remove it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    """``fp32`` / ``bf16`` / ``fp16`` -> torch dtype (UserError otherwise)."""
-    if name not in DTYPES:
-        raise UserError(f"unknown dtype '{name}'; choose one of: {', '.join(DTYPES)}")
-    return DTYPES[name]
-
-
-def write_json(path: Path, obj: dict[str, Any]) -> None:
-    """Pretty, key-sorted JSON with a final newline (diff-friendly)."""
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def export_safetensors(
-    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
-) -> Path:
-    """Write ``out_dir`` with model.safetensors, config.json and tokenizer_config.json; return its path.
-
-    A tied LM head is the token embedding itself: the state dict holds it once
-    (``tok_emb.weight``, no ``lm_head.weight``) and ``tie_embeddings`` in the
-    model_args restores the sharing. ``config.json`` keeps the run's
-    ``seq_len``, ``validation`` and data metadata so evaluation can use them.
-    """
-    from safetensors.torch import save_file
-
-    import torchnlq
-
-    target = parse_dtype(dtype)
-    loaded = as_loaded(source)
-    state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
-    run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
-    config = {
-        **run_meta,
-        "format": EXPORT_FORMAT,
-        "format_version": FORMAT_VERSION,
-        "torchnlq_version": torchnlq.__version__,
-        "dtype": dtype,
-        "source": str(loaded.path),
-        "model_args": loaded.args.to_dict(),
-        "tokenizer": loaded.tokenizer,
-    }
-    with atomic_folder(out_dir, overwrite) as tmp:
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
-        write_json(tmp / TOKENIZER_FILE, loaded.tokenizer)
-        write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
-    return Path(out_dir).expanduser()

@@ -24,7 +24,9 @@ import torch
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-from torchnlq.tools.export import FORMAT_KEYS, LoadedModel, as_loaded, atomic_folder, parse_dtype, write_json
+from torchnlq.checkpoint.export import atomic_folder, parse_dtype, write_json
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.checkpoint.metadata import FORMAT_KEYS
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _LINEAR_QUERIES = ("linear", "identity", "residual")

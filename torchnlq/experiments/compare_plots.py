@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchnlq.tools.compare import Group
+    from torchnlq.experiments.compare import Group
 
 NO_MATPLOTLIB = "No plots: matplotlib is not installed (pip install -e '.[plots]' adds it)."
 

@@ -213,7 +213,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def write_outputs(groups: list[Group], base: Group, at: int, out: Path) -> tuple[list[Path], str]:
     """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots; returns (paths, note)."""
-    from torchnlq.tools.compare_plots import plot_comparison
+    from torchnlq.experiments.compare_plots import plot_comparison
 
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "comparison.csv", [g.row for g in groups])

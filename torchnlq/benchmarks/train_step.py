@@ -12,11 +12,11 @@ the config's tokenizer (``--real-data`` reads ``data.path`` instead).
 
 After ``--warmup`` steps per variant (compilation, optimizer state), ``--steps`` timed
 steps run interleaved, one of each variant per round in a shuffled order (see
-:func:`torchnlq.tools.timing.interleave`); figures are medians, and the ratio to the
+:func:`torchnlq.benchmarks.timing.interleave`); figures are medians, and the ratio to the
 first variant is the median over rounds of the per-round ratio (paired: both steps of
 a ratio ran in the same round). One more step per variant measures peak memory: the CUDA
 allocator's peak on GPU; on CPU every allocation during the step, recorded by the
-profiler (:func:`torchnlq.parallel.bench.measure_allocations`), since process RSS
+profiler (:func:`torchnlq.benchmarks.activation_memory.measure_allocations`), since process RSS
 never shrinks and is shared by all variants. Both add the variant's parameters and
 optimizer state, which exist before the step. The data column is the time spent in
 ``read_batch`` plus the host-to-device copy, as a share of the step.
@@ -43,15 +43,15 @@ import torchnlq.train.trainer as trainer_module
 from torchnlq.config.manager import load_job_config
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
-from torchnlq.parallel.bench import measure_allocations
-from torchnlq.tools.bench_args import BenchOptions, parse_variant, split_bench_args
-from torchnlq.tools.bench_support import (
+from torchnlq.benchmarks.activation_memory import measure_allocations
+from torchnlq.benchmarks.train_step_args import BenchOptions, parse_variant, split_bench_args
+from torchnlq.benchmarks.train_step_support import (
     ReadTimer,
     quiet_trainer_logs,
     tensor_bytes,
     write_random_corpus,
 )
-from torchnlq.tools.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+from torchnlq.benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 from torchnlq.train.metrics import peak_tflops
 
 # Overrides every benchmark run gets after the user's: no files worth keeping, nothing but steps.

@@ -26,7 +26,7 @@ refused: it would silently collapse the arms. Every run's config is loaded (and
 its model shapes checked) before anything is launched, so a typo costs nothing.
 
 Running a suite (skip finished runs, resume interrupted ones, compare) is
-:mod:`torchnlq.tools.suite_run`.
+:mod:`torchnlq.experiments.suite_run`.
 """
 
 from __future__ import annotations
@@ -299,11 +299,12 @@ def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: 
 
 def _validate_run(where: str, run: SuiteRun) -> int:
     """Load the run's config and resolve its model shapes (a typo fails here, before any launch); its steps."""
-    from torchnlq.models import build_model_args, resolve_vocab_size
+    from torchnlq.data.tokenizer import padded_vocab_size
+    from torchnlq.models import build_model_args
 
     try:
         cfg = load_job_config([str(run.config), *run.overrides])
-        args = build_model_args(cfg.model, resolve_vocab_size(cfg.model, cfg.data.tokenizer))
+        args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
     except UserError as e:
         raise UserError(f"{where}: run '{run.name}': {e}") from None
     if cfg.training.seq_len > args.max_seq_len:

@@ -21,6 +21,15 @@ from torchnlq.errors import UserError
 META_FILE = "torchnlq.json"
 MODEL_KEY = "model"
 
+# An export folder (torchnlq.checkpoint.export): safetensors weights + config.json (+ tokenizer).
+EXPORT_FORMAT = "torchnlq-safetensors"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer_config.json"
+# Keys of config.json that describe the file itself, not the run it came from.
+FORMAT_KEYS = ("format", "format_version", "torchnlq_version", "dtype", "source")
+
 
 def write_meta(ckpt_dir: str | Path, meta: dict[str, Any]) -> None:
     """Write the checkpoint's metadata JSON (called before the folder is renamed into place)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of torchnlq (behind scripts/bench*.py). The library never imports this package."""

@@ -1,0 +1,1 @@
+"""Experiments over many runs: suites, run comparison tables and plots."""
