@@ -2,8 +2,8 @@
 
 import sys
 
-from torchnlq.cli import run_cli
 from torchnlq.benchmarks.checkpoint_io import main
+from torchnlq.cli import run_cli
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from torchnlq.benchmarks.activation_memory import format_table, run_bench  # noqa: E402
 from torchnlq.config.job_config import ActivationCheckpoint, Query  # noqa: E402
 from torchnlq.models import ModelArgs  # noqa: E402
-from torchnlq.benchmarks.activation_memory import format_table, run_bench  # noqa: E402
 
 
 def main() -> int:

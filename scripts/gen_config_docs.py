@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchnlq.config.checks import registry_choices
 from torchnlq.config.render import markdown_reference
 
 BEGIN, END = "<!-- BEGIN GENERATED OPTIONS -->", "<!-- END GENERATED OPTIONS -->"
@@ -17,7 +18,7 @@ def main() -> None:
     text = path.read_text()
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{markdown_reference()}{END}{tail}")
+    path.write_text(f"{head}{BEGIN}\n{markdown_reference(registries=registry_choices())}{END}{tail}")
     print(f"wrote {path}")
 
 

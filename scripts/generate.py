@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.inference.sampling import generate_text, stop_note
     from torchnlq.checkpoint.load import load_model
+    from torchnlq.inference.sampling import generate_text, stop_note
 
     loaded = load_model(args.source, args.device)
     text, result = generate_text(

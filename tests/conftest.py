@@ -1,15 +1,16 @@
-"""Shared test set-up: keep every cache and temporary file inside pytest's tmp dirs."""
+"""Shared test set-up: keep every cache and temporary file inside pytest's tmp dirs.
+
+Shared helper code lives in the tests/helpers/ package (``from helpers.train import run_train``).
+Tests marked ``integration`` (subprocesses, torchrun, end-to-end trainer runs) are deselected by
+``-m "not integration"``; see [tool.pytest.ini_options] in pyproject.toml.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -20,12 +21,14 @@ def _isolated_caches(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread for a module of tiny-model tests (``pytestmark = pytest.mark.usefixtures(...)``).
+    """One torch thread for the whole session: every model built in-process by a test is tiny.
 
     With two OpenMP threads on a shared, loaded machine every op of a tiny model waits for a
     descheduled thread at the barrier (4x slower here); one thread is faster and steadier.
+    Autouse, so modules need not ask for it; ``usefixtures("one_torch_thread")`` still works.
+    Trainer subprocesses get the same through ``helpers.train.script_env`` (OMP_NUM_THREADS=1).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

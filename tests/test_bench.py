@@ -33,6 +33,7 @@ def table_rows(out: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
+@pytest.mark.integration  # builds the Trainer and times real train steps
 def test_bench_prints_one_table(capsys):
     assert run_cli(bench.main, [*TINY, "--steps", "2", "--warmup", "1"]) == 0
     out = capsys.readouterr().out
@@ -47,6 +48,7 @@ def test_bench_prints_one_table(capsys):
     assert out.count("| variant |") == 1 and "load avg" in out
 
 
+@pytest.mark.integration  # builds the Trainer and times real train steps
 def test_compare_interleaves_and_writes_json(tmp_path, capsys, monkeypatch):
     order: list[str] = []
     timed = bench.Variant.timed_step

@@ -12,7 +12,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import help_text, iter_options, markdown_reference, to_toml
 from torchnlq.errors import ConfigError
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 CONFIGS = sorted((REPO_ROOT / "train_configs").glob("*.toml"))
 
@@ -126,11 +126,32 @@ def test_paper_profile_of_gpt_small_configs() -> None:
 
 
 def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
-    text = help_text()
-    table = markdown_reference()
+    from torchnlq.config.checks import registry_choices
+
+    registries = registry_choices()
+    text = help_text(registries=registries)
+    table = markdown_reference(registries=registries)
     docs = (REPO_ROOT / "docs" / "configs.md").read_text()
     for name, field, _ in iter_options(JobConfig()):
         assert field.metadata.get("doc"), f"{name} has no doc"
         assert f"--{name}" in text
         assert f"`{name.rsplit('.', 1)[1]}`" in table
     assert table in docs, "docs/configs.md is stale: regenerate it with python scripts/gen_config_docs.py"
+
+
+def test_registry_backed_options_list_the_registries_names() -> None:
+    """The choice lists are written once, in the registries: help and docs show exactly those names."""
+    from torchnlq.config.checks import registry_choices
+    from torchnlq.models.args import POSITIONS
+    from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES
+    from torchnlq.models.registry import FLAVORS
+
+    expected = {
+        "model.flavor": FLAVORS, "model.positions": POSITIONS, "model.query.type": QUERY_TYPES,
+        "model.query.activation": ACTIVATIONS, "model.query.input_norm": NORMS, "model.query.output_norm": NORMS,
+    }
+    assert registry_choices() == {name: list(registry) for name, registry in expected.items()}
+    text = help_text(registries=registry_choices())
+    for name, registry in expected.items():
+        assert f"--{name}\n      " in text
+        assert "one of " + "|".join(registry) in text.split(f"--{name}\n", 1)[1].split("\n", 1)[0]

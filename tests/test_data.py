@@ -26,7 +26,7 @@ from torchnlq.data import (
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
 
-from data_helpers import R50K_URL, SHARED_GPT2, isolate_env, needs_gpt2, write_toy_tiktoken, write_token_folder
+from helpers.data import R50K_URL, SHARED_GPT2, isolate_env, needs_gpt2, write_toy_tiktoken, write_token_folder
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,8 @@ from torchnlq.data import build_tokenizer, open_token_files, prepare_dataset
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
 
-from data_helpers import R50K_URL, REPO, SHAKESPEARE, SHARED_GPT2, isolate_env, needs_gpt2, split_docs, write_toy_tiktoken
+from helpers import REPO_ROOT
+from helpers.data import R50K_URL, SHAKESPEARE, SHARED_GPT2, isolate_env, needs_gpt2, split_docs, write_toy_tiktoken
 
 DOCS = [
     "the thing in the king's house",
@@ -38,6 +39,7 @@ def read_split(out: Path, split: str) -> np.ndarray:
     return np.fromfile(fmt.split_file(out, split), dtype=fmt.DTYPE)
 
 
+@pytest.mark.integration  # num_proc=2: a datasets worker pool
 def test_prepare_text_files_toy_gpt2(tmp_path):
     files = []
     for i, doc in enumerate(DOCS):
@@ -127,6 +129,7 @@ def test_prepare_errors(tmp_path):
     fmt.check_vocab_fits(65536)  # ids 0..65535 fit
 
 
+@pytest.mark.integration  # the real corpus and tokenizer, end to end
 @needs_gpt2
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason="../shared/data/tinyshakespeare.txt not present")
 def test_prepare_real_gpt2_shakespeare(tmp_path):
@@ -154,11 +157,12 @@ def test_prepare_real_gpt2_shakespeare(tmp_path):
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "prepare_data.py"), *args],
+        [sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"), *args],
         capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120,
     )
 
 
+@pytest.mark.integration  # scripts/prepare_data.py in a subprocess
 def test_cli_help_and_errors(tmp_path):
     r = run_cli("--help")
     assert r.returncode == 0 and "--text-split" in r.stdout and "--tiktoken-file" in r.stdout
@@ -169,6 +173,7 @@ def test_cli_help_and_errors(tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()[-1]) > 20
 
 
+@pytest.mark.integration  # scripts/prepare_data.py in a subprocess
 def test_cli_end_to_end(tmp_path):
     for i in range(3):
         (tmp_path / f"{i}.txt").write_text(f"document number {i}")

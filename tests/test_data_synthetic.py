@@ -19,7 +19,7 @@ from torchnlq.data import (
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
 
-from data_helpers import isolate_env, split_docs, write_token_folder
+from helpers.data import isolate_env, split_docs, write_token_folder
 
 # The corpus of seed 0 as measured when the generator was written (docs/data.md quotes these).
 SEED0_TRAIN_TOKENS = 1_506_303

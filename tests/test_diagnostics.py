@@ -112,6 +112,7 @@ def test_mode_restored_no_hooks_left_no_grads() -> None:
     assert all(p.grad is None for p in model.parameters())
 
 
+@pytest.mark.integration  # torch.compile: seconds
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch's own
 def test_wrapped_blocks_give_the_same_figures() -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper

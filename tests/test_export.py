@@ -7,7 +7,6 @@ import os
 
 import pytest
 import torch
-from export_helpers import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
 from safetensors import safe_open
 
 import torchnlq
@@ -17,6 +16,8 @@ from torchnlq.models import ModelArgs
 from torchnlq.checkpoint.export import export_safetensors
 from torchnlq.checkpoint.load import LoadedModel, load_model
 from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
+
+from helpers.export import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
 
 TOKENS = torch.randint(0, 257, (2, 20), generator=torch.Generator().manual_seed(1))
 CONFIGS = {
@@ -169,6 +170,7 @@ def test_shape_mismatch_names_the_tensor(tmp_path):
         load_model(ckpt2)
 
 
+@pytest.mark.integration  # loads transformers (the optional dev extra): seconds
 def test_hf_folder_is_not_a_torchnlq_export(tmp_path):
     pytest.importorskip("transformers")
     model = tiny_model()
@@ -179,6 +181,7 @@ def test_hf_folder_is_not_a_torchnlq_export(tmp_path):
 
 # ---------------------------------------------------------------- Hugging Face GPT-2
 
+@pytest.mark.integration  # runs transformers' GPT2LMHeadModel on the export
 @pytest.mark.parametrize(
     "qtype,tie,mlp_hidden",
     [
@@ -213,6 +216,48 @@ def test_hf_gpt2_refuses_what_it_cannot_represent(tmp_path, kw, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.fixture
+def restore_query_types():
+    from torchnlq.models.query import QUERY_TYPES
+
+    before = dict(QUERY_TYPES)
+    yield
+    QUERY_TYPES.clear()
+    QUERY_TYPES.update(before)
+
+
+@pytest.mark.integration  # runs transformers' GPT2LMHeadModel on the export
+def test_hf_gpt2_asks_the_query_class_not_its_name(tmp_path, restore_query_types):
+    """A new linear type with a scale, Q = (X + X·W_Q)/2, exports as W = (I + W_Q)/2; a subclass of
+    ``linear`` whose forward is nonlinear does not inherit ``linear_in_x`` and is refused."""
+    transformers = pytest.importorskip("transformers")
+    from torchnlq.models.query import LinearQuery, ResidualQuery, register_query
+
+    @register_query("half_residual_test")
+    class HalfResidual(ResidualQuery):
+        linear_in_x = True
+
+        def forward(self, x):
+            return (x + self.w_q(x)) / 2
+
+        def linear_weight(self):
+            return (torch.eye(self.dim) + self.w_q.weight.detach()) / 2
+
+    @register_query("tanh_linear_test")
+    class TanhLinear(LinearQuery):
+        def forward(self, x):
+            return torch.tanh(self.w_q(x))
+
+    model = tiny_model("half_residual_test")
+    export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(TOKENS).logits, logits(model), rtol=0, atol=1e-4)
+    nonlinear = tiny_model("tanh_linear_test")
+    with pytest.raises(UserError, match="query type tanh_linear_test has no GPT-2 equivalent"):
+        export_hf_gpt2(LoadedModel(nonlinear, nonlinear.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf2")
 
 
 # ---------------------------------------------------------------- scripts/convert_checkpoint.py

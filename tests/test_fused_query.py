@@ -139,7 +139,8 @@ def test_diagnostics_hooks_see_the_same_query():
 
 
 def test_swapped_linear_falls_back_to_the_unfused_path():
-    """A K,V module that is not a plain nn.Linear (float8 swaps it) must keep its own forward."""
+    """The attention does not look at its modules' types: code that swaps a linear (float8)
+    switches fusion off from outside, and then the swapped module's own forward runs."""
 
     class CountingLinear(nn.Linear):
         calls = 0
@@ -154,8 +155,45 @@ def test_swapped_linear_falls_back_to_the_unfused_path():
         layer.attn.kv = CountingLinear(old.in_features, old.out_features, bias=False)
         layer.attn.kv.weight = old.weight
     t = tokens()
+    with torch.no_grad():
+        fused(t)
+    assert CountingLinear.calls == 0  # still fused: the fused matmul reads kv.weight directly
+    for layer in fused.layers:
+        layer.attn.disable_kv_fusion()
     torch.testing.assert_close(fused(t), unfused(t), **FP32)
     assert CountingLinear.calls == len(fused.layers)
+
+
+def _fused_model(**model: object) -> GPT:
+    args = ModelArgs(n_layers=2, vocab_size=48, max_seq_len=32, **model)
+    torch.manual_seed(0)
+    return GPT(args)
+
+
+@pytest.mark.parametrize(
+    "n_heads,n_kv_heads,ratio,swapped",
+    [
+        # d = 32, r = 16: K,V (32 -> 64) and W1 (32 -> 16) are float8-eligible.
+        (4, None, 0.5, {"attn.kv", "attn.query.w1", "attn.query.w2"}),
+        # r = 12: W1 stays nn.Linear, but K,V is swapped: still no fusion.
+        (4, None, 0.375, {"attn.kv"}),
+        # K,V 32 -> 8 and r = 12 are not multiples of 16: only the out-projection is swapped, fusion stays.
+        (8, 1, 0.375, set()),
+    ],
+)
+def test_float8_conversion_switches_fusion_off_where_it_swapped(n_heads, n_kv_heads, ratio, swapped):
+    pytest.importorskip("torchao")
+    from torchnlq.parallel.float8 import convert_to_float8, float8_linear_class
+
+    gpt = _fused_model(dim=32, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                       query=Query(type="residual_mlp", bottleneck_ratio=ratio, fuse_kv=True))
+    keys = list(gpt.state_dict())
+    convert_to_float8(gpt, "tensorwise")
+    float8 = {n.split(".", 2)[2] for n, m in gpt.named_modules() if isinstance(m, float8_linear_class())}
+    assert float8 & {"attn.kv", "attn.query.w1", "attn.query.w2"} == swapped
+    assert "attn.proj" in float8
+    assert all(layer.attn.fuse_kv == (not swapped) for layer in gpt.layers)
+    assert list(gpt.state_dict()) == keys
 
 
 @pytest.mark.parametrize("qtype", ["linear", "identity", "residual"])

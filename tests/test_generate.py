@@ -7,8 +7,6 @@ import itertools
 
 import pytest
 import torch
-from data_helpers import SHARED_GPT2, needs_gpt2, write_toy_tiktoken
-from export_helpers import SEQ_LEN, VALIDATION, load_script, tiny_model, write_byte_data, write_checkpoint
 
 from torchnlq.data.batches import ValidationSet
 from torchnlq.data.token_file import TokenFile
@@ -19,6 +17,9 @@ from torchnlq.checkpoint.export import export_safetensors
 from torchnlq.checkpoint.load import load_model
 from torchnlq.inference.sampling import STOP_CONTEXT, STOP_EOT, STOP_LENGTH, generate_text, generate_tokens
 from torchnlq.train.validate import evaluate
+
+from helpers.data import SHARED_GPT2, needs_gpt2, write_toy_tiktoken
+from helpers.export import SEQ_LEN, VALIDATION, load_script, tiny_model, write_byte_data, write_checkpoint
 
 QUERY_TYPES = ("linear", "identity", "residual", "residual_mlp")
 CACHE_CASES = list(itertools.product(QUERY_TYPES, ("learned", "rope"), (None, 2, 1)))

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import REPO_ROOT, run_train, scalars, script_env, tiny_args
+from helpers.train import run_train, scalars, tiny_args
+
+pytestmark = pytest.mark.integration  # subprocess / torchrun / end-to-end trainer runs: see pyproject.toml
 
 TWO_PROC = ["--training.grad_accum_steps=1"]  # 4 sequences x 1 step x 2 ranks = 8, as 4 x 2 x 1
 
@@ -78,10 +80,7 @@ def test_resume_one_process_run_on_two(single: tuple[Path, dict[int, float]]) ->
 def test_sigterm_saves_and_resume_finishes(tmp_path: Path) -> None:
     args = tiny_args(tmp_path, "preempt", steps=3000)
     args += ["--checkpoint.interval=100000", "--validation.interval=100000", "--metrics.log_interval=5"]
-    proc = subprocess.Popen(
-        [str(REPO_ROOT / "run_train.sh"), *args], cwd=tmp_path, env=script_env(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    proc = run_train(tmp_path, *args, wait=False)
     log = tmp_path / "outputs/preempt/train.log"
     deadline = time.time() + 120
     while time.time() < deadline and not (log.is_file() and "step     20/" in log.read_text()):

@@ -100,6 +100,7 @@ def test_measure_allocations_counts_bytes_and_keeps_stderr_clean(capfd: pytest.C
     assert "from fn" in err and "profiler_st" not in err
 
 
+@pytest.mark.integration  # three profiled forwards: seconds
 def test_op_mode_saves_less_than_none_and_more_than_full() -> None:
     """Bytes forward leaves alive for backward: none > op > full (the modes really differ)."""
 
@@ -126,6 +127,7 @@ def test_activation_checkpointing_keeps_names(mode: str) -> None:
     plain.load_state_dict(model.state_dict())
 
 
+@pytest.mark.integration  # torch.compile: tens of seconds
 @pytest.mark.parametrize("mode", ["none", "op"])
 def test_compile_matches_eager_and_keeps_keys(mode: str) -> None:
     args = tiny_args()

@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
+
+pytestmark = pytest.mark.integration  # subprocess / torchrun / end-to-end trainer runs: see pyproject.toml
+
 WORKER = REPO_ROOT / "tests" / "workers" / "fsdp_worker.py"
 TRAIN_SCENARIOS = ["eager", "compile", "ac_full", "hsdp"]
 

@@ -13,9 +13,11 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError
 from torchnlq.models.query import (
     QUERY_TYPES,
+    LinearQuery,
     QueryProjection,
     ResidualMLPQuery,
     build_query,
+    ignored_knobs,
     query_num_params,
     register_query,
 )
@@ -224,3 +226,112 @@ def test_new_type_is_one_class_and_a_decorator(x):
             register_query("anchored_test")(AnchoredQuery)
     finally:
         QUERY_TYPES.pop("anchored_test", None)
+
+
+# ---- the contract: what the rest of torchnlq asks of a query type ----
+
+def test_linear_weight_of_the_linear_types(x):
+    """W with Q(X) = X·Wᵀ, written out from the weights: W_Q, I, I + W_Q; None for the nonlinear type."""
+    eye = torch.eye(DIM, dtype=torch.float32)
+    linear, identity, residual = (make(Query(type=t)) for t in ("linear", "identity", "residual"))
+    expected = {
+        "linear": linear.w_q.weight.float(),
+        "identity": eye,
+        "residual": eye + residual.w_q.weight.float(),
+    }
+    for q in (linear, identity, residual):
+        assert q.linear_in_x
+        w = q.linear_weight()
+        assert w.dtype == torch.float32 and not w.requires_grad
+        torch.testing.assert_close(w, expected[q.type_name], rtol=0, atol=0)
+        torch.testing.assert_close(x.float() @ w.T, q(x).float())
+    mlp = make(Query(type="residual_mlp"))
+    assert not mlp.linear_in_x and mlp.linear_weight() is None
+
+
+def test_residual_branch_and_norm_gains_flags():
+    flags = {name: cls.has_residual_branch for name, cls in QUERY_TYPES.items()}
+    assert {k: flags[k] for k in ("linear", "identity", "residual", "residual_mlp")} == {
+        "linear": False, "identity": False, "residual": True, "residual_mlp": True}
+    q = make(Query(type="residual_mlp"))
+    assert q.norm_gains() == {"gain_in": q.input_norm, "gain_out": q.output_norm}
+    assert make(Query(type="residual_mlp", input_norm="none")).norm_gains().keys() == {"gain_out"}
+    assert make(Query(type="residual")).norm_gains() == {} and make(Query(type="linear")).norm_gains() == {}
+
+
+def test_fusion_contract_of_residual_mlp():
+    q = make(Query(type="residual_mlp", bottleneck_ratio=0.25))
+    assert q.supports_fuse_kv and q.kv_fusion_rows() == 8
+    # diag(g)·W1 as [r, d] rows: input channel i of W1 scaled by the RMSNorm gain g_i.
+    torch.testing.assert_close(q.kv_fusion_weight(), q.w1.weight * q.input_norm.weight[None, :])
+    for qtype in ("linear", "identity", "residual"):
+        assert not QUERY_TYPES[qtype].supports_fuse_kv
+        with pytest.raises(NotImplementedError):
+            make(Query(type=qtype)).kv_fusion_weight()
+
+
+def test_overriding_forward_drops_the_inherited_claims():
+    """supports_fuse_kv and linear_in_x describe the parent's forward: an override resets them."""
+
+    class SameForward(ResidualMLPQuery):
+        pass
+
+    class NewForward(ResidualMLPQuery):
+        def forward(self, x):
+            return x
+
+    class Declared(ResidualMLPQuery):
+        supports_fuse_kv = True
+
+        def forward(self, x, fused=None):
+            return x
+
+    class NonlinearLinear(LinearQuery):
+        def forward(self, x):
+            return torch.tanh(self.w_q(x))
+
+    assert SameForward.supports_fuse_kv and Declared.supports_fuse_kv
+    assert not NewForward.supports_fuse_kv and not NewForward.linear_in_x
+    assert not NonlinearLinear.linear_in_x
+    assert NonlinearLinear.has_residual_branch is False and NewForward.has_residual_branch  # not about forward
+    assert "NewForward" not in {c.__name__ for c in QUERY_TYPES.values()}  # unregistered classes
+
+
+def test_claiming_fusion_without_a_fused_argument_fails_at_class_definition():
+    with pytest.raises(TypeError, match="supports_fuse_kv = True, so its forward must take 'fused'"):
+
+        class Broken(ResidualMLPQuery):
+            supports_fuse_kv = True
+
+            def forward(self, x):
+                return x
+
+
+def test_knobs_must_be_query_fields():
+    with pytest.raises(TypeError, match=r"\['anchor'\], which are not \[model.query\] fields"):
+
+        class Broken(QueryProjection):
+            knobs = ("activation", "anchor")
+
+
+@pytest.mark.parametrize(
+    "cfg,ignored",
+    [
+        (Query(type="linear"), []),
+        (Query(type="linear", activation="relu2"), ["activation"]),
+        (Query(type="identity", half_scale=False, bottleneck_ratio=0.25), ["bottleneck_ratio", "half_scale"]),
+        (Query(type="residual", input_norm="layer", output_norm="rms"), ["input_norm", "output_norm"]),
+        (Query(type="residual_mlp", activation="relu2", input_norm="none", bottleneck_ratio=1.0, half_scale=False), []),
+    ],
+)
+def test_ignored_knobs(cfg, ignored):
+    assert ignored_knobs(cfg) == ignored
+
+
+def test_extra_repr_shows_the_knobs_read():
+    cfg = Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False)
+    assert make(cfg).extra_repr() == (
+        "type='residual_mlp', dim=32, q_dim=32, activation='relu2', input_norm='rms', output_norm='layer', "
+        "bottleneck_ratio=0.25, half_scale=False, rank=8"
+    )
+    assert make(Query(type="linear", activation="relu2")).extra_repr() == "type='linear', dim=32, q_dim=32"

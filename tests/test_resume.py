@@ -13,7 +13,9 @@ from torchnlq.errors import UserError
 from torchnlq.checkpoint.checkpointer import list_checkpoints
 from torchnlq.train.trainer import Trainer, TrainingDiverged
 
-from train_helpers import scalars, tiny_config
+from helpers.train import scalars, tiny_config
+
+pytestmark = pytest.mark.integration  # every test runs the Trainer end to end (seconds each)
 
 
 def train(tmp: Path, name: str, steps: int = 12, **extra: object) -> Trainer:
@@ -149,7 +151,7 @@ def test_export_at_end_loads_with_equal_logits(tmp_path: Path) -> None:
 
     trainer = train(tmp_path, "exp", steps=4, checkpoint__export_at_end=True)
     model = torchnlq.load_pretrained(tmp_path / "outputs/exp/export")
-    x = trainer.val_batches[0][0]
+    x = trainer.validator.batches[0][0]
     with torch.no_grad():
         assert torch.equal(model(x), trainer.model.eval()(x))
     with pytest.raises(UserError, match="export_at_end"):

@@ -18,8 +18,8 @@ from torchnlq.errors import UserError
 from torchnlq.experiments.suite import grid_name, load_suite
 from torchnlq.experiments.suite_run import main, print_commands, run_suite
 
-from conftest import REPO_ROOT
-from train_helpers import script_env, tiny_args
+from helpers import REPO_ROOT
+from helpers.train import script_env, tiny_args
 
 BASE = """
 [model]
@@ -208,6 +208,7 @@ def test_failed_run_does_not_stop_the_suite(tmp_path: Path, monkeypatch: pytest.
     assert "failed: seed1, seed2" in out.getvalue() and "no comparison" in out.getvalue()
 
 
+@pytest.mark.integration  # a Python subprocess running the suite
 def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None:
     path = write_suite(tmp_path, 'config = "../configs/base.toml"\ndump_folder = "out"\n[grid]\n"training.seed" = [1, 2]')
     script = tmp_path / "slow_train.sh"  # stands in for a trainer that saves and exits on SIGINT
@@ -290,6 +291,7 @@ def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None
     assert params["mlp_matched"] == params["res_gelu_lr3e-3"] > params["baseline"]
 
 
+@pytest.mark.integration  # scripts/run_suite.py launching two real training runs
 def test_end_to_end_two_tiny_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shared = [a for a in tiny_args(tmp_path, steps=8, checkpoint__enabled=False)
               if not a.startswith(("--job.name", "--job.dump_folder"))]

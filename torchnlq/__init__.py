@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torchnlq.models.gpt import GPT
 
-__version__ = "0.1.0"
+from torchnlq.version import __version__
 __all__ = ["__version__", "load_pretrained"]
 
 

@@ -19,11 +19,18 @@ from dataclasses import dataclass
 
 import torch
 
+from torchnlq.benchmarks.timing import (
+    DeviceTimer,
+    describe_machine,
+    interleave,
+    machine_info,
+    markdown_table,
+    median,
+)
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import Attention
-from torchnlq.benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 
 # The arrangements compared (label -> query config); the first is the reference of the ratios.
 VARIANTS: dict[str, Query] = {

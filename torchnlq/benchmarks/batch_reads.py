@@ -25,10 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from torchnlq.benchmarks.timing import (
+    describe_machine,
+    machine_info,
+    markdown_table,
+    median,
+)
 from torchnlq.data import token_format as fmt
 from torchnlq.data.token_file import TokenFile, read_batch
 from torchnlq.errors import UserError
-from torchnlq.benchmarks.timing import describe_machine, machine_info, markdown_table, median
 
 CHUNK = 64 * 2**20  # tokens per write while creating a random file (128 MiB)
 

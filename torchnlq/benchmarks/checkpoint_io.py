@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
+from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.config.job_config import Checkpoint, Model
 from torchnlq.models import GPT, build_model_args
-from torchnlq.checkpoint.checkpointer import Checkpointer
 
 
 def _model_and_optimizer(flavor: str) -> tuple[GPT, torch.optim.Optimizer]:

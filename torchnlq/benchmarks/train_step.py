@@ -39,20 +39,31 @@ from typing import Any
 
 import torch
 
-import torchnlq.train.trainer as trainer_module
-from torchnlq.config.manager import load_job_config
-from torchnlq.data import token_format as fmt
-from torchnlq.errors import UserError
 from torchnlq.benchmarks.activation_memory import measure_allocations
-from torchnlq.benchmarks.train_step_args import BenchOptions, parse_variant, split_bench_args
+from torchnlq.benchmarks.timing import (
+    DeviceTimer,
+    describe_machine,
+    interleave,
+    machine_info,
+    markdown_table,
+    median,
+)
+from torchnlq.benchmarks.train_step_args import (
+    BenchOptions,
+    parse_variant,
+    split_bench_args,
+)
 from torchnlq.benchmarks.train_step_support import (
-    ReadTimer,
+    TimedLoader,
     quiet_trainer_logs,
     tensor_bytes,
     write_random_corpus,
 )
-from torchnlq.benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+from torchnlq.config.manager import load_job_config
+from torchnlq.data import token_format as fmt
+from torchnlq.errors import UserError
 from torchnlq.train.metrics import peak_tflops
+from torchnlq.train.trainer import Trainer
 
 # Overrides every benchmark run gets after the user's: no files worth keeping, nothing but steps.
 BENCH_OVERRIDES = [
@@ -87,8 +98,8 @@ class Variant:
     """One configuration under test: its own Trainer and its timings."""
 
     def __init__(self, label: str, config_args: list[str], overrides: list[str], autocast: str, opts: BenchOptions,
-                 workdir: Path, reads: ReadTimer, index: int) -> None:
-        self.label, self.overrides, self.reads = label, overrides, reads
+                 workdir: Path, index: int) -> None:
+        self.label, self.overrides = label, overrides
         total_steps = opts.warmup + opts.steps + 1  # + 1: the memory measurement
         run_args = [f"--job.dump_folder={workdir / 'runs'}", f"--job.name=v{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}",
                     f"--training.steps={total_steps}", *BENCH_OVERRIDES]
@@ -100,7 +111,7 @@ class Variant:
             cfg.data.path, cfg.data.synthetic = str(folder), False
         # The trainer logs a header line on construction; the benchmark prints only its table.
         with contextlib.redirect_stdout(io.StringIO()):
-            self.trainer = trainer_module.Trainer(cfg)
+            self.trainer = Trainer(cfg)
         quiet_trainer_logs()
         device = self.trainer.device
         if autocast == "bf16":
@@ -108,18 +119,21 @@ class Variant:
         elif autocast == "fp32":
             self.trainer.autocast = contextlib.nullcontext
         self.precision = "fp32" if self.trainer.autocast is contextlib.nullcontext else "bf16 autocast"
+        # Times the reads by wrapping the loader the trainer reads through.
+        self.reads = TimedLoader(self.trainer.loader, device)
+        self.trainer.loader = self.reads
         self.cfg, self.timer = cfg, DeviceTimer(device)
         self.times: list[float] = []
         self.data_times: list[float] = []
 
     def step(self) -> None:
         """One untimed training step (warm-up)."""
-        self.reads.start(self.trainer.device)
+        self.reads.reset()
         self.trainer.train_step()
 
     def timed_step(self) -> float:
         """One timed training step; records its time and its data-loading time."""
-        self.reads.start(self.trainer.device)
+        self.reads.reset()
         seconds = self.timer.time(self.trainer.train_step)
         self.times.append(seconds)
         self.data_times.append(self.reads.total())
@@ -167,15 +181,14 @@ def run_bench(config_args: list[str], opts: BenchOptions) -> tuple[list[VariantR
     labels = [label for label, _, _ in specs]
     if len(set(labels)) != len(labels):
         raise UserError(f"--compare labels must differ, got {', '.join(labels)}")
-    reads = ReadTimer()
     # Every variant's blocks share one code object; allow one compiled graph per variant at least.
     limit = max(torch._dynamo.config.recompile_limit, 8 * len(specs))
-    with tempfile.TemporaryDirectory(prefix="torchnlq-bench-") as tmp, reads.installed(), \
+    with tempfile.TemporaryDirectory(prefix="torchnlq-bench-") as tmp, \
             torch._dynamo.config.patch(recompile_limit=limit):
         variants: list[Variant] = []
         try:
             for index, (label, args, autocast) in enumerate(specs):
-                variants.append(Variant(label, config_args, args, autocast, opts, Path(tmp), reads, index))
+                variants.append(Variant(label, config_args, args, autocast, opts, Path(tmp), index))
             info = machine_info(variants[0].trainer.device)
             for variant in variants:
                 for _ in range(opts.warmup):

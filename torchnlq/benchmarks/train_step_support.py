@@ -5,7 +5,6 @@ and keeping the trainer's log lines out of the benchmark's table.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -15,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-import torchnlq.train.trainer as trainer_module
 from torchnlq.data import token_format as fmt
+from torchnlq.data.loader import MicroBatchSource
 from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
 
 RANDOM_CORPUS_TOKENS = {"train": 4_000_000, "val": 100_000}
@@ -36,48 +35,44 @@ def write_random_corpus(folder: Path, tokenizer: str) -> Path:
     return folder
 
 
-class ReadTimer:
-    """Times ``read_batch`` and the host-to-device copy inside ``Trainer.train_step``.
+class TimedLoader:
+    """Wraps a trainer's loader: times each micro-batch's read and its host-to-device copy.
 
-    Installed by replacing the trainer module's ``read_batch`` (looked up at call
-    time), so the trainer itself is unchanged. The wrapper also does the copy, timed
-    with CUDA events on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
+    Installed as ``trainer.loader = TimedLoader(trainer.loader, device)``; the trainer
+    reads through it unchanged. The wrapper also does the copy, timed with CUDA events
+    on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, inner: MicroBatchSource, device: torch.device) -> None:
+        self.inner, self.device = inner, device
         self.seconds = 0.0
-        self.device = torch.device("cpu")
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
-    def start(self, device: torch.device) -> None:
-        self.seconds, self.device, self._events = 0.0, device, []
+    def reset(self) -> None:
+        """Forget what was timed so far (call before each step)."""
+        self.seconds, self._events = 0.0, []
 
     def total(self) -> float:
-        """Seconds of reading and copying since :meth:`start` (call after the step has synchronized)."""
+        """Seconds of reading and copying since :meth:`reset` (call after the step has synchronized)."""
         return self.seconds + sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        original = trainer_module.read_batch
-
-        def timed_read_batch(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def micro_batches(self, step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The inner loader's micro-batches, each read (and copied) under the timer."""
+        batches = iter(self.inner.micro_batches(step))
+        while True:
             t0 = time.perf_counter()
-            x, y = original(*args, **kwargs)
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                return
             self.seconds += time.perf_counter() - t0
-            if self.device.type != "cuda":
-                return x, y
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            end.record()
-            self._events.append((begin, end))
-            return x, y
-
-        trainer_module.read_batch = timed_read_batch
-        try:
-            yield
-        finally:
-            trainer_module.read_batch = original
+            if self.device.type == "cuda":
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                end.record()
+                self._events.append((begin, end))
+            yield x, y
 
 
 def tensor_bytes(tensors: Any) -> int:

@@ -3,7 +3,8 @@
 A checkpoint holds everything an exact resume needs: the model and optimizer
 (through ``get_state_dict``, so FSDP-sharded and plain models save the same
 FQN-keyed state and a checkpoint loads at any world size), the step and tokens
-seen (in :data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
+seen (the run's :class:`~torchnlq.checkpoint.record.RunRecord`, in
+:data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
 RNG states (``rng-rank{r}.pt``). The data position needs no state: the batch of
 step s is a pure function of s.
 
@@ -29,11 +30,16 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
+from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
+from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
-from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 # DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
@@ -119,8 +125,13 @@ class Checkpointer:
 
     # ----- saving ---------------------------------------------------------------------------
 
-    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
-        """Write ``step-N`` (synchronously, or in the background with ``async_mode``)."""
+    def due(self, step: int, last: bool) -> bool:
+        """Whether the loop should save after ``step``: every ``interval`` steps and at the last one."""
+        return self.cfg.enabled and (last or step % self.cfg.interval == 0)
+
+    def save(self, record: RunRecord, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Write ``step-N`` for ``record.step`` (synchronously, or in the background with ``async_mode``)."""
+        step = record.step
         self.wait()  # at most one save in flight: the previous one must be complete and renamed
         start = time.perf_counter()
         final = self.folder / f"step-{step}"
@@ -134,7 +145,7 @@ class Checkpointer:
         state = {MODEL_KEY: model_sd, "optimizer": optim_sd}
         torch.save(rng_state(), partial / f"rng-rank{self.rank}.pt")
         if self.rank == 0:
-            write_meta(partial, {**meta, "step": step})
+            write_meta(partial, record.to_meta())
         if self.cfg.async_mode:
             future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
             self._pending = (future, partial, final, step)
@@ -187,8 +198,12 @@ class Checkpointer:
 
     def load(
         self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, fingerprint: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its meta."""
+    ) -> RunRecord:
+        """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record.
+
+        ``fingerprint`` is this run's :meth:`RunRecord.resume_fingerprint`: a checkpoint of
+        another model shape or data order is refused, naming the first difference.
+        """
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
         model_only = optimizer is None
@@ -210,9 +225,9 @@ class Checkpointer:
         rng_file = path / f"rng-rank{self.rank}.pt"
         if not model_only and rng_file.is_file():  # a new rank after a world-size change keeps its seed
             set_rng_state(torch.load(rng_file, weights_only=False))
-        return meta
+        return RunRecord.from_meta(meta, path / META_FILE)
 
-    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> dict[str, Any]:
+    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> None:
         """Load only the weights of another run's checkpoint (checkpoint.initial_load_path).
 
         ``model_fingerprint`` is ``{"model": ...}``: the shapes must match, the data may differ.
@@ -227,7 +242,6 @@ class Checkpointer:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"could not load weights from {path}: {first} (is the model shape the same?)") from None
         set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
-        return meta
 
     def close(self) -> None:
         """Finish any background save."""

@@ -77,7 +77,7 @@ def export_safetensors(
     """
     from safetensors.torch import save_file
 
-    import torchnlq
+    from torchnlq.version import __version__
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
@@ -87,7 +87,7 @@ def export_safetensors(
         **run_meta,
         "format": EXPORT_FORMAT,
         "format_version": FORMAT_VERSION,
-        "torchnlq_version": torchnlq.__version__,
+        "torchnlq_version": __version__,
         "dtype": dtype,
         "source": str(loaded.path),
         "model_args": loaded.args.to_dict(),

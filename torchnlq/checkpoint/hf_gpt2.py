@@ -3,9 +3,10 @@
 Written without importing transformers: ``config.json`` and ``model.safetensors``
 with Hugging Face's key names. Only models GPT-2 computes exactly qualify:
 learned positions, multi-head attention (n_kv_heads == n_heads), head_dim ==
-dim / n_heads and a query that is a linear map of X. ``linear`` is W_Q itself;
-``identity`` (Q = X) and ``residual`` (Q = X + X·W_Q) are linear too, so they
-export as W_Q = I and W_Q = I + W (the basis-change argument of the paper in
+dim / n_heads and a query that is a linear map of X (its class says so with
+``linear_in_x`` and gives the matrix with ``linear_weight()``). ``linear`` is W_Q
+itself; ``identity`` (Q = X) and ``residual`` (Q = X + X·W_Q) are linear too, so
+they export as W_Q = I and W_Q = I + W (the basis-change argument of the paper in
 reverse). The nonlinear ``residual_mlp`` has no GPT-2 equivalent.
 
 Layout differences handled here (see docs/checkpoints.md for the table):
@@ -24,18 +25,18 @@ import torch
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
+from torchnlq.models.query import get_query_class
 from torchnlq.checkpoint.export import atomic_folder, parse_dtype, write_json
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import FORMAT_KEYS
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_LINEAR_QUERIES = ("linear", "identity", "residual")
 
 
 def gpt2_incompatibility(args: ModelArgs) -> str | None:
     """Why GPT-2 cannot represent this model, or None when it can."""
     fallback = "; export with --format safetensors"
-    if args.query.type not in _LINEAR_QUERIES:
+    if not get_query_class(args.query.type).linear_in_x:
         return f"query type {args.query.type} has no GPT-2 equivalent{fallback}"
     if args.positions != "learned":
         return f"positions={args.positions!r}: GPT-2 has learned absolute positions only{fallback}"
@@ -53,17 +54,11 @@ def gpt2_incompatibility(args: ModelArgs) -> str | None:
 
 
 def query_matrix(model: GPT, layer: int) -> torch.Tensor:
-    """The [q_dim, dim] nn.Linear-style weight W with query(x) = x·Wᵀ for a linear query type."""
-    query = model.layers[layer].attn.query
-    kind = model.args.query.type
-    eye = torch.eye(model.args.dim, dtype=torch.float32, device=model.tok_emb.weight.device)
-    if kind == "linear":
-        return query.w_q.weight.detach().float()
-    if kind == "identity":
-        return eye
-    if kind == "residual":  # x + x·Wᵀ = x·(I + W)ᵀ
-        return eye + query.w_q.weight.detach().float()
-    raise UserError(gpt2_incompatibility(model.args) or f"query type {kind} is not linear")
+    """The [q_dim, dim] nn.Linear-style weight W with query(x) = x·Wᵀ (fp32, on the model's device)."""
+    weight = model.layers[layer].attn.query.linear_weight()
+    if weight is None:
+        raise UserError(gpt2_incompatibility(model.args) or f"query type {model.args.query.type} is not linear")
+    return weight.to(device=model.tok_emb.weight.device, dtype=torch.float32)
 
 
 def gpt2_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict:
@@ -143,7 +138,7 @@ def export_hf_gpt2(
     """
     from safetensors.torch import save_file
 
-    import torchnlq
+    from torchnlq.version import __version__
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
@@ -153,7 +148,7 @@ def export_hf_gpt2(
     state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
     extra = {
         **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
-        "torchnlq_version": torchnlq.__version__,
+        "torchnlq_version": __version__,
         "model_args": loaded.args.to_dict(),
         "tokenizer": loaded.tokenizer,
         "source": str(loaded.path),

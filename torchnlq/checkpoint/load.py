@@ -34,10 +34,10 @@ from torchnlq.checkpoint.metadata import (
     WEIGHTS_FILE,
     read_meta,
 )
+from torchnlq.checkpoint.record import RunRecord
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-
 
 
 @dataclass
@@ -46,8 +46,8 @@ class LoadedModel:
 
     ``model`` is in eval mode, fp32, on the requested device. ``tokenizer`` is the
     tokenizer description (``{"name": "gpt2" | "byte", ...}``; empty if unknown).
-    ``meta`` holds the run's metadata: ``step``, ``seq_len``, ``validation``,
-    ``data_path``, ``data_fingerprint`` (whichever the source recorded).
+    ``record`` is the run's metadata, typed (fields the source did not record are
+    None); ``meta`` is the same as the JSON it was read from, which exports carry over.
     """
 
     model: GPT
@@ -56,6 +56,11 @@ class LoadedModel:
     meta: dict[str, Any]
     path: Path
     kind: str  # "checkpoint" or "export"
+    record: RunRecord | None = None
+
+    def __post_init__(self) -> None:
+        if self.record is None:  # a model made in Python: it records only its shapes and tokenizer
+            self.record = RunRecord(model_args=self.args, tokenizer=self.tokenizer)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -125,17 +130,6 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     )
 
 
-def _model_args(meta: dict[str, Any], where: Path) -> ModelArgs:
-    if not isinstance(meta, dict) or "model_args" not in meta:
-        raise UserError(f"'{where}' has no model_args; it was not written by this torchnlq, or is corrupt")
-    try:
-        return ModelArgs.from_dict(meta["model_args"])
-    except UserError as e:
-        raise UserError(f"'{where}': {e}") from None
-    except (TypeError, ValueError) as e:  # wrong value types in hand-edited JSON
-        raise UserError(f"'{where}' has invalid model_args ({e}); the file is corrupt") from None
-
-
 def empty_model(args: ModelArgs, device: torch.device) -> GPT:
     """A GPT with allocated but unset parameters (RoPE tables computed), in eval mode.
 
@@ -175,7 +169,8 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     meta = read_meta(path)
-    args = _model_args(meta, path / META_FILE)
+    record = RunRecord.from_meta(meta, path / META_FILE)
+    args = record.model_args
     if not (path / ".metadata").is_file():
         raise UserError(f"checkpoint '{path}' is incomplete (no DCP .metadata); use another checkpoint")
     try:
@@ -202,7 +197,7 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
             raise UserError(f"could not read checkpoint '{path}': {lines[-1] if lines else type(e).__name__}") from None
     model.load_state_dict(state, strict=True)
-    return LoadedModel(model, args, dict(meta.get("tokenizer") or {}), meta, path, "checkpoint")
+    return LoadedModel(model, args, record.tokenizer, meta, path, "checkpoint", record)
 
 
 def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> LoadedModel:
@@ -214,7 +209,8 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
             f"export '{path}' has format_version {config['format_version']}, newer than this torchnlq reads "
             f"({FORMAT_VERSION}); upgrade torchnlq"
         )
-    args = _model_args(config, path / CONFIG_FILE)
+    record = RunRecord.from_meta(config, path / CONFIG_FILE)
+    args = record.model_args
     try:
         tensors = load_file(str(path / WEIGHTS_FILE), device=str(device))
     except (SafetensorError, OSError) as e:
@@ -222,7 +218,6 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
     model = empty_model(args, device)
     check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
     model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
-    tokenizer = config.get("tokenizer") or {}
-    if not tokenizer and (path / TOKENIZER_FILE).is_file():
-        tokenizer = json.loads((path / TOKENIZER_FILE).read_text())
-    return LoadedModel(model, args, dict(tokenizer), config, path, "export")
+    if not record.tokenizer and (path / TOKENIZER_FILE).is_file():
+        record.tokenizer = dict(json.loads((path / TOKENIZER_FILE).read_text()))
+    return LoadedModel(model, args, record.tokenizer, config, path, "export", record)

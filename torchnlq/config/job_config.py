@@ -2,8 +2,11 @@
 
 Every field is declared with :func:`option`, which carries its one-line doc
 (shown by ``--help`` and in docs/configs.md) and its allowed values or range
-(checked by :mod:`torchnlq.config.manager`). Builders receive only the section
-they need (``build_model(cfg.model)``, ``build_optimizer(cfg.optimizer, ...)``),
+(checked by :mod:`torchnlq.config.manager`). Fields whose values are the names of
+a registry (query types, activations, norms, flavors, position kinds) say so with
+``registry=``: the names are written once, in the registry, and
+:mod:`torchnlq.config.checks` checks them. Builders receive only the section
+they need (``build_model_args(cfg.model, ...)``, ``build_optimizer(cfg.optimizer, ...)``),
 never the whole :class:`JobConfig`.
 """
 
@@ -21,14 +24,19 @@ def option(
     min: float | None = None,
     max: float | None = None,
     min_exclusive: bool = False,
+    registry: str | None = None,
 ) -> Any:
     """Declare a config field with its doc line and its allowed values.
 
     ``min``/``max`` bound numbers (``min_exclusive`` makes the lower bound
-    strict); ``choices`` lists the allowed values of a string field. A ``None``
-    default means "unset / derived", and ``None`` stays allowed for the field.
+    strict); ``choices`` lists the allowed values of a string field; ``registry``
+    names the registry whose keys are the allowed values instead (see
+    :func:`torchnlq.config.checks.registry_choices`). A ``None`` default means
+    "unset / derived", and ``None`` stays allowed for the field.
     """
-    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+    meta = {
+        "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive, "registry": registry,
+    }
     return field(default=default, metadata=meta)
 
 
@@ -52,20 +60,15 @@ class Query:
 
     type: str = option(
         "linear",
-        "Query type from the registry in torchnlq/models/query.py: linear (X·W_Q), identity (W_Q = I), "
-        "residual (X + X·W_Q), residual_mlp (the paper: (X + f(X))/2).",
+        "Query type (torchnlq/models/query.py): linear is X·W_Q, identity W_Q = I, residual X + X·W_Q, "
+        "residual_mlp the paper's (X + f(X))/2.",
+        registry="query types",
     )
     activation: str = option(
-        "gelu",
-        "residual_mlp: activation inside f (gelu is the exact erf form).",
-        choices=("gelu", "gelu_tanh", "relu", "relu2", "silu"),
+        "gelu", "residual_mlp: activation inside f (gelu is the exact erf form).", registry="activations"
     )
-    input_norm: str = option(
-        "rms", "residual_mlp: norm applied to X before W1.", choices=("rms", "layer", "none")
-    )
-    output_norm: str = option(
-        "layer", "residual_mlp: norm applied after W2.", choices=("layer", "rms", "none")
-    )
+    input_norm: str = option("rms", "residual_mlp: norm applied to X before W1.", registry="norms")
+    output_norm: str = option("layer", "residual_mlp: norm applied after W2.", registry="norms")
     bottleneck_ratio: float = option(
         0.5, "residual_mlp: bottleneck width r as a fraction of the model width d.", min=0.0, min_exclusive=True
     )
@@ -83,10 +86,7 @@ class Query:
 class Model:
     """The model: a named flavor, with optional per-field overrides."""
 
-    flavor: str = option(
-        "debug",
-        "Size preset from torchnlq/models/registry.py: debug, gpt_small, gpt_small_mlp4_75, gpt_medium, gpt_large.",
-    )
+    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
     n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1)
     dim: int | None = option(None, "Override the flavor's model width d.", min=1)
     n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1)
@@ -107,8 +107,7 @@ class Model:
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
     positions: str = option(
-        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).",
-        choices=("learned", "rope"),
+        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
     )
     rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
     norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)

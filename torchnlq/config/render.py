@@ -1,13 +1,18 @@
 """Render a JobConfig: as TOML (the resolved config of a run), as ``--help`` text,
 and as the Markdown reference in docs/configs.md. All three walk the same
 dataclass fields, so the docs cannot drift from the code.
+
+Fields backed by a registry (``option(registry=...)``) have their allowed names
+passed in by the caller (:func:`torchnlq.config.checks.registry_choices`): this
+module sits below the model code and does not import it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from torchnlq.config.job_config import JobConfig
 
@@ -54,11 +59,21 @@ def to_toml(cfg: JobConfig) -> str:
     return "\n".join(lines)
 
 
-def _describe(f: dataclasses.Field, value: Any) -> str:
+Choices = Mapping[str, Sequence[str]]
+
+
+def _choices(name: str, f: dataclasses.Field, registries: Choices | None) -> Sequence[Any] | None:
+    """The allowed values of option ``name``: its own ``choices``, else its registry's names when given."""
+    if f.metadata.get("choices"):
+        return f.metadata["choices"]
+    return (registries or {}).get(name)
+
+
+def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None) -> str:
     meta = f.metadata
     extra = []
-    if meta.get("choices"):
-        extra.append("one of " + "|".join(map(str, meta["choices"])))
+    if choices:
+        extra.append("one of " + "|".join(map(str, choices)))
     if meta.get("min") is not None:
         extra.append(f"{'>' if meta.get('min_exclusive') else '>='} {meta['min']}")
     if meta.get("max") is not None:
@@ -68,8 +83,11 @@ def _describe(f: dataclasses.Field, value: Any) -> str:
     return f"{meta.get('doc', '')} [default: {default}{rules}]"
 
 
-def help_text(cfg: JobConfig | None = None) -> str:
-    """The ``--help`` text: usage, then every option with its doc and default."""
+def help_text(cfg: JobConfig | None = None, registries: Choices | None = None) -> str:
+    """The ``--help`` text: usage, then every option with its doc, default and allowed values.
+
+    ``registries`` maps registry-backed option names to their allowed names.
+    """
     cfg = cfg or JobConfig()
     out = [
         "usage: ./run_train.sh [CONFIG.toml] [--section.key VALUE | --section.key=VALUE ...]",
@@ -82,12 +100,12 @@ def help_text(cfg: JobConfig | None = None) -> str:
         if head != section:
             section = head
             out.append(f"\n[{head}]")
-        out.append(f"  --{name}\n      {_describe(f, value)}")
+        out.append(f"  --{name}\n      {_describe(f, value, _choices(name, f, registries))}")
     return "\n".join(out)
 
 
-def markdown_reference(cfg: JobConfig | None = None) -> str:
-    """The options table of docs/configs.md (one table per section)."""
+def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None = None) -> str:
+    """The options table of docs/configs.md (one table per section); ``registries`` as in :func:`help_text`."""
     cfg = cfg or JobConfig()
     out: list[str] = []
     section = None
@@ -98,8 +116,9 @@ def markdown_reference(cfg: JobConfig | None = None) -> str:
             out += ["", f"### [{head}]", "", "| key | default | allowed | meaning |", "| --- | --- | --- | --- |"]
         meta = f.metadata
         allowed = []
-        if meta.get("choices"):
-            allowed.append(", ".join(f"`{c}`" for c in meta["choices"]))
+        choices = _choices(name, f, registries)
+        if choices:
+            allowed.append(", ".join(f"`{c}`" for c in choices))
         if meta.get("min") is not None:
             allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
         if meta.get("max") is not None:

@@ -15,7 +15,11 @@ from torchnlq.data.batches import (
     build_validation_set,
     open_token_files,
 )
-from torchnlq.data.synthetic import ensure_synthetic_corpus, generate_synthetic_tokens, unigram_entropy
+from torchnlq.data.synthetic import (
+    ensure_synthetic_corpus,
+    generate_synthetic_tokens,
+    unigram_entropy,
+)
 from torchnlq.data.token_file import TokenFile, read_batch
 from torchnlq.data.token_format import read_meta
 from torchnlq.data.tokenizer import (

@@ -299,16 +299,13 @@ def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: 
 
 def _validate_run(where: str, run: SuiteRun) -> int:
     """Load the run's config and resolve its model shapes (a typo fails here, before any launch); its steps."""
-    from torchnlq.data.tokenizer import padded_vocab_size
-    from torchnlq.models import build_model_args
+    from torchnlq.config.checks import check_job_config
 
     try:
         cfg = load_job_config([str(run.config), *run.overrides])
-        args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
+        check_job_config(cfg)  # what the trainer checks first, so a bad run fails before any launch
     except UserError as e:
         raise UserError(f"{where}: run '{run.name}': {e}") from None
-    if cfg.training.seq_len > args.max_seq_len:
-        raise UserError(f"{where}: run '{run.name}': training.seq_len={cfg.training.seq_len} exceeds max_seq_len={args.max_seq_len}")
     return cfg.training.steps
 
 

@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchnlq.cli import run_cli
-from torchnlq.experiments.suite import REPO_ROOT, Suite, SuiteRun, display_path, load_suite
+from torchnlq.experiments.suite import (
+    REPO_ROOT,
+    Suite,
+    SuiteRun,
+    display_path,
+    load_suite,
+)
 
 USAGE = """usage: run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.key value ...]
 

@@ -13,15 +13,16 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 import torch
 
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.checkpoint.record import RunRecord, ValidationRecord
 from torchnlq.config.job_config import Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import ValidationSet, open_token_files
 from torchnlq.errors import UserError
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.train.validate import evaluate
 
 # Used only when the source records no validation settings (e.g. a hand-made export).
@@ -70,14 +71,14 @@ def resolve_settings(
     seq_len: int | None = None,
 ) -> ValidationSettings:
     """Explicit values win; otherwise the run's recorded ``seq_len`` and ``validation`` settings."""
-    meta = loaded.meta
-    recorded: dict[str, Any] = meta.get("validation") or {}
-    seq_len = seq_len if seq_len is not None else meta.get("seq_len", loaded.args.max_seq_len)
-    sequences = sequences if sequences is not None else recorded.get("sequences")
+    record = loaded.record
+    recorded = record.validation or ValidationRecord(seed=None, sequences=None, micro_batch_size=None)
+    seq_len = seq_len if seq_len is not None else (record.seq_len or loaded.args.max_seq_len)
+    sequences = sequences if sequences is not None else recorded.sequences
     if sequences is None:
         raise UserError(f"'{loaded.path}' records no validation settings; pass --sequences N")
-    micro = micro_batch_size or recorded.get("micro_batch_size") or min(sequences, FALLBACK_MICRO_BATCH_SIZE)
-    seed = seed if seed is not None else recorded.get("seed", Validation().seed)
+    micro = micro_batch_size or recorded.micro_batch_size or min(sequences, FALLBACK_MICRO_BATCH_SIZE)
+    seed = seed if seed is not None else (recorded.seed if recorded.seed is not None else Validation().seed)
     for name, value in (("--seq-len", seq_len), ("--sequences", sequences), ("--micro-batch-size", micro)):
         if value < 1:
             raise UserError(f"{name}={value} must be at least 1")
@@ -86,9 +87,13 @@ def resolve_settings(
     return ValidationSettings(int(seq_len), int(sequences), int(micro), int(seed))
 
 
-def _autocast(loaded: LoadedModel, device: torch.device):
-    # Match a run that validated under bf16 autocast on CUDA; CPU runs are fp32, as here.
-    if device.type == "cuda" and loaded.meta.get("mixed_precision") == "bf16":
+def evaluation_autocast(record: RunRecord, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """The autocast the run validated under: bf16 on CUDA when it computed in bf16, else none (fp32).
+
+    On a CPU every run computed in fp32 (the trainer autocasts on CUDA only), so a
+    CPU evaluation is fp32 whatever the run recorded.
+    """
+    if device.type == "cuda" and record.mixed_precision == "bf16":
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext
 
@@ -114,7 +119,7 @@ def evaluate_source(
     val_set = ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed)
     model_device = loaded.model.tok_emb.weight.device
     # A list, as the trainer passes: evaluate() indexes the micro-batches.
-    mean, std = evaluate(loaded.model, list(val_set), model_device, _autocast(loaded, model_device))
+    mean, std = evaluate(loaded.model, list(val_set), model_device, evaluation_autocast(loaded.record, model_device))
     return EvalResult(
         val_loss=mean,
         val_loss_std=std,

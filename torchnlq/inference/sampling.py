@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT, KVCache
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
 
 STOP_LENGTH = "max_new_tokens"
 STOP_EOT = "end_of_text"

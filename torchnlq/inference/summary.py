@@ -11,11 +11,10 @@ import sys
 
 import torch
 
+from torchnlq.config.checks import check_job_config
 from torchnlq.config.job_config import JobConfig
-from torchnlq.errors import ConfigError, UserError
+from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT
-from torchnlq.data.tokenizer import padded_vocab_size
-from torchnlq.models.registry import build_model_args
 
 _LAYER_PREFIX = re.compile(r"^layers\.(\d+)\.")
 
@@ -29,14 +28,8 @@ def summarize(cfg: JobConfig) -> list[str]:
     ``total_params``, ``non_embedding_params`` and ``flops_per_token`` (at
     ``training.seq_len``).
     """
-    vocab_size = padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple)
-    args = build_model_args(cfg.model, vocab_size)
+    args = check_job_config(cfg)  # the trainer's checks: a summary of a config that cannot run is an error
     seq_len = cfg.training.seq_len
-    if seq_len > args.max_seq_len:
-        raise ConfigError(
-            f"training.seq_len={seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
-            f"lower training.seq_len or raise model.max_seq_len"
-        )
     with torch.device("meta"):
         model = GPT(args)
 

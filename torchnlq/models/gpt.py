@@ -95,7 +95,9 @@ class Attention(nn.Module):
     docs/performance.md has the measurements), when the forward has enough tokens for
     that copy to pay (not in one-token decode steps, see ``_fusion_applies``). The query
     finishes its part (the 1/rms(X) scale) in ``query(x, fused)``, so hooks on the query
-    still see its input X.
+    still see its input X. Only the query's fusion contract is used (``kv_fusion_rows``,
+    ``kv_fusion_weight``, ``forward(x, fused)``); code that wraps the linears from outside
+    (float8) calls :meth:`disable_kv_fusion` where the fused matmul would bypass its wrapper.
     """
 
     #: Fewest tokens (batch x seq) for the fused path; None means the fused weight's row count.
@@ -112,6 +114,17 @@ class Attention(nn.Module):
         self.proj = nn.Linear(args.q_dim, args.dim, bias=False)
         self.fuse_kv = args.query.fuse_kv  # check_config has rejected queries that cannot fuse
 
+    def disable_kv_fusion(self) -> None:
+        """Compute K,V and the query in separate matmuls from now on (same function, same parameters).
+
+        For code that swaps this module's linears from outside (float8): the fused path reads
+        their weights directly and would bypass the swapped modules' own forward.
+        """
+        self.fuse_kv = False
+
+    def extra_repr(self) -> str:
+        return f"fuse_kv={self.fuse_kv}"
+
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
         self.query.init_weights(init_std)
@@ -121,16 +134,16 @@ class Attention(nn.Module):
     def _fusion_applies(self, x: torch.Tensor) -> bool:
         """Whether this forward takes the fused path (same function either way).
 
-        Only while K,V and W1 are plain Linears: a swapped module (float8) has its own matmul,
-        which using its weight directly would bypass. And only with at least as many tokens
-        as fused weight rows (2·kv_dim + r): the concatenation copies those rows at every
-        forward, and what the fusion saves (a [tokens, d] pass for the normalised X, one
-        launch) grows with the tokens; a decode step (one token per sequence) is cheaper unfused.
+        Only while fusion is on (``model.query.fuse_kv``, until :meth:`disable_kv_fusion`),
+        and only with at least as many tokens as fused weight rows (2·kv_dim + r): the
+        concatenation copies those rows at every forward, and what the fusion saves (a
+        [tokens, d] pass for the normalised X, one launch) grows with the tokens; a decode
+        step (one token per sequence) is cheaper unfused.
         ``fuse_min_tokens`` overrides that threshold (0: always fuse, for tests and benchmarks).
         """
-        if not (self.fuse_kv and type(self.kv) is nn.Linear and type(getattr(self.query, "w1", None)) is nn.Linear):
+        if not self.fuse_kv:
             return False
-        rows = self.kv.out_features + self.query.w1.out_features
+        rows = self.kv.out_features + self.query.kv_fusion_rows()
         threshold = rows if self.fuse_min_tokens is None else self.fuse_min_tokens
         return x.shape[0] * x.shape[1] >= threshold
 

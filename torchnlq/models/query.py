@@ -21,6 +21,11 @@ The base class supplies a default ``init_weights`` (every ``nn.Linear`` gets
 N(0, init_std), every norm is reset to gain 1) and a default ``count_params``
 (builds the query alone on the meta device), so a new type needs neither.
 
+Everything the rest of torchnlq asks of a query type is a class attribute or a
+method of :class:`QueryProjection` (its docstring lists them): the attention's
+K,V fusion, the GPT-2 export, the diagnostics and the config checks use only
+those, never a type name or a query's submodules.
+
 K,V fusion (``model.query.fuse_kv``): a query whose first operation is a
 linear map of X (after at most a per-token scalar) can hand that map to the
 attention module, which computes it in the same matmul as K and V. The query
@@ -30,7 +35,9 @@ and accepts the product in ``forward(x, fused)``; the parameters stay its own.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import inspect
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -42,6 +49,9 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError
 
 QUERY_TYPES: dict[str, type[QueryProjection]] = {}
+#: The ``[model.query]`` fields a query type may read (its ``knobs``): all but ``type``, which
+#: picks the class, and ``fuse_kv``, which the attention reads and ``supports_fuse_kv`` governs.
+KNOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Query) if f.name not in ("type", "fuse_kv"))
 
 
 def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryProjection]]:
@@ -79,6 +89,17 @@ def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_ep
     return get_query_class(query_cfg.type)(query_cfg, dim, n_heads, head_dim, norm_eps)
 
 
+def ignored_knobs(query_cfg: Query) -> list[str]:
+    """Field names of ``[model.query]`` set to a non-default value that ``query_cfg.type`` does not read.
+
+    For a warning (``activation = "relu2"`` on a ``linear`` query does nothing); not an error,
+    since one config file may well serve several query types.
+    """
+    read = get_query_class(query_cfg.type).knobs
+    default = Query()
+    return [k for k in KNOB_FIELDS if k not in read and getattr(query_cfg, k) != getattr(default, k)]
+
+
 def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
     """Parameter count of one query projection, without building a model (also validates the config)."""
     cls = get_query_class(query_cfg.type)
@@ -87,24 +108,68 @@ def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int) ->
 
 
 class QueryProjection(nn.Module):
-    """Base class: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
+    """Base class and contract of a query type: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
 
-    Subclasses whose output is "X plus something" set ``requires_full_width``
-    so that a shape mismatch is a ConfigError at build time, not a broadcast
-    error deep inside the first forward.
+    What the rest of torchnlq asks of a query, and who asks:
+
+    - ``knobs``: the ``[model.query]`` fields the type reads; ``extra_repr`` shows their
+      values, :func:`ignored_knobs` names the ones set but not read (config warnings).
+    - ``requires_full_width``: the output contains X itself, so n_heads * head_dim must equal
+      dim; :meth:`check_config` makes a mismatch a ConfigError at build time, not a
+      broadcast error deep inside the first forward.
+    - ``supports_fuse_kv``, :meth:`kv_fusion_rows`, :meth:`kv_fusion_weight` and
+      ``forward(x, fused)``: the attention's K,V fusion (``model.query.fuse_kv``).
+    - ``linear_in_x`` and :meth:`linear_weight`: Q(X) = X·Wᵀ for one matrix W (GPT-2 export).
+    - ``has_residual_branch``, :meth:`residual_branch` and :meth:`norm_gains`: diagnostics.
+
+    ``supports_fuse_kv`` and ``linear_in_x`` describe what ``forward`` computes, so a
+    subclass that overrides ``forward`` does not inherit them: they are False unless its own
+    class body sets them. With ``fuse_kv = true`` such a subclass is then a ConfigError
+    (from :meth:`check_config`), never a TypeError in the first fused forward; to fuse, it
+    sets ``supports_fuse_kv = True`` and its ``forward`` takes ``fused`` (checked when the
+    class is defined).
     """
 
     type_name: ClassVar[str] = ""
+    #: The ``[model.query]`` fields (of :data:`KNOB_FIELDS`) this type reads.
+    knobs: ClassVar[tuple[str, ...]] = ()
     #: True when the output contains X itself, so n_heads * head_dim must equal dim.
     requires_full_width: ClassVar[bool] = False
-    #: True when the query implements :meth:`kv_fusion_weight` and ``forward(x, fused)``.
+    #: True when the query implements :meth:`kv_fusion_rows`, :meth:`kv_fusion_weight` and ``forward(x, fused)``.
     supports_fuse_kv: ClassVar[bool] = False
+    #: True when Q(X) = X·Wᵀ for the matrix :meth:`linear_weight` returns.
+    linear_in_x: ClassVar[bool] = False
+    #: True when Q(X) is (a scale times) X + f(X) and :meth:`residual_branch` returns f(X).
+    has_residual_branch: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in vars(cls):
+            # The inherited claims described the parent's forward, not this one.
+            for claim in ("supports_fuse_kv", "linear_in_x"):
+                if claim not in vars(cls):
+                    setattr(cls, claim, False)
+        if cls.supports_fuse_kv and "fused" not in inspect.signature(cls.forward).parameters:
+            raise TypeError(f"{cls.__name__} sets supports_fuse_kv = True, so its forward must take 'fused'")
+        unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__()
         self.check_config(cfg, dim, n_heads * head_dim)
         self.dim = dim
         self.q_dim = n_heads * head_dim
+        self.knob_values: dict[str, object] = {k: getattr(cfg, k) for k in self.knobs}
+
+    def forward(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
+        """Q(X) ``[B, T, q_dim]`` from X ``[B, T, dim]``.
+
+        ``fused`` (``[B, T, kv_fusion_rows()]``) is X·kv_fusion_weight()ᵀ, computed by the
+        attention in its K,V matmul; it is passed only to ``supports_fuse_kv`` types, so
+        the others may define ``forward(self, x)``.
+        """
+        raise NotImplementedError(f"query type {self.type_name!r} defines no forward")
 
     @classmethod
     def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
@@ -139,20 +204,38 @@ class QueryProjection(nn.Module):
                 module.reset_parameters()
 
     def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """f(X) of a residual query (for diagnostics); query types without one raise."""
+        """f(X) of a residual query (``has_residual_branch``, for diagnostics); query types without one raise."""
         raise NotImplementedError(f"query type {self.type_name!r} has no residual branch f(X)")
 
-    def kv_fusion_weight(self) -> torch.Tensor:
-        """Rows ``[r, dim]`` to append to the K,V weight (``supports_fuse_kv`` types only)."""
+    def norm_gains(self) -> dict[str, nn.Module]:
+        """The norms whose gain vector (``weight``) diagnostics report, by statistic name; default none."""
+        return {}
+
+    def kv_fusion_rows(self) -> int:
+        """r, the number of rows :meth:`kv_fusion_weight` appends to the K,V weight (``supports_fuse_kv`` only)."""
         raise NotImplementedError(f"query type {self.type_name!r} cannot be fused with the K,V projection")
 
+    def kv_fusion_weight(self) -> torch.Tensor:
+        """Rows ``[r, dim]`` to append to the K,V weight (``supports_fuse_kv`` types only).
+
+        Built from the parameters at every call, so that gradients reach them.
+        """
+        raise NotImplementedError(f"query type {self.type_name!r} cannot be fused with the K,V projection")
+
+    def linear_weight(self) -> torch.Tensor | None:
+        """W ``[q_dim, dim]`` (fp32, detached) with forward(x) = x·Wᵀ for ``linear_in_x`` types; else None."""
+        return None
+
     def extra_repr(self) -> str:
-        return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}"
+        knobs = "".join(f", {k}={v!r}" for k, v in self.knob_values.items())
+        return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}{knobs}"
 
 
 @register_query("linear")
 class LinearQuery(QueryProjection):
     """The standard projection X·W_Q, W_Q: dim -> n_heads * head_dim (the baseline)."""
+
+    linear_in_x = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
@@ -161,6 +244,10 @@ class LinearQuery(QueryProjection):
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         return dim * n_heads * head_dim
+
+    def linear_weight(self) -> torch.Tensor:
+        """W_Q itself."""
+        return self.w_q.weight.detach().float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_q(x)
@@ -171,10 +258,15 @@ class IdentityQuery(QueryProjection):
     """W_Q = I: the query is X itself (Karbevski & Mijoski); no parameters."""
 
     requires_full_width = True
+    linear_in_x = True
 
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         return 0
+
+    def linear_weight(self) -> torch.Tensor:
+        """I (on the default device: the type has no parameter to take one from)."""
+        return torch.eye(self.dim, dtype=torch.float32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
@@ -185,6 +277,8 @@ class ResidualQuery(QueryProjection):
     """The linear residual X + X·W_Q (W_Q: dim -> dim): the paper's linear control."""
 
     requires_full_width = True
+    linear_in_x = True
+    has_residual_branch = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
@@ -197,6 +291,11 @@ class ResidualQuery(QueryProjection):
     def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
         """f(X) = X·W_Q."""
         return self.w_q(x)
+
+    def linear_weight(self) -> torch.Tensor:
+        """I + W_Q: x + x·Wᵀ = x·(I + W)ᵀ (summed in fp32: 1 + w would round in bf16)."""
+        weight = self.w_q.weight.detach().float()
+        return torch.eye(self.dim, dtype=weight.dtype, device=weight.device) + weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.residual_branch(x)
@@ -245,14 +344,14 @@ class ResidualMLPQuery(QueryProjection):
     and passes scale = 1/(2 sqrt(head_dim)) instead.
     """
 
+    knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
     requires_full_width = True
     supports_fuse_kv = True
+    has_residual_branch = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
         self.rank = self.bottleneck_width(cfg, dim)
-        self.fuse_kv = cfg.fuse_kv
-        self.activation = cfg.activation
         self.act = ACTIVATIONS[cfg.activation]
         self.scale = 0.5 if cfg.half_scale else 1.0
         self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
@@ -293,6 +392,15 @@ class ResidualMLPQuery(QueryProjection):
         gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
         return 2 * dim * cls.bottleneck_width(cfg, dim) + gains
 
+    def norm_gains(self) -> dict[str, nn.Module]:
+        """``gain_in`` (before W1) and ``gain_out`` (after W2), for the norms that are not "none"."""
+        norms = {"gain_in": self.input_norm, "gain_out": self.output_norm}
+        return {key: norm for key, norm in norms.items() if not isinstance(norm, nn.Identity)}
+
+    def kv_fusion_rows(self) -> int:
+        """r: the fused matmul computes in_norm(X)·W1 up to the per-token 1/rms(X)."""
+        return self.rank
+
     def kv_fusion_weight(self) -> torch.Tensor:
         """diag(g)·W1 as ``[r, dim]`` rows (W1 alone for input_norm none), built from the parameters.
 
@@ -328,5 +436,4 @@ class ResidualMLPQuery(QueryProjection):
         return (x + self.residual_branch(x, fused)) * self.scale
 
     def extra_repr(self) -> str:
-        fused = ", fuse_kv=True" if self.fuse_kv else ""
-        return f"{super().extra_repr()}, rank={self.rank}, activation={self.activation!r}, scale={self.scale}{fused}"
+        return f"{super().extra_repr()}, rank={self.rank}"

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from torchnlq.config.job_config import Float8
 from torchnlq.errors import UserError
+from torchnlq.models.gpt import Attention
 
 # float8 matmuls (torch._scaled_mm) need Ada (8.9) or Hopper/Blackwell (9.0+) tensor cores.
 MIN_CAPABILITY = (8, 9)
@@ -69,12 +70,21 @@ def convert_to_float8(model: nn.Module, recipe: str) -> nn.Module:
 
     ``recipe`` is a torchao recipe name (tensorwise, rowwise). Parameter names
     are unchanged (``Float8Linear`` keeps ``weight``), so checkpoints load either way.
+    Attention modules whose K,V or query linears were swapped stop fusing the query
+    with K,V (``model.query.fuse_kv``): the fused matmul reads those weights directly
+    and would compute in high precision what float8 was asked to compute.
     """
     with quiet_torchao_import():
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         config = Float8LinearConfig.from_recipe_name(recipe)
         convert_to_float8_training(model, config=config, module_filter_fn=is_float8_eligible)
+    float8_cls = float8_linear_class()
+    for attn in model.modules():
+        if isinstance(attn, Attention) and attn.fuse_kv:
+            fused_side = (attn.kv, *attn.query.modules())  # what the fused matmul would read
+            if any(isinstance(m, float8_cls) for m in fused_side):
+                attn.disable_kv_fusion()
     return model
 
 

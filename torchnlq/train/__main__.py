@@ -12,10 +12,12 @@ from torchnlq.config.render import help_text
 def main(args: list[str]) -> int:
     """Parse the config and train; ``--help``/``-h`` prints every option instead."""
     if "--help" in args or "-h" in args:
-        print(help_text())
+        from torchnlq.config.checks import registry_choices
+
+        print(help_text(registries=registry_choices()))
         return 0
     cfg = load_job_config(args)
-    # Heavy imports only when training (--help and config errors stay fast).
+    # Heavy imports only when training (config errors stay fast).
     from torchnlq.parallel.dist import destroy_distributed
     from torchnlq.train.trainer import Trainer
 

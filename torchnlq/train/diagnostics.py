@@ -1,15 +1,17 @@
 """Per-layer statistics of residual queries Q(X) = X + f(X) (scaled), on one batch.
 
 ``query_diagnostics(model, tokens)`` runs one forward pass and, for every layer
-whose query has a residual branch (``residual``, ``residual_mlp``), measures on
+whose query has a residual branch (``has_residual_branch``: ``residual``,
+``residual_mlp``), measures on
 that query's input X (the output of the block's ``ln_1``), per token t:
 
 - ``query/layer{i}/f_ratio``: mean over tokens of ‖f(x_t)‖ / ‖x_t‖ (per-token ratio
   of L2 norms, then averaged; not a ratio of Frobenius norms, so a few large tokens
   do not dominate). How far the query has moved away from its identity anchor.
 - ``query/layer{i}/cos_q_x``: mean over tokens of cos(Q(x_t), x_t).
-- ``query/layer{i}/gain_in``, ``gain_out``: mean of the gain vector of the norm
-  before W1 / after W2 (``residual_mlp`` with those norms only).
+- ``query/layer{i}/<gain>``: mean of the gain vector of each norm the query names
+  in ``norm_gains()`` (``residual_mlp``: ``gain_in`` before W1, ``gain_out`` after W2,
+  for the norms that are not "none").
 - ``query/mean/<stat>``: the average of each statistic over the layers that have it.
 
 Queries without a residual branch (``linear``, ``identity``) give no keys.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -37,7 +39,6 @@ import torch.nn.functional as F
 from torchnlq.models.query import QueryProjection
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
-STATS = ("f_ratio", "cos_q_x", "gain_in", "gain_out")
 
 
 def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
@@ -49,20 +50,19 @@ def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
     found: list[tuple[int, QueryProjection]] = []
     queries = [(n, m) for n, m in model.named_modules() if isinstance(m, QueryProjection)]
     for position, (name, module) in enumerate(queries):
-        if type(module).residual_branch is QueryProjection.residual_branch:
+        if not module.has_residual_branch:
             continue  # no f(X): linear, identity
         match = _LAYER_INDEX.search(name)
         found.append((int(match.group(1)) if match else position, module))
     return sorted(found, key=lambda item: item[0])
 
 
-def _gain(module: nn.Module | None) -> float | None:
-    weight = getattr(module, "weight", None)
-    if isinstance(module, (nn.LayerNorm, nn.RMSNorm)) and weight is not None:
-        if hasattr(weight, "full_tensor"):  # a DTensor shard outside FSDP's unsharded window
-            weight = weight.full_tensor()
-        return weight.detach().float().mean().item()
-    return None
+def _gain(norm: nn.Module) -> float:
+    """Mean of a norm's gain vector."""
+    weight = norm.weight
+    if hasattr(weight, "full_tensor"):  # a DTensor shard outside FSDP's unsharded window
+        weight = weight.full_tensor()
+    return weight.detach().float().mean().item()
 
 
 def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
@@ -75,10 +75,8 @@ def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dic
         "f_ratio": ratio.mean().item(),
         "cos_q_x": F.cosine_similarity(q, x, dim=-1).mean().item(),
     }
-    for key, norm in (("gain_in", getattr(query, "input_norm", None)), ("gain_out", getattr(query, "output_norm", None))):
-        gain = _gain(norm)
-        if gain is not None:
-            stats[key] = gain
+    for key, norm in query.norm_gains().items():
+        stats[key] = _gain(norm)
     return stats
 
 
@@ -129,7 +127,26 @@ def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float
         for stat, value in per_layer[index].items():
             out[f"query/layer{index}/{stat}"] = value
             collected[stat].append(value)
-    for stat in STATS:
-        if collected[stat]:
-            out[f"query/mean/{stat}"] = sum(collected[stat]) / len(collected[stat])
+    for stat, values in collected.items():
+        out[f"query/mean/{stat}"] = sum(values) / len(values)
     return out
+
+
+class QueryDiagnostics:
+    """When to log :func:`query_diagnostics`, and on which tokens (the first validation batch).
+
+    ``interval`` 0 turns them off; otherwise every ``interval`` steps and at the last step.
+    All ranks call :meth:`run` together (FSDP gathers each block's weights inside the forward).
+    """
+
+    def __init__(self, interval: int, tokens: torch.Tensor) -> None:
+        self.interval, self.tokens = interval, tokens
+
+    def due(self, step: int, last: bool) -> bool:
+        """Whether to log the statistics after ``step``."""
+        return self.interval > 0 and (last or step % self.interval == 0)
+
+    def run(self, model: nn.Module, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, float]:
+        """The statistics of ``model`` on this object's tokens (see :func:`query_diagnostics`)."""
+        with autocast():
+            return query_diagnostics(model, self.tokens.to(device))

@@ -90,8 +90,10 @@ class MetricsLogger:
         peak: float | None,
         total_steps: int,
         start_step: int = 0,
+        log_interval: int = 1,
     ) -> None:
         self.logger = logger
+        self.log_interval = log_interval
         self.device = device
         self.flops_per_token = flops_per_token
         self.peak = peak
@@ -106,6 +108,10 @@ class MetricsLogger:
         self._last_time = time.perf_counter()
         self._tokens_since = 0
         self._start = self._last_time
+
+    def due(self, step: int, last: bool) -> bool:
+        """Whether to write the step line after ``step``: every ``log_interval`` steps and at the last one."""
+        return last or step % self.log_interval == 0
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         """Write one TensorBoard scalar (no-op without TensorBoard)."""

@@ -1,40 +1,49 @@
 """The training loop, readable top to bottom.
 
-``Trainer(cfg)`` builds everything from the config sections (processes and
-device, data, model and its parallelisation, optimizer, checkpoints, metrics)
-and resumes from the latest checkpoint when there is one; ``Trainer.train()``
-runs batch -> forward/backward (accumulate) -> clip -> step -> log -> validate
--> checkpoint, until the last step or a preemption signal.
+``Trainer(cfg)`` checks the config, builds everything from its sections (processes
+and device, data, model and its parallelisation, optimizer, checkpoints, metrics) and
+resumes from the latest checkpoint when there is one; ``Trainer.train()`` runs
+step -> log -> validate -> diagnostics -> checkpoint until the last step or a
+preemption signal. Each piece decides for itself when it runs (``due(step, last)``);
+the loop only asks.
+
+Nothing is written before the config, the data and the model have been checked:
+the run folder is created once the trainer knows the run can start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
+import logging
 import math
 import random
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from torchnlq.checkpoint.checkpointer import Checkpointer
+from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
+from torchnlq.config.checks import check_data_fits_model, check_job_config
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import to_toml
-from torchnlq.data.batches import BatchSchedule, ValidationSet, open_token_files, read_batch
-from torchnlq.data.tokenizer import padded_vocab_size
-from torchnlq.errors import ConfigError, UserError
-from torchnlq.models import GPT, build_model_args
+from torchnlq.data.loader import MicroBatchSource, RunData, build_data
+from torchnlq.errors import UserError
+from torchnlq.models import GPT
 from torchnlq.parallel.dist import build_mesh, init_distributed
-from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
-from torchnlq.checkpoint.checkpointer import Checkpointer
+from torchnlq.parallel.parallelize import (
+    clip_grad_norm,
+    materialize_and_init,
+    parallelize_model,
+    set_gradient_sync,
+)
+from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import MetricsLogger, peak_tflops, setup_logging
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
-from torchnlq.train.validate import cross_entropy, evaluate
+from torchnlq.train.validate import Validator, cross_entropy
 
 
 class TrainingDiverged(UserError):
@@ -60,6 +69,7 @@ class Trainer:
     def __init__(self, cfg: JobConfig) -> None:
         self.cfg = cfg
         tcfg = cfg.training
+        self.model_args = check_job_config(cfg)  # before anything is created
         self.dist = init_distributed(tcfg.device)
         self.device, self.rank, self.world_size = self.dist.device, self.dist.rank, self.dist.world_size
         self.is_main = self.rank == 0
@@ -67,21 +77,28 @@ class Trainer:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
 
+        self.data: RunData = build_data(cfg.data, tcfg, cfg.validation, self.rank, self.world_size)
+        check_data_fits_model(self.data.meta, self.model_args)
+        #: What train_step reads; a benchmark may wrap it (same ``micro_batches`` method).
+        self.loader: MicroBatchSource = self.data.loader
+        self.tokens_per_step = self.data.loader.tokens_per_step
+        self._build_model()
+        self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type)
+        self.record = self._new_record()
+
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
+        self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"))
+        resumed_from = self._restore()
+        # The run can start: only now does it get a folder, its resolved config and its log.
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(cfg))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
-        self._build_data()
-        self._build_model()
-        self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type)
-        self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, self.logger)
-        self.step = 0  # optimizer updates done so far (including skipped ones)
-        self.tokens_seen = 0
-        self.skipped_steps = 0
-        self._restore()
-
+        self.validator = Validator(
+            cfg.validation, self.data.validation_batches, self.device, self.autocast, self.rank, self.world_size
+        )
+        self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation_batches[0][0])
         self.metrics = MetricsLogger(
             self.logger,
             self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main else None,
@@ -90,43 +107,17 @@ class Trainer:
             peak_tflops(self.device, cfg.metrics.peak_tflops),
             tcfg.steps,
             start_step=self.step,
+            log_interval=cfg.metrics.log_interval,
         )
-        self.last_val_loss: float | None = None
         self._log_header()
+        if resumed_from:
+            self.logger.info(resumed_from)
         self.write_run_info(finished=self.step >= tcfg.steps)
 
     # ----- building ---------------------------------------------------------------------------
 
-    def _build_data(self) -> None:
-        cfg, tcfg = self.cfg, self.cfg.training
-        if cfg.data.synthetic and cfg.data.tokenizer != "byte":
-            raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
-        self.train_tokens, self.val_tokens, self.data_meta = open_token_files(cfg.data, tcfg.seq_len)
-        self.global_batch = tcfg.micro_batch_size * tcfg.grad_accum_steps * self.world_size
-        self.tokens_per_step = self.global_batch * tcfg.seq_len
-        self.schedule = BatchSchedule(len(self.train_tokens), tcfg.seq_len, tcfg.steps, self.global_batch, cfg.data.seed)
-        vcfg = cfg.validation
-        val_set = ValidationSet(
-            self.val_tokens, tcfg.seq_len, vcfg.sequences, vcfg.micro_batch_size or tcfg.micro_batch_size, vcfg.seed
-        )
-        self.val_batches = list(val_set)  # read once; evaluated at every interval
-        self.val_fingerprint = val_set.fingerprint()
-
     def _build_model(self) -> None:
         cfg, tcfg = self.cfg, self.cfg.training
-        self.model_args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
-        if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
-            raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
-        if tcfg.seq_len > self.model_args.max_seq_len:
-            raise ConfigError(
-                f"training.seq_len={tcfg.seq_len} exceeds the model's max_seq_len={self.model_args.max_seq_len}; "
-                "lower training.seq_len or raise model.max_seq_len"
-            )
-        if self.data_meta["vocab_size"] > self.model_args.vocab_size:
-            raise ConfigError(
-                f"model.vocab_size={self.model_args.vocab_size} is smaller than the data's "
-                f"{self.data_meta['vocab_size']} tokens; unset model.vocab_size"
-            )
         self.mesh = build_mesh(self.dist, cfg.parallelism)
         seed_everything(tcfg.seed)
         # Built on meta, wrapped, then materialised: a sharded model never exists whole on one device,
@@ -143,89 +134,82 @@ class Trainer:
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
         self.loss_fn = torch.compile(cross_entropy) if tcfg.compile and tcfg.compile_loss else cross_entropy
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What must match for a resume: the model's shape and the data order."""
-        tcfg = self.cfg.training
-        return {
-            "model": dataclasses.asdict(self.model_args),
-            "data": {
-                "tokenizer": self.data_meta["tokenizer"],
-                "train_tokens": len(self.train_tokens),
-                "seed": self.cfg.data.seed,
-                "seq_len": tcfg.seq_len,
-                "global_batch": self.global_batch,
-            },
-        }
+    def _new_record(self) -> RunRecord:
+        """This run's metadata at step 0 (see torchnlq/checkpoint/record.py)."""
+        cfg, tcfg, data = self.cfg, self.cfg.training, self.data
+        meta = data.meta
+        tokenizer = {k: meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in meta} | {"name": meta["tokenizer"]}
+        # What the model computes in: bf16 on CUDA (autocast, or FSDP's bf16 parameters), fp32 on a CPU.
+        precision = "bf16" if self.device.type == "cuda" and tcfg.mixed_precision == "bf16" else "fp32"
+        return RunRecord(
+            model_args=self.model_args,
+            tokenizer=tokenizer,
+            seq_len=tcfg.seq_len,
+            data=DataRecord(
+                path=str(cfg.data.path), train_tokens=data.train_tokens, seed=cfg.data.seed,
+                global_batch=data.schedule.global_batch, batch_fingerprint=data.schedule.fingerprint(),
+            ),
+            validation=ValidationRecord(
+                seed=cfg.validation.seed, sequences=cfg.validation.sequences,
+                micro_batch_size=data.validation_micro_batch_size, fingerprint=data.validation_fingerprint,
+            ),
+            name=cfg.job.name,
+            steps=tcfg.steps,
+            world_size=self.world_size,
+            mixed_precision=precision,
+        )
 
-    def checkpoint_meta(self) -> dict[str, Any]:
-        """Metadata saved with each checkpoint (see torchnlq/checkpoint/metadata.py)."""
-        vcfg, tcfg = self.cfg.validation, self.cfg.training
-        return {
-            "tokens_seen": self.tokens_seen,
-            "skipped_steps": self.skipped_steps,
-            "world_size": self.world_size,
-            "fingerprint": self.fingerprint(),
-            "model_args": dataclasses.asdict(self.model_args),
-            "tokenizer": {k: self.data_meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in self.data_meta}
-            | {"name": self.data_meta["tokenizer"]},
-            "seq_len": tcfg.seq_len,
-            "validation": {
-                "seed": vcfg.seed, "sequences": vcfg.sequences,
-                "micro_batch_size": vcfg.micro_batch_size or tcfg.micro_batch_size,
-            },
-            "data_path": str(self.cfg.data.path),
-            "data_fingerprint": self.schedule.fingerprint(),
-        }
+    @property
+    def step(self) -> int:
+        """Optimizer updates done so far (including skipped ones)."""
+        return self.record.step
 
-    def _restore(self) -> None:
-        """Resume from this run's checkpoint, or start from another run's weights, or start fresh."""
-        path = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
+    @property
+    def skipped_steps(self) -> int:
+        """Updates skipped for a non-finite loss or gradient (``training.on_nonfinite = "skip"``)."""
+        return self.record.skipped_steps
+
+    @property
+    def last_val_loss(self) -> float | None:
+        """The latest validation loss of this process's run (None before the first validation)."""
+        return self.record.last_val_loss
+
+    def _restore(self) -> str | None:
+        """Resume from this run's checkpoint, or start from another run's weights; the line to log, if any."""
+        ccfg = self.cfg.checkpoint
+        path = self.checkpointer.resume_path() if ccfg.enabled else None
+        fingerprint = self.record.resume_fingerprint()
         if path is not None:
-            meta = self.checkpointer.load(path, self.model, self.optimizer, self.fingerprint())
-            self.step, self.tokens_seen = meta["step"], meta["tokens_seen"]
-            self.skipped_steps = meta.get("skipped_steps", 0)
-            self.logger.info(f"resumed from {path} (step {self.step}, {self.tokens_seen:,} tokens seen)")
-        elif self.cfg.checkpoint.initial_load_path:
-            src = self.cfg.checkpoint.initial_load_path
-            if self.cfg.checkpoint.initial_load_model_only:
-                self.checkpointer.load_model_only(src, self.model, {"model": self.fingerprint()["model"]})
+            saved = self.checkpointer.load(path, self.model, self.optimizer, fingerprint)
+            self._continue_from(saved)
+            return f"resumed from {path} (step {self.step}, {self.record.tokens_seen:,} tokens seen)"
+        if ccfg.initial_load_path:
+            src = ccfg.initial_load_path
+            if ccfg.initial_load_model_only:
+                self.checkpointer.load_model_only(src, self.model, {"model": fingerprint["model"]})
             else:
-                meta = self.checkpointer.load(Path(src), self.model, self.optimizer, self.fingerprint())
-                self.step, self.tokens_seen = meta["step"], meta["tokens_seen"]
-            self.logger.info(f"initialised from {src} (step {self.step})")
+                self._continue_from(self.checkpointer.load(Path(src), self.model, self.optimizer, fingerprint))
+            return f"initialised from {src} (step {self.step})"
+        return None
+
+    def _continue_from(self, saved: RunRecord) -> None:
+        self.record.step, self.record.tokens_seen = saved.step, saved.tokens_seen
+        self.record.skipped_steps = saved.skipped_steps
 
     def _log_header(self) -> None:
-        a = self.model_args
+        a, schedule = self.model_args, self.data.schedule
         self.logger.info(
             f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {self.cfg.model.flavor} "
             f"(query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, positions {a.positions}) "
             f"| params {a.num_params():,} (non-embedding {a.num_params(non_embedding=True):,}) "
-            f"| {self.tokens_per_step:,} tokens/step | data {len(self.train_tokens):,} train tokens, "
-            f"batch fingerprint {self.schedule.fingerprint()}"
+            f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
+            f"batch fingerprint {schedule.fingerprint()}"
         )
 
     def write_run_info(self, finished: bool) -> None:
-        """``<run>/run_info.json``: what tools (suites, comparisons) need without reading TensorBoard."""
-        if not self.is_main:
-            return
-        a = self.model_args
-        info = {
-            "name": self.cfg.job.name,
-            "step": self.step,
-            "steps": self.cfg.training.steps,
-            "finished": finished,
-            "last_val_loss": self.last_val_loss,
-            "query_type": a.query.type,
-            "total_params": a.num_params(),
-            "non_embedding_params": a.num_params(non_embedding=True),
-            "flops_per_token": a.flops_per_token(self.cfg.training.seq_len),
-            "batch_fingerprint": self.schedule.fingerprint(),
-            "validation_fingerprint": self.val_fingerprint,
-            "world_size": self.world_size,
-        }
-        tmp = self.run_dir / "run_info.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2))
-        tmp.replace(self.run_dir / "run_info.json")
+        """``<run>/run_info.json`` (rank 0): what suites and comparisons read without TensorBoard."""
+        if self.is_main:
+            self.record.write_run_info(self.run_dir, finished)
 
     # ----- the loop ---------------------------------------------------------------------------
 
@@ -236,15 +220,11 @@ class Trainer:
         steps, and FSDP averages gradients over ranks: with equal token counts
         everywhere, the gradient is the mean over the global batch at any world size.
         """
-        tcfg = self.cfg.training
-        set_lr(self.optimizer, lr_at(self.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
+        tcfg, record = self.cfg.training, self.record
+        set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
         loss_sum = torch.zeros((), device=self.device)
-        for micro in range(tcfg.grad_accum_steps):
+        for micro, (x, y) in enumerate(self.loader.micro_batches(record.step)):
             set_gradient_sync(self.model, micro == tcfg.grad_accum_steps - 1)  # reduce once per step
-            offsets = self.schedule.offsets_for(
-                self.step, micro, self.rank, self.world_size, tcfg.micro_batch_size, tcfg.grad_accum_steps
-            )
-            x, y = read_batch(self.train_tokens, offsets, tcfg.seq_len)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with self.autocast():
                 loss = self.loss_fn(self.model(x), y) / tcfg.grad_accum_steps
@@ -255,40 +235,34 @@ class Trainer:
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             if tcfg.on_nonfinite == "stop":
                 raise TrainingDiverged(
-                    f"non-finite loss {loss_value} / grad norm {grad_norm} at step {self.step + 1}; stopped without "
+                    f"non-finite loss {loss_value} / grad norm {grad_norm} at step {record.step + 1}; stopped without "
                     "saving it (the last checkpoint is intact): lower optimizer.lr, or set training.on_nonfinite=skip"
                 )
-            self.skipped_steps += 1
-            self.logger.warning(f"step {self.step + 1}: non-finite loss/grad norm, update skipped")
+            record.skipped_steps += 1
+            self.logger.warning(f"step {record.step + 1}: non-finite loss/grad norm, update skipped")
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.tokens_seen += self.tokens_per_step
+        record.step += 1
+        record.tokens_seen += self.tokens_per_step
         return loss_value, grad_norm
 
     def validate(self) -> float:
         """Evaluate on the fixed validation set, log it, and return the mean loss."""
-        start = time.perf_counter()
-        mean, std = evaluate(self.model, self.val_batches, self.device, self.autocast, self.rank, self.world_size)
-        self.metrics.log_validation(self.step, mean, std, time.perf_counter() - start)
-        self.last_val_loss = mean
+        mean, std, seconds = self.validator.run(self.model)
+        self.metrics.log_validation(self.step, mean, std, seconds)
+        self.record.last_val_loss = mean
         return mean
 
     def log_query_diagnostics(self) -> None:
         """Per-layer query statistics on the first validation batch (all ranks run it: FSDP needs them)."""
-        from torchnlq.train.diagnostics import query_diagnostics
-
-        x = self.val_batches[0][0].to(self.device)
-        with self.autocast():
-            figures = query_diagnostics(self.model, x)
-        for tag, value in figures.items():
+        for tag, value in self.diagnostics.run(self.model, self.device, self.autocast).items():
             self.metrics.scalar(tag, value, self.step)
 
     def save_checkpoint(self) -> None:
         """Save ``step-N`` (if checkpoints are enabled)."""
         if self.cfg.checkpoint.enabled:
-            self.checkpointer.save(self.step, self.model, self.optimizer, self.checkpoint_meta())
+            self.checkpointer.save(self.record, self.model, self.optimizer)
             self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
 
     def export_final(self) -> None:
@@ -302,9 +276,9 @@ class Trainer:
         self.logger.info(f"exported {out} ({self.cfg.checkpoint.export_dtype})")
 
     def train(self) -> None:
-        """Run until ``training.steps`` or a preemption signal; validate and checkpoint on schedule."""
-        cfg = self.cfg
-        if self.step >= cfg.training.steps:
+        """Run until ``training.steps`` or a preemption signal; each piece validates/saves on its own schedule."""
+        steps = self.cfg.training.steps
+        if self.step >= steps:
             self.logger.info(
                 f"nothing to do: the run is complete at step {self.step} ({self.run_dir}); raise training.steps to "
                 "train on, or use a new job.name (or --checkpoint.resume=false) to start again"
@@ -312,27 +286,27 @@ class Trainer:
             return
         self.model.train()
         preemption = PreemptionFlag()
-        start, start_tokens = time.perf_counter(), self.tokens_seen
+        start, start_tokens = time.perf_counter(), self.record.tokens_seen
         try:
-            while self.step < cfg.training.steps:
+            while self.step < steps:
                 loss, grad_norm = self.train_step()
+                step, last = self.step, self.step == steps
                 self.metrics.count_tokens(self.tokens_per_step)
-                last = self.step == cfg.training.steps
-                if self.step % cfg.metrics.log_interval == 0 or last:
-                    lr = self.optimizer.param_groups[0]["lr"]
-                    self.metrics.log_step(self.step, loss, lr, grad_norm, self.tokens_seen)
-                    self.metrics.scalar("skipped_steps", self.skipped_steps, self.step)
-                if cfg.validation.enabled and (self.step % cfg.validation.interval == 0 or last):
+                if self.metrics.due(step, last):
+                    self.metrics.log_step(step, loss, self.optimizer.param_groups[0]["lr"], grad_norm, self.record.tokens_seen)
+                    self.metrics.scalar("skipped_steps", self.skipped_steps, step)
+                if self.validator.due(step, last):
                     self.validate()
-                every = cfg.metrics.query_diagnostics_interval
-                if every and (self.step % every == 0 or last):
+                if self.diagnostics.due(step, last):
                     self.log_query_diagnostics()
-                if last or self.step % cfg.checkpoint.interval == 0:
+                saved = self.checkpointer.due(step, last)
+                if saved:
                     self.save_checkpoint()
-                elif preemption.requested(self.device):
-                    self.save_checkpoint()
+                if not last and preemption.requested(self.device):
+                    if not saved:  # a signal on a checkpoint step stops right after that save
+                        self.save_checkpoint()
                     self.logger.info(
-                        f"stopped by {preemption.signal_name or 'a signal on another rank'} at step {self.step}; "
+                        f"stopped by {preemption.signal_name or 'a signal on another rank'} at step {step}; "
                         "run the same command to resume"
                     )
                     break
@@ -340,10 +314,10 @@ class Trainer:
             preemption.restore()
             self.checkpointer.close()
             self.metrics.close()
-        finished = self.step >= cfg.training.steps
+        finished = self.step >= steps
         self.write_run_info(finished=finished)
-        if finished and cfg.checkpoint.export_at_end and self.is_main:
+        if finished and self.cfg.checkpoint.export_at_end and self.is_main:
             self.export_final()
         wall = time.perf_counter() - start
-        tokens = self.tokens_seen - start_tokens
+        tokens = self.record.tokens_seen - start_tokens
         self.logger.info(f"done: step {self.step}, {tokens:,} tokens in {wall:.1f}s ({tokens / max(wall, 1e-9):,.0f} tok/s incl. validation)")

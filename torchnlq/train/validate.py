@@ -1,15 +1,18 @@
-"""Validation on the fixed, pre-drawn validation sequences."""
+"""Validation on the fixed, pre-drawn validation sequences: the loss, and when to compute it."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from torchnlq.config.job_config import Validation
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -59,3 +62,30 @@ def evaluate(
     values = torch.cat([g[: max(0, min(per_rank, len(batches) - q * per_rank))] for q, g in enumerate(gathered)]).cpu()
     std = values.std().item() if len(values) > 1 else 0.0
     return values.mean().item(), std
+
+
+class Validator:
+    """The run's fixed validation batches, when to evaluate them, and the last result.
+
+    ``due(step, last)`` is its own schedule: every ``validation.interval`` steps and at
+    the last step, when validation is enabled. All ranks call :meth:`run` together.
+    """
+
+    def __init__(
+        self, cfg: Validation, batches: Sequence[Batch], device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager], rank: int = 0, world_size: int = 1,
+    ) -> None:
+        self.cfg, self.batches, self.device = cfg, batches, device
+        self.autocast, self.rank, self.world_size = autocast, rank, world_size
+        self.last_loss: float | None = None
+
+    def due(self, step: int, last: bool) -> bool:
+        """Whether to validate after ``step`` (1-based updates done)."""
+        return self.cfg.enabled and (last or step % self.cfg.interval == 0)
+
+    def run(self, model: nn.Module) -> tuple[float, float, float]:
+        """Evaluate ``model``; return (mean loss, std of the micro-batch losses, seconds taken)."""
+        start = time.perf_counter()
+        mean, std = evaluate(model, self.batches, self.device, self.autocast, self.rank, self.world_size)
+        self.last_loss = mean
+        return mean, std, time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""Helpers for tests that run the trainer: tiny configs, launching, reading TensorBoard."""
+"""Tests that run the trainer: tiny configs, launching ./run_train.sh, reading TensorBoard."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
 
 
 def tiny_args(tmp: Path, name: str = "run", steps: int = 12, **extra: object) -> list[str]:
@@ -44,19 +44,30 @@ def scalars(tb_dir: Path) -> dict[str, dict[int, float]]:
 
 
 def script_env(tmp: Path) -> dict[str, str]:
-    """Environment for run_train.sh: this interpreter first on PATH (no re-install), caches in tmp."""
+    """Environment for run_train.sh: this interpreter first on PATH (no re-install), caches in tmp.
+
+    One OpenMP thread per process unless the caller's environment says otherwise: the tests' models
+    are tiny, and on a shared machine a second thread only adds waiting (see conftest.one_torch_thread).
+    """
     env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["TORCHNLQ_CACHE"] = str(tmp / "cache")
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
 
-def run_train(tmp: Path, *args: str, ngpu: int = 1, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ./run_train.sh in ``tmp`` and wait for it."""
+def run_train(
+    tmp: Path, *args: object, ngpu: int = 1, timeout: float = 300, wait: bool = True,
+) -> subprocess.CompletedProcess | subprocess.Popen:
+    """Run ./run_train.sh in ``tmp`` (``ngpu`` > 1: torchrun) with ``script_env``, the one launcher of the tests.
+
+    ``wait=True``: wait up to ``timeout`` seconds and return the CompletedProcess (stdout, stderr captured).
+    ``wait=False``: return the running Popen at once, stderr merged into its stdout pipe (to signal it).
+    """
     env = script_env(tmp)
     env["NGPU"] = str(ngpu)
-    return subprocess.run(
-        [str(REPO_ROOT / "run_train.sh"), *map(str, args)], cwd=tmp, env=env,
-        capture_output=True, text=True, timeout=timeout,
-    )
+    cmd = [str(REPO_ROOT / "run_train.sh"), *map(str, args)]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)

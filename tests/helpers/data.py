@@ -1,4 +1,4 @@
-"""Helpers shared by the tests/test_data*.py files (not a test module)."""
+"""Data helpers: token folders, toy tiktoken files, the shared gpt2.tiktoken skip marker."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from torchnlq.data import token_format as fmt
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+from helpers import SHARED_DATA
+
 SHARED_GPT2 = SHARED_DATA / "gpt2.tiktoken"
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"

@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_export.py and tests/test_generate.py (not a test module).
+"""Export/generate helpers: tiny models and checkpoint folders (tests/test_export.py, test_generate.py).
 
 They mimic what the trainer writes: a DCP folder whose state dict holds the
 model under "model" (beside optimizer and train state) plus torchnlq.json.
@@ -20,7 +20,9 @@ from torchnlq.config.job_config import Query
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.checkpoint.metadata import write_meta
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
+from helpers.data import write_token_folder
+
 BYTE_TOKENIZER = {"name": "byte", "vocab_size": 257, "eot_id": 256}
 VALIDATION = {"seed": 5, "micro_batch_size": 3, "sequences": 10}
 SEQ_LEN = 16
@@ -70,8 +72,6 @@ def write_checkpoint(folder: Path, model: GPT, **meta: Any) -> Path:
 
 def write_byte_data(folder: Path, n_train: int = 3000, n_val: int = 800, seed: int = 0) -> Path:
     """A prepared byte-tokenizer data folder (train.bin, val.bin, meta.json) of random text."""
-    from data_helpers import write_token_folder
-
     rng = np.random.default_rng(seed)
     train = rng.integers(32, 127, n_train).astype(np.uint16)
     val = rng.integers(32, 127, n_val).astype(np.uint16)
@@ -81,7 +81,7 @@ def write_byte_data(folder: Path, n_train: int = 3000, n_val: int = 800, seed: i
 
 def load_script(name: str) -> ModuleType:
     """Import scripts/<name>.py as a module, to call its main(argv) in-process."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO_ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)

@@ -1,0 +1,207 @@
+"""The trainer's seams: config checks before any file, the data loader, the run record, own schedules."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from torchnlq.checkpoint.checkpointer import list_checkpoints
+from torchnlq.checkpoint.record import RunRecord
+from torchnlq.config.checks import check_job_config
+from torchnlq.config.job_config import Data, Training, Validation
+from torchnlq.data.loader import build_data
+from torchnlq.data.synthetic import ensure_synthetic_corpus
+from torchnlq.errors import ConfigError, UserError
+from torchnlq.inference.evaluation import evaluation_autocast
+from torchnlq.train.trainer import Trainer
+
+from helpers.train import tiny_config
+
+# ----- config checks: one place, before anything is written ------------------------------------
+
+BAD_CONFIGS = [
+    ({"training__seq_len": 4096}, "exceeds the model's max_seq_len"),
+    ({"data__tokenizer": "gpt2"}, "data.synthetic = true writes a byte-level corpus"),
+    ({"checkpoint__enabled": False, "checkpoint__export_at_end": True}, "set checkpoint.enabled = true"),
+    ({"model__query__activation": "gleu"}, "did you mean 'gelu'"),
+    # A knob of residual_mlp is checked even when the query type would not read it.
+    ({"model__query__type": "linear", "model__query__output_norm": "batch"}, "model.query.output_norm: unknown"),
+    ({"model__flavor": "gpt_smal"}, "did you mean 'gpt_small'"),
+    ({"model__positions": "alibi"}, "model.positions: unknown 'alibi'"),
+    ({"model__vocab_size": 100}, "smaller than the data's 257 tokens"),  # checked once the data is open
+    ({"data__synthetic": False, "data__path": "missing-folder"}, "does not exist"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_CONFIGS)
+def test_a_config_that_cannot_run_fails_before_the_run_folder_exists(tmp_path, overrides, message) -> None:
+    cfg = tiny_config(tmp_path, "bad", **overrides)
+    with pytest.raises(UserError, match=message):
+        Trainer(cfg)
+    assert not (tmp_path / "outputs" / "bad").exists()
+
+
+def test_check_job_config_writes_nothing_and_resolves_the_model(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "pure")
+    args = check_job_config(cfg)
+    # tiny_config: dim 32, 2 layers, byte tokenizer (257 ids) padded to the default multiple of 64.
+    assert (args.dim, args.n_layers, args.vocab_size) == (32, 2, 320)
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "data").exists()
+
+
+def test_check_job_config_names_the_key_of_a_bad_registry_name(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "pure", model__query__type="residual_mpl")
+    with pytest.raises(ConfigError, match=r"^model.query.type: unknown 'residual_mpl'; did you mean 'residual_mlp'"):
+        check_job_config(cfg)
+
+
+# ----- the data loader ---------------------------------------------------------------------------
+
+
+def test_loader_yields_each_ranks_slice_of_the_schedule_row(tmp_path: Path) -> None:
+    """Independent reference: the windows cut by hand from the token array at the schedule's offsets."""
+    folder = ensure_synthetic_corpus(tmp_path / "data")
+    training = Training(steps=3, seq_len=16, micro_batch_size=2, grad_accum_steps=3)
+    data = Data(path=str(folder), tokenizer="byte", seed=5)
+    tokens = np.fromfile(folder / "train.bin", dtype=np.uint16).astype(np.int64)
+    world = 2
+    per_rank = [build_data(data, training, Validation(sequences=4), rank, world) for rank in range(world)]
+    row = per_rank[0].schedule.offsets[1]  # step 1's global batch: 2 x 3 x 2 = 12 start offsets
+    assert len(row) == 12
+    for rank, run_data in enumerate(per_rank):
+        got = list(run_data.loader.micro_batches(1))
+        assert len(got) == 3
+        for micro, (x, y) in enumerate(got):
+            starts = row[(rank * 3 + micro) * 2:(rank * 3 + micro) * 2 + 2].tolist()
+            want_x = np.stack([tokens[o:o + 16] for o in starts])
+            want_y = np.stack([tokens[o + 1:o + 17] for o in starts])
+            assert np.array_equal(x.numpy(), want_x) and np.array_equal(y.numpy(), want_y)
+
+
+@pytest.mark.integration
+def test_a_wrapped_loader_is_what_the_trainer_reads(tmp_path: Path) -> None:
+    """The seam benchmarks use: replace trainer.loader by a wrapper; train_step reads through it."""
+    trainer = Trainer(tiny_config(tmp_path, "wrapped", steps=2, checkpoint__enabled=False, validation__enabled=False))
+    seen: list[int] = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def micro_batches(self, step):
+            seen.append(step)
+            yield from self.inner.micro_batches(step)
+
+    trainer.loader = Counting(trainer.loader)
+    trainer.train()
+    assert seen == [0, 1]
+
+
+# ----- the run record ----------------------------------------------------------------------------
+
+# torchnlq.json exactly as the trainer wrote it before RunRecord existed (keys and nesting).
+OLD_META = {
+    "data_fingerprint": "befa3c999342c159", "data_path": "/data", "skipped_steps": 1, "step": 20,
+    "fingerprint": {
+        "data": {"global_batch": 16, "seed": 42, "seq_len": 128, "tokenizer": "byte", "train_tokens": 1506303},
+        "model": None,  # filled in below
+    },
+    "model_args": {
+        "dim": 32, "head_dim": 16, "init_std": 0.02, "max_seq_len": 128, "mlp_hidden": 128, "n_heads": 2,
+        "n_kv_heads": 2, "n_layers": 2, "norm_eps": 1e-05, "positions": "learned", "rope_theta": 10000.0,
+        "tie_embeddings": True, "vocab_size": 320,
+        "query": {"activation": "gelu", "bottleneck_ratio": 0.5, "fuse_kv": False, "half_scale": True,
+                  "input_norm": "rms", "output_norm": "layer", "type": "residual_mlp"},
+    },
+    "seq_len": 128,
+    "tokenizer": {"eot_id": 256, "name": "byte", "tokenizer": "byte", "vocab_size": 257},
+    "tokens_seen": 40960,
+    "validation": {"micro_batch_size": 16, "seed": 2357, "sequences": 64},
+    "world_size": 1,
+}
+OLD_META["fingerprint"]["model"] = OLD_META["model_args"]
+
+
+def test_a_checkpoint_written_before_the_record_reads_and_resumes_with_the_same_fingerprint() -> None:
+    record = RunRecord.from_meta(json.loads(json.dumps(OLD_META)), "old/torchnlq.json")
+    assert (record.step, record.tokens_seen, record.skipped_steps, record.seq_len) == (20, 40960, 1, 128)
+    assert record.validation.sequences == 64 and record.validation.micro_batch_size == 16
+    assert record.mixed_precision is None  # the old trainer never recorded it
+    # What resume compares must be exactly what the old trainer saved.
+    assert record.resume_fingerprint() == OLD_META["fingerprint"]
+    written = record.to_meta()
+    for key, value in OLD_META.items():
+        assert written[key] == value, key
+
+
+@pytest.mark.integration
+def test_record_of_a_run_is_in_its_checkpoint_and_run_info(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "rec", steps=4, validation__interval=2, checkpoint__interval=2))
+    trainer.train()
+    run = tmp_path / "outputs" / "rec"
+    meta = json.loads((run / "checkpoints" / "step-4" / "torchnlq.json").read_text())
+    info = json.loads((run / "run_info.json").read_text())
+    saved = RunRecord.from_meta(meta, "step-4")
+    assert saved.step == info["step"] == 4 and info["finished"] is True
+    assert saved.mixed_precision == info["mixed_precision"] == "fp32"  # a CPU run computes in fp32
+    assert saved.data.batch_fingerprint == info["batch_fingerprint"] == trainer.data.schedule.fingerprint()
+    assert saved.validation.fingerprint == info["validation_fingerprint"]
+    assert info["last_val_loss"] == pytest.approx(trainer.last_val_loss)
+    assert saved.resume_fingerprint() == trainer.record.resume_fingerprint()
+
+
+def test_evaluation_uses_bf16_autocast_only_for_a_bf16_run_on_cuda() -> None:
+    record = RunRecord.from_meta(json.loads(json.dumps(OLD_META)), "m")
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert evaluation_autocast(record, cuda) is contextlib.nullcontext  # unknown precision: fp32
+    record.mixed_precision = "bf16"
+    assert evaluation_autocast(record, cpu) is contextlib.nullcontext
+    autocast = evaluation_autocast(record, cuda)()
+    assert isinstance(autocast, torch.autocast) and autocast.fast_dtype == torch.bfloat16
+
+
+# ----- pieces own their schedules ----------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_signal_on_a_checkpoint_step_stops_there_with_one_save(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "sig", steps=12, checkpoint__interval=4))
+    saves: list[int] = []
+    real_save = trainer.checkpointer.save
+
+    def save(record, model, optimizer):
+        saves.append(record.step)
+        real_save(record, model, optimizer)
+
+    trainer.checkpointer.save = save
+    real_loss = trainer.loss_fn
+
+    sent: list[int] = []
+
+    def loss_fn(logits, targets):
+        if trainer.step + 1 == 4 and not sent:  # the signal arrives during step 4, a checkpoint step
+            sent.append(4)  # once: a second SIGTERM falls back to the default action (kill)
+            signal.raise_signal(signal.SIGTERM)
+        return real_loss(logits, targets)
+
+    trainer.loss_fn = loss_fn
+    trainer.train()
+    assert trainer.step == 4 and saves == [4]
+    assert list_checkpoints(tmp_path / "outputs" / "sig" / "checkpoints") == [4]
+
+
+def test_each_piece_decides_when_it_runs(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "due", steps=12, validation__interval=4, checkpoint__interval=6,
+                      metrics__query_diagnostics_interval=5)
+    trainer = Trainer(cfg)
+    steps = range(1, 13)
+    assert [s for s in steps if trainer.validator.due(s, s == 12)] == [4, 8, 12]
+    assert [s for s in steps if trainer.checkpointer.due(s, s == 12)] == [6, 12]
+    assert [s for s in steps if trainer.diagnostics.due(s, s == 12)] == [5, 10, 12]
+    assert [s for s in steps if trainer.metrics.due(s, s == 12)] == list(steps)  # log_interval 1

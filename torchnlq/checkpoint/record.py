@@ -1,0 +1,193 @@
+"""One typed record of a run's metadata, and the three files it is written to.
+
+The trainer keeps a :class:`RunRecord` up to date and writes it
+
+* into every checkpoint as ``torchnlq.json`` (:meth:`RunRecord.to_meta`), which resume
+  checks (:meth:`RunRecord.resume_fingerprint`) and the tools read back
+  (:meth:`RunRecord.from_meta`: evaluation's validation settings and precision,
+  sampling's tokenizer, the exports' ``config.json``);
+* into ``<run>/run_info.json`` (:meth:`RunRecord.to_run_info`), which suites and run
+  comparisons read without opening TensorBoard (:func:`read_run_info`).
+
+The JSON keys are those torchnlq has always written, so checkpoints and exports made
+before this record existed still resume and load; fields they lack read as None.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from torchnlq.errors import UserError
+from torchnlq.models.args import ModelArgs
+
+RUN_INFO_FILE = "run_info.json"
+
+
+@dataclass(frozen=True)
+class DataRecord:
+    """Which tokens the run trained on, and in which order (the batch schedule)."""
+
+    path: str
+    train_tokens: int
+    seed: int
+    global_batch: int
+    batch_fingerprint: str
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    """The fixed validation set: enough to draw the same windows again (evaluation does).
+
+    Read from a hand-made export, any of these may be None (evaluation then asks for it).
+    """
+
+    seed: int | None
+    sequences: int | None
+    micro_batch_size: int | None
+    fingerprint: str | None = None
+
+
+@dataclass
+class RunRecord:
+    """A run's metadata: the model, its data and validation, its precision and progress.
+
+    Fields other than ``model_args`` are None when read from a file that does not
+    record them (a hand-made export, a checkpoint of an older torchnlq).
+    ``mixed_precision`` is what the run computed in ("bf16" or "fp32"), not what the
+    config asked for: a CPU run is always "fp32".
+    """
+
+    model_args: ModelArgs
+    tokenizer: dict[str, Any]
+    seq_len: int | None = None
+    data: DataRecord | None = None
+    validation: ValidationRecord | None = None
+    name: str | None = None
+    steps: int | None = None
+    world_size: int | None = None
+    mixed_precision: str | None = None
+    step: int = 0
+    tokens_seen: int = 0
+    skipped_steps: int = 0
+    last_val_loss: float | None = None
+
+    def resume_fingerprint(self) -> dict[str, Any]:
+        """What must match for a resume: the model's shape and the data order."""
+        assert self.data is not None and self.seq_len is not None, "a training run records its data"
+        return {
+            "model": self.model_args.to_dict(),
+            "data": {
+                "tokenizer": self.tokenizer.get("name"),
+                "train_tokens": self.data.train_tokens,
+                "seed": self.data.seed,
+                "seq_len": self.seq_len,
+                "global_batch": self.data.global_batch,
+            },
+        }
+
+    def to_meta(self) -> dict[str, Any]:
+        """The checkpoint's ``torchnlq.json`` (keys unchanged since the first torchnlq checkpoints)."""
+        meta: dict[str, Any] = {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "skipped_steps": self.skipped_steps,
+            "world_size": self.world_size,
+            "model_args": self.model_args.to_dict(),
+            "tokenizer": dict(self.tokenizer),
+            "seq_len": self.seq_len,
+            "name": self.name,
+            "steps": self.steps,
+            "mixed_precision": self.mixed_precision,
+        }
+        if self.data is not None:
+            meta["fingerprint"] = self.resume_fingerprint()
+            meta["data_path"] = self.data.path
+            meta["data_fingerprint"] = self.data.batch_fingerprint
+        if self.validation is not None:
+            meta["validation"] = {k: v for k, v in asdict(self.validation).items() if v is not None}
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: Any, where: str | Path) -> RunRecord:
+        """Read a checkpoint's ``torchnlq.json`` or an export's ``config.json``; UserError when unusable."""
+        if not isinstance(meta, dict) or "model_args" not in meta:
+            raise UserError(f"'{where}' has no model_args; it was not written by this torchnlq, or is corrupt")
+        try:
+            args = ModelArgs.from_dict(meta["model_args"])
+        except UserError as e:
+            raise UserError(f"'{where}': {e}") from None
+        except (TypeError, ValueError) as e:  # wrong value types in hand-edited JSON
+            raise UserError(f"'{where}' has invalid model_args ({e}); the file is corrupt") from None
+        try:
+            return cls(
+                model_args=args,
+                tokenizer=dict(meta.get("tokenizer") or {}),
+                seq_len=meta.get("seq_len"),
+                data=_data_record(meta),
+                validation=_validation_record(meta.get("validation")),
+                name=meta.get("name"),
+                steps=meta.get("steps"),
+                world_size=meta.get("world_size"),
+                mixed_precision=meta.get("mixed_precision"),
+                step=meta.get("step", 0),
+                tokens_seen=meta.get("tokens_seen", 0),
+                skipped_steps=meta.get("skipped_steps", 0),
+            )
+        except (TypeError, ValueError, AttributeError, KeyError) as e:
+            raise UserError(f"'{where}' has invalid run metadata ({e}); the file is corrupt") from None
+
+    def to_run_info(self, finished: bool) -> dict[str, Any]:
+        """``run_info.json``: progress and the figures comparisons group and check runs by."""
+        a = self.model_args
+        return {
+            "name": self.name,
+            "step": self.step,
+            "steps": self.steps,
+            "finished": finished,
+            "last_val_loss": self.last_val_loss,
+            "query_type": a.query.type,
+            "total_params": a.num_params(),
+            "non_embedding_params": a.num_params(non_embedding=True),
+            "flops_per_token": a.flops_per_token(self.seq_len or a.max_seq_len),
+            "batch_fingerprint": self.data.batch_fingerprint if self.data else None,
+            "validation_fingerprint": self.validation.fingerprint if self.validation else None,
+            "world_size": self.world_size,
+            "mixed_precision": self.mixed_precision,
+        }
+
+    def write_run_info(self, run_dir: Path, finished: bool) -> None:
+        """Write ``<run_dir>/run_info.json`` atomically (a reader never sees half a file)."""
+        tmp = run_dir / f"{RUN_INFO_FILE}.tmp"
+        tmp.write_text(json.dumps(self.to_run_info(finished), indent=2))
+        tmp.replace(run_dir / RUN_INFO_FILE)
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """``run_info.json`` of a run folder as written by :meth:`RunRecord.write_run_info`; None if absent or unreadable."""
+    try:
+        info = json.loads((run_dir / RUN_INFO_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _data_record(meta: dict[str, Any]) -> DataRecord | None:
+    data = (meta.get("fingerprint") or {}).get("data")
+    if not data or "data_fingerprint" not in meta:
+        return None
+    return DataRecord(
+        path=meta.get("data_path", ""), train_tokens=data["train_tokens"], seed=data["seed"],
+        global_batch=data["global_batch"], batch_fingerprint=meta["data_fingerprint"],
+    )
+
+
+def _validation_record(validation: Any) -> ValidationRecord | None:
+    if not validation:
+        return None
+    return ValidationRecord(
+        seed=validation.get("seed"), sequences=validation.get("sequences"),
+        micro_batch_size=validation.get("micro_batch_size"), fingerprint=validation.get("fingerprint"),
+    )

@@ -1,0 +1,82 @@
+"""Checks that span config sections, in one place, run before any run folder or file exists.
+
+:mod:`torchnlq.config.manager` checks each value on its own (type, range, choices).
+What needs several sections, or the model and data registries, is checked here:
+the names of registry-backed options (query types, activations, norms, flavors,
+position kinds), the model's shapes resolved from ``[model]`` and the tokenizer's
+vocabulary, and the rules between sections (sequence length vs. the model's
+positions, the synthetic corpus vs. the tokenizer, exporting vs. checkpointing).
+
+This module sits above :mod:`torchnlq.models` and :mod:`torchnlq.data` (the rest of
+``config`` sits below them); every entry point that takes a JobConfig calls
+:func:`check_job_config` right after loading it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.config.render import iter_options
+from torchnlq.data.tokenizer import padded_vocab_size
+from torchnlq.errors import ConfigError
+from torchnlq.models.args import POSITIONS, ModelArgs
+from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES, unknown_choice
+from torchnlq.models.registry import FLAVORS, build_model_args
+
+
+def registry_choices() -> dict[str, list[str]]:
+    """Allowed names of every registry-backed option (``option(registry=...)``), read from the registries."""
+    registries: dict[str, Sequence[str]] = {
+        "query types": list(QUERY_TYPES),
+        "activations": list(ACTIVATIONS),
+        "norms": list(NORMS),
+        "flavors": list(FLAVORS),
+        "positions": list(POSITIONS),
+    }
+    choices = {}
+    for name, f, _ in iter_options(JobConfig()):
+        registry = f.metadata.get("registry")
+        if registry is not None:
+            choices[name] = list(registries[registry])
+    return choices
+
+
+def _option_value(cfg: JobConfig, dotted: str) -> Any:
+    value: Any = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def check_job_config(cfg: JobConfig) -> ModelArgs:
+    """Raise a one-line ConfigError for a config that cannot run; return the model's resolved ModelArgs.
+
+    Pure: reads no file and writes none, so it runs before the run folder is created.
+    """
+    for name, choices in registry_choices().items():
+        value = _option_value(cfg, name)
+        if value not in choices:
+            raise unknown_choice(name, value, choices)
+    if cfg.data.synthetic and cfg.data.tokenizer != "byte":
+        raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
+    if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
+        raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
+    args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
+    if cfg.training.seq_len > args.max_seq_len:
+        raise ConfigError(
+            f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
+            "lower training.seq_len or raise model.max_seq_len"
+        )
+    return args
+
+
+def check_data_fits_model(data_meta: Mapping[str, Any], args: ModelArgs) -> None:
+    """The token files' vocabulary must fit the model's embedding (checked once the data folder is open)."""
+    if data_meta["vocab_size"] > args.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={args.vocab_size} is smaller than the data's {data_meta['vocab_size']} tokens; "
+            "unset model.vocab_size"
+        )
+

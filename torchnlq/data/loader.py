@@ -1,0 +1,102 @@
+"""What the trainer reads: one builder for a run's data, and a loader of a step's micro-batches.
+
+:func:`build_data` opens the token files (generating the synthetic corpus first when
+``data.synthetic`` asks for it), draws the batch schedule and the fixed validation
+set, and returns them as one :class:`RunData`. The trainer asks its
+:class:`TrainLoader` for ``micro_batches(step)`` and never sees offsets or files.
+A benchmark that wants to time the reads wraps the loader (any object with the same
+``micro_batches`` method) instead of patching module globals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from torchnlq.config.job_config import Data, Training, Validation
+from torchnlq.data.batches import (
+    BatchSchedule,
+    build_batch_schedule,
+    build_validation_set,
+    open_token_files,
+)
+from torchnlq.data.token_file import TokenFile, read_batch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class MicroBatchSource(Protocol):
+    """Anything that yields one step's micro-batches: a :class:`TrainLoader` or a wrapper of one."""
+
+    def micro_batches(self, step: int) -> Iterator[Batch]:
+        """Yield the (inputs, targets) micro-batches of optimizer step ``step`` (0-based) for this rank."""
+        ...
+
+
+class TrainLoader:
+    """This rank's micro-batches of every step, read from the pre-drawn :class:`BatchSchedule`.
+
+    Step s, micro-step m reads a fixed slice of the schedule's row s (see
+    :meth:`BatchSchedule.offsets_for`): a pure function of (s, m, rank), so resuming
+    needs only the step and any world size reads the same global batch.
+    """
+
+    def __init__(
+        self, tokens: TokenFile, schedule: BatchSchedule, rank: int, world_size: int,
+        micro_batch_size: int, grad_accum_steps: int,
+    ) -> None:
+        schedule.check_layout(world_size, micro_batch_size, grad_accum_steps)
+        self.tokens, self.schedule = tokens, schedule
+        self.rank, self.world_size = rank, world_size
+        self.micro_batch_size, self.grad_accum_steps = micro_batch_size, grad_accum_steps
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens of one optimizer step over all ranks."""
+        return self.schedule.global_batch * self.schedule.seq_len
+
+    def micro_batches(self, step: int) -> Iterator[Batch]:
+        """Yield ``grad_accum_steps`` (x, y) CPU LongTensor pairs of ``[micro_batch_size, seq_len]``."""
+        for micro in range(self.grad_accum_steps):
+            offsets = self.schedule.offsets_for(
+                step, micro, self.rank, self.world_size, self.micro_batch_size, self.grad_accum_steps
+            )
+            yield read_batch(self.tokens, offsets, self.schedule.seq_len)
+
+
+@dataclass
+class RunData:
+    """A run's data: the training loader, the fixed validation batches and the token files' metadata."""
+
+    loader: TrainLoader
+    validation_batches: list[Batch]
+    validation_fingerprint: str
+    validation_micro_batch_size: int
+    meta: dict[str, Any]
+
+    @property
+    def schedule(self) -> BatchSchedule:
+        """The pre-drawn schedule behind the loader."""
+        return self.loader.schedule
+
+    @property
+    def train_tokens(self) -> int:
+        """Length of the training split in tokens."""
+        return len(self.loader.tokens)
+
+
+def build_data(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
+    """Open ``data.path`` and draw the schedule and validation set of a run on ``world_size`` processes.
+
+    The global batch is micro_batch_size x grad_accum_steps x world_size sequences of
+    ``training.seq_len`` tokens; the validation set is read once here and evaluated
+    at every interval. Raises UserError for missing or mismatched token files.
+    """
+    train, val, meta = open_token_files(data, training.seq_len)
+    schedule = build_batch_schedule(train, training, data, world_size)
+    loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
+    val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size)
+    return RunData(loader, list(val_set), val_set.fingerprint(), val_set.micro_batch_size, meta)
