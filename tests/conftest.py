@@ -26,7 +26,7 @@ def one_torch_thread() -> Iterator[None]:
     """One torch thread for the whole session: every model built in-process by a test is tiny.
 
     With two OpenMP threads on a shared, loaded machine every op of a tiny model waits for a
-    descheduled thread at the barrier (4x slower here); one thread is faster and steadier.
+    descheduled thread at the barrier; one thread is faster and steadier.
     Autouse, so modules need not ask for it; ``usefixtures("one_torch_thread")`` still works.
     Trainer subprocesses get the same through ``helpers.train.script_env`` (OMP_NUM_THREADS=1).
     """

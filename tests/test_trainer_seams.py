@@ -205,3 +205,14 @@ def test_each_piece_decides_when_it_runs(tmp_path: Path) -> None:
     assert [s for s in steps if trainer.checkpointer.due(s, s == 12)] == [6, 12]
     assert [s for s in steps if trainer.diagnostics.due(s, s == 12)] == [5, 10, 12]
     assert [s for s in steps if trainer.metrics.due(s, s == 12)] == list(steps)  # log_interval 1
+
+
+def test_a_knob_the_query_type_does_not_read_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    from torchnlq.config.checks import config_warnings
+
+    cfg = tiny_config(tmp_path, "knobs", model__query__type="linear", model__query__activation="relu2")
+    check_job_config(cfg)  # legal: one config file may serve several query types
+    assert config_warnings(cfg) == [
+        "model.query.activation set but model.query.type='linear' does not read it; it has no effect"
+    ]
+    assert config_warnings(tiny_config(tmp_path, "knobs", model__query__activation="relu2")) == []  # residual_mlp

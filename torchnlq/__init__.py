@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from torchnlq.models.gpt import GPT
 
 from torchnlq.version import __version__
+
 __all__ = ["__version__", "load_pretrained"]
 
 

@@ -10,7 +10,8 @@ comes from the disk: the worst case of a corpus much larger than RAM). Eviction
 touches only this file's pages, never other processes' caches. :class:`TokenFile`
 advises its mapping ``MADV_RANDOM`` (no readahead around a faulting page); the
 "cold, readahead" row sets ``MADV_NORMAL`` back to show what that hint saves (a page
-fault then reads ``read_ahead_kb`` around the page: 8 MiB on some VMs, for a 2 KiB window).
+fault then reads ``read_ahead_kb`` around the page, possibly megabytes for a 2 KiB window;
+the measured rows are in docs/performance.md, "Data loader alone").
 """
 
 from __future__ import annotations

@@ -59,9 +59,9 @@ def interleave(runs: Sequence[Callable[[], float]], rounds: int, seed: int = 0) 
     """Call every run once per round, in a seeded random order per round; returns each run's results.
 
     Each callable performs one timed unit of work and returns its duration. A fixed
-    cyclic order would always put the same variant before a given one (measured: with
-    four gpt_small variants on a CPU that moved one ratio from 1.02x to 1.08x);
-    shuffling spreads the predecessors over the rounds.
+    cyclic order would always put the same variant before a given one, and what ran just
+    before shows in a step's time, enough to bias a ratio well beyond the noise (the measured
+    case is in docs/performance.md, "Tools"); shuffling spreads the predecessors over the rounds.
     """
     results: list[list[float]] = [[] for _ in runs]
     order, rng = list(range(len(runs))), random.Random(seed)

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
+from torchnlq.checkpoint.export import atomic_folder, parse_dtype, write_json
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.checkpoint.metadata import FORMAT_KEYS
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.models.query import get_query_class
-from torchnlq.checkpoint.export import atomic_folder, parse_dtype, write_json
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
-from torchnlq.checkpoint.metadata import FORMAT_KEYS
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 

@@ -20,9 +20,9 @@ from typing import Any
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import iter_options
 from torchnlq.data.tokenizer import padded_vocab_size
-from torchnlq.errors import ConfigError
+from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import POSITIONS, ModelArgs
-from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES, unknown_choice
+from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES, ignored_knobs
 from torchnlq.models.registry import FLAVORS, build_model_args
 
 
@@ -70,6 +70,15 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             "lower training.seq_len or raise model.max_seq_len"
         )
     return args
+
+
+def config_warnings(cfg: JobConfig) -> list[str]:
+    """Settings that are legal but do nothing in this run (logged by the trainer, printed by the summary)."""
+    ignored = ignored_knobs(cfg.model.query)
+    if not ignored:
+        return []
+    keys = ", ".join(f"model.query.{k}" for k in ignored)
+    return [f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect"]
 
 
 def check_data_fits_model(data_meta: Mapping[str, Any], args: ModelArgs) -> None:

@@ -9,7 +9,6 @@ naming the key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import sys
 import types
 import typing
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.config.job_config import JobConfig
-from torchnlq.errors import ConfigError
+from torchnlq.errors import ConfigError, closest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,8 +95,8 @@ def _fields(section: Any) -> dict[str, dataclasses.Field]:
 
 
 def _suggest(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(sorted(choices))})"
+    match = closest(name, choices)
+    return f"; did you mean '{match}'?" if match else f" (known: {', '.join(sorted(choices))})"
 
 
 def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field, str]:

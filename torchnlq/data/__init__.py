@@ -15,6 +15,7 @@ from torchnlq.data.batches import (
     build_validation_set,
     open_token_files,
 )
+from torchnlq.data.loader import RunData, TrainLoader, build_data
 from torchnlq.data.synthetic import (
     ensure_synthetic_corpus,
     generate_synthetic_tokens,
@@ -35,11 +36,14 @@ __all__ = [
     "BASE_VOCAB_SIZE",
     "BatchSchedule",
     "ByteTokenizer",
+    "RunData",
+    "TrainLoader",
     "GPT2Tokenizer",
     "TokenFile",
     "Tokenizer",
     "ValidationSet",
     "build_batch_schedule",
+    "build_data",
     "build_tokenizer",
     "build_validation_set",
     "ensure_synthetic_corpus",

@@ -21,9 +21,11 @@ class TokenFile:
 
     The mapping is advised ``MADV_RANDOM``: a micro-batch reads a few KiB at each of a
     dozen random offsets, and without the hint every page fault on an uncached part of
-    the file also reads the kernel's readahead window around it (8 MiB on some VMs).
-    Measured (scripts/bench_loader.py, 12 x 1024 tokens, file not in the page cache):
-    81–101 ms per micro-batch with readahead, 0.9–1.5 ms without; cached reads are unaffected.
+    the file also reads the kernel's readahead window around it (``read_ahead_kb``, which
+    can be megabytes for a window of a few KiB). From disk that makes a micro-batch's read
+    take a large share of a GPU micro-step; with the hint it is negligible, and reads from
+    the page cache are unaffected. The figures (``scripts/bench_loader.py``) are in
+    docs/performance.md, "Data loader alone".
     """
 
     def __init__(self, path: str | Path):

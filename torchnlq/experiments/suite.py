@@ -31,7 +31,6 @@ Running a suite (skip finished runs, resume interrupted ones, compare) is
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import os
 import re
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.config.manager import load_job_config, read_toml
-from torchnlq.errors import UserError
+from torchnlq.errors import UserError, closest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid")
@@ -96,8 +95,8 @@ def display_path(path: Path) -> str:
 def _check_keys(where: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
     for key in table:
         if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (allowed: {', '.join(allowed)})"
+            match = closest(key, allowed)
+            hint = f"; did you mean '{match}'?" if match else f" (allowed: {', '.join(allowed)})"
             raise UserError(f"{where}: unknown key '{key}'{hint}")
 
 

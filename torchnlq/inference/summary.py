@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from torchnlq.config.checks import check_job_config
+from torchnlq.config.checks import check_job_config, config_warnings
 from torchnlq.config.job_config import JobConfig
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
         cfg = load_job_config(argv)
         print("\n".join(summarize(cfg)))
+        for warning in config_warnings(cfg):
+            print(f"warning: {warning}", file=sys.stderr)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

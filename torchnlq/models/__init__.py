@@ -2,7 +2,12 @@
 
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-from torchnlq.models.query import QUERY_TYPES, QueryProjection, build_query, register_query
+from torchnlq.models.query import (
+    QUERY_TYPES,
+    QueryProjection,
+    build_query,
+    register_query,
+)
 from torchnlq.models.registry import FLAVORS, build_model, build_model_args
 
 __all__ = [

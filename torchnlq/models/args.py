@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from torchnlq.config.job_config import Query
-from torchnlq.errors import ConfigError
+from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.query import query_num_params
 
 POSITIONS = ("learned", "rope")
@@ -59,7 +59,7 @@ class ModelArgs:
                 f"model.n_heads={self.n_heads}; use one of {divisors} (or leave it unset for multi-head)"
             )
         if self.positions not in POSITIONS:
-            raise ConfigError(f"model.positions: unknown {self.positions!r} (choices: {', '.join(POSITIONS)})")
+            raise unknown_choice("model.positions", self.positions, POSITIONS)
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError(
                 f"model.positions='rope' needs an even head_dim, got dim/n_heads = {self.head_dim}; "

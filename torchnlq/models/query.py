@@ -36,7 +36,6 @@ and accepts the product in ``forward(x, fused)``; the parameters stay its own.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Callable
 from typing import ClassVar
@@ -46,7 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.config.job_config import Query
-from torchnlq.errors import ConfigError
+from torchnlq.errors import ConfigError, unknown_choice
 
 QUERY_TYPES: dict[str, type[QueryProjection]] = {}
 #: The ``[model.query]`` fields a query type may read (its ``knobs``): all but ``type``, which
@@ -67,13 +66,6 @@ def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryPro
         return cls
 
     return decorator
-
-
-def unknown_choice(key: str, value: str, choices: list[str]) -> ConfigError:
-    """A ConfigError for an unknown name, with a did-you-mean suggestion when one is close."""
-    close = difflib.get_close_matches(value, choices, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"{key}: unknown {value!r}{hint} (choices: {', '.join(sorted(choices))})")
 
 
 def get_query_class(name: str) -> type[QueryProjection]:

@@ -10,10 +10,9 @@ import copy
 from dataclasses import dataclass
 
 from torchnlq.config.job_config import Model
-from torchnlq.errors import ConfigError
+from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs, divides_message
 from torchnlq.models.gpt import GPT
-from torchnlq.models.query import unknown_choice
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,12 @@
 """Parallelism applied from outside the model: process group and mesh (dist), float8,
 activation checkpointing, compile and FSDP2 (parallelize). See docs/parallelism.md."""
 
-from torchnlq.parallel.dist import DistInfo, build_mesh, destroy_distributed, init_distributed
+from torchnlq.parallel.dist import (
+    DistInfo,
+    build_mesh,
+    destroy_distributed,
+    init_distributed,
+)
 from torchnlq.parallel.parallelize import (
     apply_activation_checkpointing,
     apply_compile,

@@ -22,12 +22,20 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    set_model_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
+from torchnlq.config.job_config import (
+    ActivationCheckpoint,
+    Float8,
+    Parallelism,
+    Training,
+)
 from torchnlq.models.gpt import GPT
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing

@@ -26,7 +26,11 @@ import torch.distributed as dist
 
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
-from torchnlq.config.checks import check_data_fits_model, check_job_config
+from torchnlq.config.checks import (
+    check_data_fits_model,
+    check_job_config,
+    config_warnings,
+)
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
@@ -110,6 +114,8 @@ class Trainer:
             log_interval=cfg.metrics.log_interval,
         )
         self._log_header()
+        for warning in config_warnings(cfg):
+            self.logger.warning(f"warning: {warning}")
         if resumed_from:
             self.logger.info(resumed_from)
         self.write_run_info(finished=self.step >= tcfg.steps)

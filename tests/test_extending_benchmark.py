@@ -1,0 +1,140 @@
+"""The benchmark walk-through of docs/extending.md ("A new benchmark"), performed as written there.
+
+The section has two ```python blocks: the benchmark module (``torchnlq/benchmarks/forward_batch.py``
+in the docs) and its entry point (``scripts/bench_forward.py``). They are taken from the
+markdown and written into tmp_path, never into the working tree: the module is imported from
+there and its ``main`` run with tiny sizes; for the layering rules and the script, both go
+into a copy of the package (``tmp/torchnlq/...``, ``tmp/scripts/...``) and the checker of
+tests/test_layering.py runs on that copy, the script in a subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from helpers import REPO_ROOT
+from helpers.train import script_env
+from test_layering import FORBIDDEN, LAYERS, PACKAGE_ROOT, Report, check_layering, collect_imports, node_of
+from torchnlq.cli import run_cli
+
+DOC = REPO_ROOT / "docs" / "extending.md"
+MODULE = "torchnlq.benchmarks.forward_batch"  # where the docs put the example
+MODULE_PATH = "torchnlq/benchmarks/forward_batch.py"
+SCRIPT_PATH = "scripts/bench_forward.py"
+TINY = ["--batches", "1", "2", "--seq", "8", "--layers", "1", "--dim", "16", "--heads", "2",
+        "--steps", "2", "--warmup", "1"]
+
+
+def doc_blocks() -> dict[str, str]:
+    """The section's two python blocks: ``module`` (defines main) and ``script`` (calls run_cli)."""
+    text = DOC.read_text()
+    match = re.search(r"^## A new benchmark.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    assert match, "docs/extending.md has no section '## A new benchmark'"
+    blocks = re.findall(r"```python\n(.*?)```", match.group(0), flags=re.DOTALL)
+    modules = [b for b in blocks if re.search(r"^def main\(", b, flags=re.MULTILINE)]
+    scripts = [b for b in blocks if "run_cli(main)" in b]
+    assert len(blocks) == 2 and len(modules) == 1 and len(scripts) == 1, (
+        "the benchmark section should have two python blocks: the module (def main) and the script (run_cli)")
+    return {"module": modules[0], "script": scripts[0]}
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> ModuleType:
+    """The docs' benchmark module, written to tmp_path and imported from there (not registered in sys.modules)."""
+    path = tmp_path / "forward_batch.py"
+    path.write_text(doc_blocks()["module"])
+    spec = importlib.util.spec_from_file_location("docs_forward_batch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The cells of the Markdown table's body rows in ``output`` (header and separator dropped)."""
+    lines = [line for line in output.splitlines() if line.startswith("|")]
+    assert len(lines) >= 2 and set(lines[1]) <= set("|-: "), f"no Markdown table in:\n{output}"
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def check_table(output: str, variants: tuple[str, ...], n_batches: int) -> None:
+    rows = table_rows(output)
+    assert [row[0] for row in rows] == list(variants), output
+    for row in rows:
+        assert len(row) == 1 + n_batches, output
+        assert all(float(ms) > 0 for ms in row[1:]), output
+    assert len([line for line in output.splitlines() if line.startswith("# ")]) == 2, output  # what, and where
+
+
+def package_copy(tmp_path: Path, module_source: str) -> Path:
+    """tmp/torchnlq: the package's .py files, plus ``module_source`` as the docs' benchmark module."""
+    root = tmp_path / "torchnlq"
+    shutil.copytree(PACKAGE_ROOT, root, ignore=lambda _dir, names: [n for n in names if n == "__pycache__"
+                                                                    or (n.endswith(".pyc"))])
+    (tmp_path / MODULE_PATH).write_text(module_source)
+    return root
+
+
+def example_problems(report: Report) -> list[str]:
+    """The report's messages that involve the example module (the rest of the tree is test_layering's job)."""
+    messages = [*report.violations, *report.forbidden, *report.missing, *report.unmapped,
+                *report.module_cycles, *report.layer_cycles]
+    return [m for m in messages if MODULE_PATH in m or MODULE in m]
+
+
+def test_example_prints_one_row_per_variant(example, capsys):
+    assert example.main(TINY) == 0
+    check_table(capsys.readouterr().out, example.VARIANTS, n_batches=2)
+
+
+def test_example_bad_input_is_one_error_line(example, capsys):
+    """Through run_cli, as the script calls it: a UserError is one line and exit code 2."""
+    assert run_cli(example.main, ["--batches", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_example_follows_the_layering_rules(tmp_path):
+    """In torchnlq/benchmarks/ the example imports only what the benchmarks node may import."""
+    root = package_copy(tmp_path, doc_blocks()["module"])
+    assert node_of(MODULE, LAYERS, "torchnlq") == "torchnlq.benchmarks"
+    edges = [i for i in collect_imports(root) if i.source == MODULE]
+    assert {i.target for i in edges} >= {"torchnlq.benchmarks.timing"}, "the example should use the timing helpers"
+    allowed = {"torchnlq.benchmarks", *LAYERS["torchnlq.benchmarks"]}
+    assert all(node_of(i.target, LAYERS, "torchnlq") in allowed for i in edges), edges
+    assert example_problems(check_layering(root, LAYERS, FORBIDDEN)) == []
+
+
+def test_layering_check_would_catch_a_bad_example(tmp_path):
+    """Control: the same check reports the example once it imports the experiments, or the library imports it."""
+    source = doc_blocks()["module"] + "\nfrom torchnlq.experiments import suite  # noqa: E402\n"
+    root = package_copy(tmp_path, source)
+    (root / "train" / "uses_bench.py").write_text(f"from {MODULE} import main\n")
+    problems = example_problems(check_layering(root, LAYERS, FORBIDDEN))
+    assert any("imports torchnlq.experiments.suite" in p for p in problems), problems
+    assert any("torchnlq/train/uses_bench.py:1 imports torchnlq.benchmarks.forward_batch (the library never "
+               "imports a benchmark)" == p for p in problems), problems
+
+
+@pytest.mark.integration
+def test_script_runs_the_example(tmp_path):
+    """``python scripts/bench_forward.py`` in a copy of the repository with both blocks in place."""
+    blocks = doc_blocks()
+    package_copy(tmp_path, blocks["module"])
+    script = tmp_path / SCRIPT_PATH
+    script.parent.mkdir()
+    script.write_text(blocks["script"])
+    proc = subprocess.run([sys.executable, str(script), *TINY], cwd=tmp_path, env=script_env(tmp_path),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    check_table(proc.stdout, ("linear", "residual_mlp"), n_batches=2)
+    bad = subprocess.run([sys.executable, str(script), "--steps", "0"], cwd=tmp_path, env=script_env(tmp_path),
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1, bad.stderr
