@@ -17,7 +17,7 @@ from torchnlq.checkpoint.export import export_safetensors
 from torchnlq.checkpoint.load import LoadedModel, load_model
 from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
 
-from helpers.export import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
+from helpers.checkpoints import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
 
 TOKENS = torch.randint(0, 257, (2, 20), generator=torch.Generator().manual_seed(1))
 CONFIGS = {

@@ -19,7 +19,7 @@ from torchnlq.inference.sampling import STOP_CONTEXT, STOP_EOT, STOP_LENGTH, gen
 from torchnlq.train.validate import evaluate
 
 from helpers.data import SHARED_GPT2, needs_gpt2, write_toy_tiktoken
-from helpers.export import SEQ_LEN, VALIDATION, load_script, tiny_model, write_byte_data, write_checkpoint
+from helpers.checkpoints import SEQ_LEN, VALIDATION, load_script, tiny_model, write_byte_data, write_checkpoint
 
 QUERY_TYPES = ("linear", "identity", "residual", "residual_mlp")
 CACHE_CASES = list(itertools.product(QUERY_TYPES, ("learned", "rope"), (None, 2, 1)))

@@ -3,7 +3,7 @@
 - ``helpers.train``: tiny trainer configs, ``run_train`` (the one way tests launch ./run_train.sh),
   TensorBoard scalars.
 - ``helpers.data``: token folders, toy tiktoken files, the shared-data skip marker.
-- ``helpers.export``: tiny models and trainer-like checkpoint folders, importing scripts/*.py.
+- ``helpers.checkpoints``: tiny models and trainer-like checkpoint folders, importing scripts/*.py.
 
 Tests import them as ``from helpers.train import run_train``: pytest puts tests/ on sys.path
 (``pythonpath`` in pyproject.toml).
