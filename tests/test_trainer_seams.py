@@ -216,3 +216,41 @@ def test_a_knob_the_query_type_does_not_read_is_a_warning_not_an_error(tmp_path:
         "model.query.activation set but model.query.type='linear' does not read it; it has no effect"
     ]
     assert config_warnings(tiny_config(tmp_path, "knobs", model__query__activation="relu2")) == []  # residual_mlp
+
+
+@pytest.mark.integration
+def test_resume_refuses_another_corpus_of_the_same_size(tmp_path: Path) -> None:
+    Trainer(tiny_config(tmp_path, "corpus", steps=4, checkpoint__interval=2, training__steps=2)).train()
+    train_bin = tmp_path / "data" / "train.bin"
+    tokens = np.fromfile(train_bin, dtype=np.uint16)
+    np.random.default_rng(0).permutation(tokens).tofile(train_bin)  # same length, same meta.json, other text
+    run = tmp_path / "outputs" / "corpus"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    with pytest.raises(UserError, match=r"data.content="):
+        Trainer(tiny_config(tmp_path, "corpus", steps=4, checkpoint__interval=2))
+    # A refused resume touches none of the run's files (config.toml, train.log, run_info.json).
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.integration
+def test_a_checkpoint_without_a_content_fingerprint_still_resumes(tmp_path: Path) -> None:
+    Trainer(tiny_config(tmp_path, "older", steps=4, checkpoint__interval=2, training__steps=2)).train()
+    meta_file = tmp_path / "outputs" / "older" / "checkpoints" / "step-2" / "torchnlq.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["fingerprint"]["data"]["content"]  # as written before the content check existed
+    meta_file.write_text(json.dumps(meta))
+    resumed = Trainer(tiny_config(tmp_path, "older", steps=4, checkpoint__interval=2))
+    assert resumed.step == 2
+
+
+@pytest.mark.integration
+def test_resume_logs_each_changed_setting_once_and_says_when_it_does_nothing(tmp_path: Path) -> None:
+    Trainer(tiny_config(tmp_path, "chg", steps=4, checkpoint__interval=2, training__steps=2)).train()
+    Trainer(tiny_config(tmp_path, "chg", steps=4, checkpoint__interval=2, optimizer__lr=1e-3, training__seed=7))
+    log = (tmp_path / "outputs" / "chg" / "train.log").read_text().splitlines()
+    changed = [line for line in log if "changed on resume" in line]
+    assert len(changed) == 3, changed  # steps 2 -> 4, lr 3e-3 -> 1e-3, seed 1337 -> 7
+    assert any("training.steps changed on resume: 2 -> 4" in line for line in changed)
+    assert any("optimizer.lr changed on resume: 0.003 -> 0.001" in line for line in changed)
+    seed = [line for line in changed if "training.seed" in line]
+    assert seed and "it has no effect" in seed[0]

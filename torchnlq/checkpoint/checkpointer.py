@@ -86,15 +86,23 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Fingerprint keys newer than the first torchnlq checkpoints (checkpoints without them still resume).
+FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content"})
+
+
 def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
     """Refuse to resume when model shape or data differ; name the first differing field.
 
     Fingerprints are nested dicts (``{"model": {...}, "data": {...}}``); only the
     sections present in ``current`` are compared (model-only loads pass just "model").
+    A key in :data:`FINGERPRINT_KEYS_ADDED_LATER` that an older checkpoint lacks is not
+    compared: that checkpoint is checked for everything it recorded.
     """
     saved = flatten({k: v for k, v in saved.items() if k in current})
     current = flatten(current)
     for key in sorted(set(saved) | set(current)):
+        if key not in saved and key in FINGERPRINT_KEYS_ADDED_LATER:
+            continue
         if saved.get(key) != current.get(key):
             raise UserError(
                 f"{where} was saved with {key}={saved.get(key)!r} but this run has {key}={current.get(key)!r}; "

@@ -16,6 +16,7 @@ before this record existed still resume and load; fields they lack read as None.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ class DataRecord:
     seed: int
     global_batch: int
     batch_fingerprint: str
+    #: Sampled-content hash of the token files (None in checkpoints older than the check).
+    content_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ class RunRecord:
                 "seed": self.data.seed,
                 "seq_len": self.seq_len,
                 "global_batch": self.data.global_batch,
-            },
+            }
+            | ({"content": self.data.content_fingerprint} if self.data.content_fingerprint else {}),
         }
 
     def to_meta(self) -> dict[str, Any]:
@@ -147,7 +151,8 @@ class RunRecord:
             "step": self.step,
             "steps": self.steps,
             "finished": finished,
-            "last_val_loss": self.last_val_loss,
+            # JSON has no NaN/Infinity: a diverged validation is recorded as null, never as a bare NaN.
+            "last_val_loss": self.last_val_loss if _finite(self.last_val_loss) else None,
             "query_type": a.query.type,
             "total_params": a.num_params(),
             "non_embedding_params": a.num_params(non_embedding=True),
@@ -161,7 +166,7 @@ class RunRecord:
     def write_run_info(self, run_dir: Path, finished: bool) -> None:
         """Write ``<run_dir>/run_info.json`` atomically (a reader never sees half a file)."""
         tmp = run_dir / f"{RUN_INFO_FILE}.tmp"
-        tmp.write_text(json.dumps(self.to_run_info(finished), indent=2))
+        tmp.write_text(json.dumps(self.to_run_info(finished), indent=2, allow_nan=False))
         tmp.replace(run_dir / RUN_INFO_FILE)
 
 
@@ -174,6 +179,10 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def _data_record(meta: dict[str, Any]) -> DataRecord | None:
     data = (meta.get("fingerprint") or {}).get("data")
     if not data or "data_fingerprint" not in meta:
@@ -181,6 +190,7 @@ def _data_record(meta: dict[str, Any]) -> DataRecord | None:
     return DataRecord(
         path=meta.get("data_path", ""), train_tokens=data["train_tokens"], seed=data["seed"],
         global_batch=data["global_batch"], batch_fingerprint=meta["data_fingerprint"],
+        content_fingerprint=data.get("content"),
     )
 
 

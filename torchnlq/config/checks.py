@@ -61,6 +61,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             raise unknown_choice(name, value, choices)
     if cfg.data.synthetic and cfg.data.tokenizer != "byte":
         raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
+    if cfg.lr_schedule.min_lr > cfg.optimizer.lr:
+        raise ConfigError(
+            f"lr_schedule.min_lr={cfg.lr_schedule.min_lr} is above optimizer.lr={cfg.optimizer.lr}: the cosine would "
+            "raise the learning rate; set min_lr at most lr (the paper uses lr / 10)"
+        )
     if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
         raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
     args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
@@ -79,6 +84,31 @@ def config_warnings(cfg: JobConfig) -> list[str]:
         return []
     keys = ", ".join(f"model.query.{k}" for k in ignored)
     return [f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect"]
+
+
+# Options whose change on resume has no effect, and why (everything they decide happened at step 0).
+NO_EFFECT_ON_RESUME = {
+    "training.seed": "the weights were initialised at step 0 and the RNG states come from the checkpoint",
+}
+
+
+def resume_changes(saved: JobConfig, current: JobConfig) -> list[str]:
+    """One line per option that differs from the run's saved config.toml, for the resume log.
+
+    Shapes and data order never get here (the checkpoint's fingerprint refuses them);
+    what remains may change legitimately (more steps, a new learning rate) or does
+    nothing on a resumed run (a new seed), and the line says which.
+    """
+    old = {name: value for name, _, value in iter_options(saved)}
+    lines = []
+    for name, _, value in iter_options(current):
+        if old.get(name) == value:
+            continue
+        line = f"{name} changed on resume: {old.get(name)!r} -> {value!r}"
+        if name in NO_EFFECT_ON_RESUME:
+            line += f"; it has no effect ({NO_EFFECT_ON_RESUME[name]})"
+        lines.append(line)
+    return lines
 
 
 def check_data_fits_model(data_meta: Mapping[str, Any], args: ModelArgs) -> None:

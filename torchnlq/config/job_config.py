@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# torch's generators take seeds up to 2**64 - 1 (a larger one overflows deep inside the first draw).
+SEED_MAX = 2**64 - 1
+
+
 def option(
     default: Any,
     doc: str,
@@ -120,7 +124,9 @@ class Training:
     """The optimisation loop."""
 
     steps: int = option(100, "Number of optimizer steps.", min=1)
-    seed: int = option(1337, "Seed for model init and every other random choice except the data order.")
+    seed: int = option(
+        1337, "Seed for model init and every other random choice except the data order.", min=0, max=SEED_MAX
+    )
     micro_batch_size: int = option(8, "Sequences per forward/backward on one device.", min=1)
     grad_accum_steps: int = option(1, "Micro-batches accumulated per optimizer step.", min=1)
     seq_len: int = option(256, "Tokens per training sequence (at most the model's max_seq_len).", min=1)
@@ -181,7 +187,9 @@ class Data:
         "Local GPT-2 .tiktoken ranks file for machines without internet "
         "(also read from the TORCHNLQ_TIKTOKEN_FILE environment variable).",
     )
-    seed: int = option(42, "Seed of the pre-drawn batch offsets: the same seed gives every model the same data.")
+    seed: int = option(
+        42, "Seed of the pre-drawn batch offsets: the same seed gives every model the same data.", min=0, max=SEED_MAX
+    )
     synthetic: bool = option(
         False, "Generate the seeded offline corpus into path on first use when it holds no token files."
     )
@@ -195,7 +203,7 @@ class Validation:
     interval: int = option(50, "Validate every this many steps.", min=1)
     sequences: int = option(64, "Number of fixed validation sequences (2400 in the paper).", min=1)
     micro_batch_size: int | None = option(None, "Sequences per validation forward; unset means training.micro_batch_size.", min=1)
-    seed: int = option(2357, "Seed of the fixed validation offsets.")
+    seed: int = option(2357, "Seed of the fixed validation offsets.", min=0, max=SEED_MAX)
 
 
 @dataclass

@@ -9,6 +9,7 @@ naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -206,6 +207,9 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
         value = float(value)
     if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
         raise ConfigError(f"{key} expects {base.__name__}, got {type(value).__name__} {value!r}")
+    if base is float and not math.isfinite(value):
+        # nan/inf parse as floats (and 1e999 overflows to inf); no option means anything by them.
+        raise ConfigError(f"{key} must be a finite number, got {value}")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, choices))}{_suggest(str(value), list(choices))}")

@@ -76,6 +76,8 @@ class RunData:
     validation_fingerprint: str
     validation_micro_batch_size: int
     meta: dict[str, Any]
+    #: Hash of sampled windows of train.bin and val.bin: another corpus of the same size differs.
+    content_fingerprint: str
 
     @property
     def schedule(self) -> BatchSchedule:
@@ -99,4 +101,5 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     schedule = build_batch_schedule(train, training, data, world_size)
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
     val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size)
-    return RunData(loader, list(val_set), val_set.fingerprint(), val_set.micro_batch_size, meta)
+    content = f"{train.content_fingerprint()}-{val.content_fingerprint()}"
+    return RunData(loader, list(val_set), val_set.fingerprint(), val_set.micro_batch_size, meta, content)

@@ -6,6 +6,7 @@ the validation set all read through :class:`TokenFile` and :func:`read_batch`.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 from pathlib import Path
 
@@ -50,6 +51,24 @@ class TokenFile:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def content_fingerprint(self, windows: int = 256, window_tokens: int = 512) -> str:
+        """Short sha256 of the length and ``windows`` evenly spaced windows of the tokens.
+
+        Reads at most ``windows * window_tokens`` tokens (256 KiB by default) however large
+        the file: enough that another corpus of the same size gets another fingerprint,
+        cheap enough to compute at every start. A whole file smaller than that is hashed whole.
+        """
+        n = len(self.tokens)
+        digest = hashlib.sha256(str(n).encode())
+        if n <= windows * window_tokens:
+            digest.update(self.tokens.tobytes())
+        else:
+            span = n - window_tokens
+            for i in range(windows):
+                start = i * span // (windows - 1)
+                digest.update(self.tokens[start:start + window_tokens].tobytes())
+        return digest.hexdigest()[:16]
 
     def __repr__(self) -> str:
         return f"TokenFile('{self.path}', {len(self):,} tokens)"

@@ -67,6 +67,15 @@ def summarize(cfg: JobConfig) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """``model_summary.py [CONFIG] [--section.key=value ...]``: print the summary; user errors exit 2."""
     argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:
+        from torchnlq.config.checks import registry_choices
+        from torchnlq.config.render import help_text
+
+        usage = "usage: python scripts/model_summary.py [CONFIG.toml] [--section.key VALUE ...]"
+        print(usage + "\n\nPrints the model's shapes, parameter counts and FLOPs per token (built on meta, no memory).")
+        print("The config options are those of ./run_train.sh:\n")
+        print(help_text(registries=registry_choices()).split("\n", 2)[2])
+        return 0
     try:
         from torchnlq.config.manager import load_job_config
 

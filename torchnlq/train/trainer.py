@@ -26,12 +26,9 @@ import torch.distributed as dist
 
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
-from torchnlq.config.checks import (
-    check_data_fits_model,
-    check_job_config,
-    config_warnings,
-)
+from torchnlq.config.checks import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.config.job_config import JobConfig
+from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.errors import UserError
@@ -93,6 +90,7 @@ class Trainer:
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"))
         resumed_from = self._restore()
+        changes = self._resume_changes() if resumed_from else []
         # The run can start: only now does it get a folder, its resolved config and its log.
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +112,7 @@ class Trainer:
             log_interval=cfg.metrics.log_interval,
         )
         self._log_header()
-        for warning in config_warnings(cfg):
+        for warning in config_warnings(cfg) + changes:
             self.logger.warning(f"warning: {warning}")
         if resumed_from:
             self.logger.info(resumed_from)
@@ -154,6 +152,7 @@ class Trainer:
             data=DataRecord(
                 path=str(cfg.data.path), train_tokens=data.train_tokens, seed=cfg.data.seed,
                 global_batch=data.schedule.global_batch, batch_fingerprint=data.schedule.fingerprint(),
+                content_fingerprint=data.content_fingerprint,
             ),
             validation=ValidationRecord(
                 seed=cfg.validation.seed, sequences=cfg.validation.sequences,
@@ -197,6 +196,16 @@ class Trainer:
                 self._continue_from(self.checkpointer.load(Path(src), self.model, self.optimizer, fingerprint))
             return f"initialised from {src} (step {self.step})"
         return None
+
+    def _resume_changes(self) -> list[str]:
+        """Options that differ from the run's saved config.toml (read before it is rewritten)."""
+        saved = self.run_dir / "config.toml"
+        if not saved.is_file():
+            return []
+        try:
+            return resume_changes(load_job_config([str(saved)]), self.cfg)
+        except UserError as e:  # a hand-edited or older config.toml: say so, the resume itself is checked
+            return [f"could not compare with the saved {saved} ({e})"]
 
     def _continue_from(self, saved: RunRecord) -> None:
         self.record.step, self.record.tokens_seen = saved.step, saved.tokens_seen
@@ -281,6 +290,16 @@ class Trainer:
         )
         self.logger.info(f"exported {out} ({self.cfg.checkpoint.export_dtype})")
 
+    def _stop_message(self, signal_name: str | None, step: int) -> str:
+        """What a user can do after a preemption: resume only when there is a checkpoint to resume from."""
+        stopped = f"stopped by {signal_name or 'a signal on another rank'} at step {step}"
+        if self.cfg.checkpoint.enabled:
+            return f"{stopped}; saved step-{step}: run the same command to resume"
+        return (
+            f"{stopped}; checkpoints are off (checkpoint.enabled = false), so nothing was saved and the same command "
+            "starts again from step 0 (turn checkpoints on to be able to resume)"
+        )
+
     def train(self) -> None:
         """Run until ``training.steps`` or a preemption signal; each piece validates/saves on its own schedule."""
         steps = self.cfg.training.steps
@@ -311,10 +330,7 @@ class Trainer:
                 if not last and preemption.requested(self.device):
                     if not saved:  # a signal on a checkpoint step stops right after that save
                         self.save_checkpoint()
-                    self.logger.info(
-                        f"stopped by {preemption.signal_name or 'a signal on another rank'} at step {step}; "
-                        "run the same command to resume"
-                    )
+                    self.logger.info(self._stop_message(preemption.signal_name, step))
                     break
         finally:
             preemption.restore()
