@@ -254,3 +254,15 @@ def test_resume_logs_each_changed_setting_once_and_says_when_it_does_nothing(tmp
     assert any("optimizer.lr changed on resume: 0.003 -> 0.001" in line for line in changed)
     seed = [line for line in changed if "training.seed" in line]
     assert seed and "it has no effect" in seed[0]
+
+
+def test_token_ids_beyond_the_tokenizer_are_refused_when_the_data_is_opened(tmp_path: Path) -> None:
+    from torchnlq.data.batches import open_token_files
+
+    folder = ensure_synthetic_corpus(tmp_path / "data")
+    val = folder / "val.bin"
+    tokens = np.fromfile(val, dtype=np.uint16)
+    tokens[0] = 300  # the byte tokenizer has 257 ids (meta.json); 300 would index past its embedding rows
+    tokens.tofile(val)
+    with pytest.raises(UserError, match=r"val.bin holds token id 300, but its tokenizer 'byte' has only 257 ids"):
+        open_token_files(Data(path=str(folder), tokenizer="byte"), 16)

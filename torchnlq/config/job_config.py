@@ -144,6 +144,12 @@ class Training:
         "state) or skip the update (counted in the metrics as skipped_steps).",
         choices=("stop", "skip"),
     )
+    max_consecutive_skips: int = option(
+        10,
+        "With on_nonfinite = skip: stop (without saving the bad state) after this many skipped updates in a row; "
+        "a run that cannot take a finite step is diverged, not unlucky.",
+        min=1,
+    )
     compile_loss: bool = option(False, "Also torch.compile the LM head + cross-entropy (only with compile = true).")
 
 

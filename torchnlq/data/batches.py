@@ -68,6 +68,7 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
                 f"{tf.path} has {len(tf):,} tokens but meta.json says {expected:,}; the folder is inconsistent, "
                 "prepare it again"
             )
+        _check_token_ids(tf, meta)
         if len(tf) < seq_len + 1:
             raise UserError(
                 f"{tf.path} has {len(tf):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}; "
@@ -75,6 +76,23 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
             )
         files.append(tf)
     return files[0], files[1], meta
+
+
+def _check_token_ids(tokens: TokenFile, meta: dict[str, Any]) -> None:
+    """Token ids must be below the tokenizer's vocabulary: else training reads garbage or dies in the embedding.
+
+    ``meta.json`` records the largest id of each split when prepare_data.py wrote it; a sample of
+    the file itself is checked in any case (a file replaced or damaged after it was prepared).
+    """
+    vocab = meta["vocab_size"]
+    split = tokens.path.stem
+    recorded = (meta.get("max_token_id") or {}).get(split)
+    largest = max(tokens.sampled_max(), recorded if isinstance(recorded, int) else -1)
+    if largest >= vocab:
+        raise UserError(
+            f"{tokens.path} holds token id {largest}, but its tokenizer '{meta['tokenizer']}' has only {vocab} ids "
+            "(meta.json): the file is damaged or was written with another tokenizer; prepare it again"
+        )
 
 
 def _fingerprint(t: torch.Tensor) -> str:

@@ -52,23 +52,28 @@ class TokenFile:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def content_fingerprint(self, windows: int = 256, window_tokens: int = 512) -> str:
-        """Short sha256 of the length and ``windows`` evenly spaced windows of the tokens.
+    def sample_windows(self, windows: int = 256, window_tokens: int = 512) -> list[np.ndarray]:
+        """``windows`` evenly spaced windows of the tokens (the whole file when it is smaller than that).
 
-        Reads at most ``windows * window_tokens`` tokens (256 KiB by default) however large
-        the file: enough that another corpus of the same size gets another fingerprint,
-        cheap enough to compute at every start. A whole file smaller than that is hashed whole.
+        At most ``windows * window_tokens`` tokens (256 KiB by default) are read however
+        large the file, so the checks built on them are cheap enough for every start.
         """
         n = len(self.tokens)
-        digest = hashlib.sha256(str(n).encode())
         if n <= windows * window_tokens:
-            digest.update(self.tokens.tobytes())
-        else:
-            span = n - window_tokens
-            for i in range(windows):
-                start = i * span // (windows - 1)
-                digest.update(self.tokens[start:start + window_tokens].tobytes())
+            return [self.tokens]
+        span = n - window_tokens
+        return [self.tokens[i * span // (windows - 1):][:window_tokens] for i in range(windows)]
+
+    def content_fingerprint(self) -> str:
+        """Short sha256 of the length and the sampled windows: another corpus of the same size differs."""
+        digest = hashlib.sha256(str(len(self.tokens)).encode())
+        for window in self.sample_windows():
+            digest.update(window.tobytes())
         return digest.hexdigest()[:16]
+
+    def sampled_max(self) -> int:
+        """The largest token id in the sampled windows (-1 for an empty file)."""
+        return max((int(w.max()) for w in self.sample_windows() if len(w)), default=-1)
 
     def __repr__(self) -> str:
         return f"TokenFile('{self.path}', {len(self):,} tokens)"

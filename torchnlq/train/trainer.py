@@ -86,6 +86,7 @@ class Trainer:
         self._build_model()
         self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type)
         self.record = self._new_record()
+        self._consecutive_skips = 0
 
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"))
@@ -254,8 +255,16 @@ class Trainer:
                     "saving it (the last checkpoint is intact): lower optimizer.lr, or set training.on_nonfinite=skip"
                 )
             record.skipped_steps += 1
+            self._consecutive_skips += 1
+            if self._consecutive_skips >= tcfg.max_consecutive_skips:
+                raise TrainingDiverged(
+                    f"{self._consecutive_skips} updates in a row had a non-finite loss or grad norm (up to step "
+                    f"{record.step + 1}); stopped without saving (the last checkpoint is intact): lower optimizer.lr "
+                    "or raise training.max_consecutive_skips"
+                )
             self.logger.warning(f"step {record.step + 1}: non-finite loss/grad norm, update skipped")
         else:
+            self._consecutive_skips = 0
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         record.step += 1
@@ -274,9 +283,24 @@ class Trainer:
         for tag, value in self.diagnostics.run(self.model, self.device, self.autocast).items():
             self.metrics.scalar(tag, value, self.step)
 
+    def _check_weights_finite(self) -> None:
+        """Refuse to save weights an update made non-finite (a finite loss does not guarantee finite weights)."""
+        finite = torch.ones((), device=self.device)
+        for p in self.model.parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p  # an FSDP shard: each rank checks its own
+            finite = finite * torch.isfinite(local).all()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank stops together
+        if not bool(finite.item()):
+            raise TrainingDiverged(
+                f"the weights are non-finite after step {self.step}; not saved (the last checkpoint is intact): "
+                "lower optimizer.lr or tighten training.max_norm"
+            )
+
     def save_checkpoint(self) -> None:
-        """Save ``step-N`` (if checkpoints are enabled)."""
+        """Save ``step-N`` (if checkpoints are enabled), after checking the weights are finite."""
         if self.cfg.checkpoint.enabled:
+            self._check_weights_finite()
             self.checkpointer.save(self.record, self.model, self.optimizer)
             self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
 
