@@ -32,6 +32,8 @@ fi
 if [ "$NGPU" = 1 ] && [ -z "${NNODES:-}" ]; then
   exec "$PYTHON" -m torchnlq.train "$CONFIG_FILE" "$@"
 fi
+# Config and data mistakes as one line here, rather than inside torchrun's multi-rank report.
+"$PYTHON" -m torchnlq.train --preflight "$CONFIG_FILE" "$@" || exit $?
 rdzv=(--standalone)
 if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
   rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT=host:port for multi-node}")

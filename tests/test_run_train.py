@@ -71,3 +71,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragm
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert fragment in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--training.seq_len=4096"], "max_seq_len"),
+        (["--data.synthetic=false", "--data.path=nowhere"], "prepare_data.py"),
+        (["--optimizer.lr=nan"], "finite"),
+    ],
+)
+def test_a_multi_process_mistake_is_one_line_before_torchrun(tmp_path: Path, args: list[str], fragment: str) -> None:
+    proc = run_train(tmp_path, *args, "--training.steps=1", "--training.device=cpu", ngpu=2)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
+    assert not (tmp_path / "outputs" / "debug_model").exists()

@@ -9,6 +9,24 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import help_text
 
 
+def preflight(args: list[str]) -> int:
+    """Check a config and its data in one process, before torchrun starts several.
+
+    run_train.sh calls this for multi-process runs: a mistake found here is one ``error:``
+    line and exit code 2, where the same mistake inside torchrun's workers would come back
+    wrapped in its multi-rank failure report. It writes nothing but a synthetic corpus the
+    config asks for (which the run would generate anyway).
+    """
+    from torchnlq.config.checks import check_data_fits_model, check_job_config
+    from torchnlq.data.batches import open_token_files
+
+    cfg = load_job_config(args)
+    model_args = check_job_config(cfg)
+    _, _, meta = open_token_files(cfg.data, cfg.training.seq_len)
+    check_data_fits_model(meta, model_args)
+    return 0
+
+
 def main(args: list[str]) -> int:
     """Parse the config and train; ``--help``/``-h`` prints every option instead."""
     if "--help" in args or "-h" in args:
@@ -16,6 +34,8 @@ def main(args: list[str]) -> int:
 
         print(help_text(registries=registry_choices()))
         return 0
+    if "--preflight" in args:
+        return preflight([a for a in args if a != "--preflight"])
     cfg = load_job_config(args)
     # Heavy imports only when training (config errors stay fast).
     from torchnlq.parallel.dist import destroy_distributed
