@@ -5,8 +5,10 @@ A checkpoint holds everything an exact resume needs: the model and optimizer
 FQN-keyed state and a checkpoint loads at any world size), the step and tokens
 seen (the run's :class:`~torchnlq.checkpoint.record.RunRecord`, in
 :data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
-RNG states (``rng-rank{r}.pt``). The data position needs no state: the batch of
-step s is a pure function of s.
+RNG states (``rng-rank{r}.pt``: tensors and plain values, read with
+``weights_only=True``). The data position needs no state: the batch of
+step s is a pure function of s. Reading a checkpoint runs no code from it: DCP's
+``.metadata`` and shards are read through :mod:`torchnlq.checkpoint.safe_reader`.
 
 Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to
 ``step-N`` only after all ranks finished, so a ``step-N`` folder is always
@@ -38,6 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
 from torchnlq.checkpoint.record import RunRecord
+from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 
@@ -58,21 +61,131 @@ def list_checkpoints(folder: Path) -> list[int]:
     return sorted(steps)
 
 
-def rng_state() -> dict[str, Any]:
-    """Every RNG state of this process: Python, NumPy, torch CPU and CUDA."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+RNG_FORMAT = 2  # 1 (unversioned): random.getstate() and np.random.get_state() pickled as they are
+
+
+def _pack_rng(python: tuple, numpy: tuple, cpu: torch.Tensor, cuda: list[torch.Tensor] | None) -> dict[str, Any]:
+    """RNG states as tensors and plain values: ``torch.load(..., weights_only=True)`` reads them back."""
+    py_version, py_internal, py_gauss = python
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = numpy
+    state: dict[str, Any] = {
+        "format": RNG_FORMAT,
+        "python": {
+            "version": int(py_version),
+            "state": torch.tensor(py_internal, dtype=torch.int64),  # 624 uint32 words + the position
+            "gauss_next": py_gauss,  # None or a float
+        },
+        "numpy": {
+            "name": str(np_name),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),  # 624 uint32 words
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_cached),
+        },
+        "torch": cpu,
+    }
+    if cuda is not None:
+        state["cuda"] = cuda
     return state
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG state of this process (Python, NumPy, torch CPU and CUDA), without pickled objects."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return _pack_rng(random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` captured."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss_next"]))
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["name"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _numpy_array_globals() -> list[Any]:
+    """The globals a pickled uint32 ndarray names (format 1 files), under NumPy 1.x and 2.x names."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # NumPy 1.x
+        from numpy.core.multiarray import _reconstruct
+    return [
+        (_reconstruct, "numpy.core.multiarray._reconstruct"),
+        (_reconstruct, "numpy._core.multiarray._reconstruct"),
+        np.ndarray,
+        np.dtype,
+        type(np.dtype(np.uint32)),  # numpy.dtypes.UInt32DType (NumPy >= 1.25), the dtype's BUILD target
+    ]
+
+
+def _bad_rng_file(path: Path, why: str) -> UserError:
+    return UserError(
+        f"'{path}' is not a torchnlq RNG state ({why}): a planted or foreign file; "
+        "delete it to resume with this rank's RNG as seeded"
+    )
+
+
+def _is_format_1(state: dict[str, Any]) -> bool:
+    """Python's state tuple of ints and NumPy's ('MT19937', uint32 array, int, int, float), as pickled before."""
+    try:
+        _, py_internal, py_gauss = state["python"]
+        _, np_keys, *_ = state["numpy"]
+        return (
+            isinstance(py_internal, tuple) and all(isinstance(x, int) for x in py_internal)
+            and (py_gauss is None or isinstance(py_gauss, float))
+            and isinstance(np_keys, np.ndarray) and np_keys.dtype == np.uint32
+        )
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _is_rng_state(state: dict[str, Any]) -> bool:
+    """Whether ``state`` has the shape of :func:`rng_state` (so :func:`set_rng_state` cannot fail on it)."""
+    try:
+        py, npy, cpu = state["python"], state["numpy"], state["torch"]
+        return (
+            isinstance(py["version"], int) and isinstance(py["state"], torch.Tensor)
+            and py["state"].dtype == torch.int64 and py["state"].shape == (625,)
+            and (py["gauss_next"] is None or isinstance(py["gauss_next"], float))
+            and npy["name"] == "MT19937" and isinstance(npy["keys"], torch.Tensor)
+            and npy["keys"].dtype == torch.int64 and npy["keys"].shape == (624,)
+            and all(isinstance(npy[k], int) for k in ("pos", "has_gauss")) and isinstance(npy["cached_gaussian"], float)
+            and isinstance(cpu, torch.Tensor) and cpu.dtype == torch.uint8
+            and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in state.get("cuda", []))
+        )
+    except (KeyError, TypeError):
+        return False
+
+
+def load_rng_state(path: Path) -> dict[str, Any]:
+    """Read ``rng-rank{r}.pt`` with ``weights_only=True``, never running code from it.
+
+    Format 2 files hold only tensors and plain values. Format 1 files (torchnlq before
+    RNG_FORMAT 2) pickled NumPy's state tuple, whose uint32 array needs NumPy's array
+    reconstructor: exactly those globals (:func:`_numpy_array_globals`) are allowed while
+    reading, nothing else. Anything that is not an RNG state is a one-line UserError.
+    """
+    try:
+        with torch.serialization.safe_globals(_numpy_array_globals()):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a weights-only refusal (UnpicklingError) or a damaged file
+        m = re.search(r"GLOBAL ([\w.]+)", str(e))
+        raise _bad_rng_file(path, f"it holds {m.group(1)}" if m else f"unreadable: {type(e).__name__}") from None
+    if not isinstance(state, dict):
+        raise _bad_rng_file(path, f"a {type(state).__name__}, not a dict of RNG states")
+    if "format" not in state and _is_format_1(state):
+        try:
+            state = _pack_rng(state["python"], state["numpy"], state.get("torch"), state.get("cuda"))
+        except (TypeError, ValueError, OverflowError):
+            raise _bad_rng_file(path, "its NumPy state is not what torchnlq writes") from None
+    elif state.get("format") not in (None, RNG_FORMAT):
+        raise _bad_rng_file(path, f"format {state['format']!r}; this torchnlq reads {RNG_FORMAT}")
+    if not _is_rng_state(state):
+        raise _bad_rng_file(path, "its states are not what torchnlq writes")
+    return state
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -215,24 +328,25 @@ class Checkpointer:
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
         model_only = optimizer is None
+        rng_file = path / f"rng-rank{self.rank}.pt"
+        # Read (and check) before anything is loaded; a new rank after a world-size change keeps its seed.
+        rng = load_rng_state(rng_file) if not model_only and rng_file.is_file() else None
         model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
         state: dict[str, Any] = {MODEL_KEY: model_sd}
         if not model_only:
             state["optimizer"] = optim_sd
         try:
-            dcp.load(state, checkpoint_id=str(path))
-        except Exception as e:  # DCP's errors are long multi-rank dumps: keep the first line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"could not load checkpoint {path}: {first}") from None
+            load_dcp(state, path)  # never unpickles beyond DCP's metadata classes (safe_reader.py)
+        except DCPReadError as e:
+            raise UserError(f"could not load checkpoint {path}: {e}") from None
         set_state_dict(
             model, optimizer if optimizer is not None else [],
             model_state_dict=state[MODEL_KEY],
             optim_state_dict=state.get("optimizer", {}),
             options=StateDictOptions(strict=True),
         )
-        rng_file = path / f"rng-rank{self.rank}.pt"
-        if not model_only and rng_file.is_file():  # a new rank after a world-size change keeps its seed
-            set_rng_state(torch.load(rng_file, weights_only=False))
+        if rng is not None:
+            set_rng_state(rng)
         return RunRecord.from_meta(meta, path / META_FILE)
 
     def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> None:
@@ -245,10 +359,9 @@ class Checkpointer:
         model_sd, _ = get_state_dict(model, [])
         state = {MODEL_KEY: model_sd}
         try:
-            dcp.load(state, checkpoint_id=str(path))
-        except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"could not load weights from {path}: {first} (is the model shape the same?)") from None
+            load_dcp(state, path)
+        except DCPReadError as e:
+            raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
         set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
 
     def close(self) -> None:

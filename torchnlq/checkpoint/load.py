@@ -17,7 +17,6 @@ they were given.
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +81,8 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
     if not (config.is_file() and Path(path, WEIGHTS_FILE).is_file()):
         return None
     try:
-        d = json.loads(config.read_text())
-    except json.JSONDecodeError as e:
+        d = json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # never unpickled: a planted pickle is just corrupt JSON
         raise UserError(f"'{config}' is corrupt ({e}); export the model again") from None
     if not isinstance(d, dict):
         raise UserError(f"'{config}' is corrupt (not a JSON object); export the model again")
@@ -164,21 +163,15 @@ def _shapes(model: GPT) -> dict[str, tuple[int, ...]]:
 
 
 def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp, read_safe_metadata
 
     meta = read_meta(path)
     record = RunRecord.from_meta(meta, path / META_FILE)
     args = record.model_args
-    if not (path / ".metadata").is_file():
-        raise UserError(f"checkpoint '{path}' is incomplete (no DCP .metadata); use another checkpoint")
-    try:
-        saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
-    except Exception as e:  # unpickling errors of a damaged .metadata come in many types
-        raise UserError(
-            f"checkpoint '{path}' has an unreadable .metadata ({type(e).__name__}); it is corrupt"
-        ) from None
+    # Unpickled with an allow-list of DCP's metadata classes; anything else is a UserError (safe_reader.py).
+    saved = read_safe_metadata(path).state_dict_metadata
     prefix = MODEL_KEY + "."
     found = {
         k[len(prefix):]: tuple(v.size)
@@ -188,16 +181,23 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
     model = empty_model(args, device)
     check_tensors(_shapes(model), found, f"checkpoint '{path}'")
     state = model.state_dict()  # tensors share storage with the parameters: DCP loads in place
-    with warnings.catch_warnings():
-        # "torch.distributed is disabled ... assuming the intent is to load in a single process": it is.
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        try:
-            dcp.load({MODEL_KEY: state}, checkpoint_id=str(path))
-        except Exception as e:  # DCP wraps errors in long multi-rank reports: keep the last line
-            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-            raise UserError(f"could not read checkpoint '{path}': {lines[-1] if lines else type(e).__name__}") from None
+    try:
+        load_dcp({MODEL_KEY: state}, path)
+    except DCPReadError as e:
+        raise UserError(f"could not read checkpoint '{path}': {e}") from None
     model.load_state_dict(state, strict=True)
     return LoadedModel(model, args, record.tokenizer, meta, path, "checkpoint", record)
+
+
+def _read_tokenizer_config(path: Path) -> dict[str, Any]:
+    """``tokenizer_config.json`` of an export (JSON, never unpickled); a corrupt one is a UserError."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
+    if not isinstance(d, dict):
+        raise UserError(f"'{path}' is corrupt (not a JSON object); export the model again")
+    return d
 
 
 def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> LoadedModel:
@@ -219,5 +219,5 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
     check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
     model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
     if not record.tokenizer and (path / TOKENIZER_FILE).is_file():
-        record.tokenizer = dict(json.loads((path / TOKENIZER_FILE).read_text()))
+        record.tokenizer = _read_tokenizer_config(path / TOKENIZER_FILE)
     return LoadedModel(model, args, record.tokenizer, config, path, "export", record)

@@ -44,6 +44,9 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"'{ckpt_dir}' is not a torchnlq checkpoint (no {META_FILE}); pass a <run>/checkpoints/step-N folder")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        meta = json.loads(path.read_text(encoding="utf-8"))  # JSON, never unpickled
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"'{path}' is corrupt ({e}); use another checkpoint") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"'{path}' is corrupt (not a JSON object); use another checkpoint")
+    return meta

@@ -1,0 +1,234 @@
+"""Read DCP checkpoints without running code from the folder: the one way torchnlq opens them.
+
+torch.distributed.checkpoint (DCP) stores a checkpoint's index, ``.metadata``, as a pickle, and
+its stock reader unpickles it with ``pickle.load``; non-tensor items (the optimizer's
+``param_groups``: learning rate, betas, flags) are ``torch.load``-ed with ``weights_only=False``
+by its default planner. Either runs whatever a planted file asks for. Here:
+
+* :class:`SafeFileSystemReader` unpickles ``.metadata`` with :class:`MetadataUnpickler`, whose
+  ``find_class`` hands out only the classes DCP writes into it (:data:`METADATA_GLOBALS`:
+  DCP's metadata dataclasses, ``_StorageInfo``, ``torch.Size``, torch dtypes and layouts,
+  ``pathlib`` paths, ``collections.OrderedDict``, ``set``/``frozenset``); any other global is a
+  one-line :class:`UserError` naming it. The result must be a DCP ``Metadata`` whose shards lie
+  inside the folder.
+* :class:`SafeLoadPlanner` loads the non-tensor items with ``weights_only=True``; DCP itself
+  reads tensors with ``weights_only=True``. The reader refuses to run with any other planner.
+* :func:`load_dcp` puts the two together: every DCP read of torchnlq (resume,
+  ``checkpoint.initial_load_path``, :func:`torchnlq.checkpoint.load.load_model` and the tools
+  behind it) goes through it, and every failure comes back as one line.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pathlib
+import pickle
+import re
+import warnings
+from pathlib import Path, PurePosixPath
+from typing import Any, NoReturn
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import filesystem as dcp_filesystem
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+
+from torchnlq.errors import UserError
+
+METADATA_FILE = ".metadata"
+
+
+def _metadata_globals() -> dict[tuple[str, str], Any]:
+    """(module, name) -> object for everything a DCP ``.metadata`` pickle refers to by name."""
+    allowed: dict[tuple[str, str], Any] = {}
+    md = "torch.distributed.checkpoint.metadata"
+    for cls in (
+        dcp_metadata.Metadata, dcp_metadata.StorageMeta, dcp_metadata.MetadataIndex,
+        dcp_metadata.TensorStorageMetadata, dcp_metadata.BytesStorageMetadata,
+        dcp_metadata.ChunkStorageMetadata, dcp_metadata.TensorProperties,
+        dcp_metadata._MEM_FORMAT_ENCODING,
+    ):
+        allowed[(md, cls.__name__)] = cls
+    allowed[("torch.distributed.checkpoint.filesystem", "_StorageInfo")] = dcp_filesystem._StorageInfo
+    allowed[("torch", "Size")] = torch.Size
+    # dtypes pickle by name (torch.float32); layouts through torch.serialization._get_layout("torch.strided").
+    for name, value in vars(torch).items():
+        if isinstance(value, (torch.dtype, torch.layout)):
+            allowed[("torch", name)] = value
+    allowed[("torch.serialization", "_get_layout")] = torch.serialization._get_layout
+    # StorageMeta.checkpoint_id is the str or path the checkpoint was saved to (pathlib._local on 3.13+).
+    for module in ("pathlib", "pathlib._local"):
+        for name in ("Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"):
+            allowed[(module, name)] = getattr(pathlib, name)
+    allowed[("collections", "OrderedDict")] = collections.OrderedDict
+    allowed[("builtins", "set")] = set  # protocol 2 pickles (older writers) name them
+    allowed[("builtins", "frozenset")] = frozenset
+    return allowed
+
+
+#: The only globals a ``.metadata`` may name; see :func:`_metadata_globals`.
+METADATA_GLOBALS: dict[tuple[str, str], Any] = _metadata_globals()
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """A pickle named a global outside the allow-list."""
+
+    def __init__(self, module: str, name: str) -> None:
+        super().__init__(f"{module}.{name}")
+        self.qualname = f"{module}.{name}"
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only :data:`METADATA_GLOBALS` (no import, no other callable)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return METADATA_GLOBALS[(module, name)]
+        except KeyError:
+            raise RefusedGlobal(module, name) from None
+
+    def persistent_load(self, pid: Any) -> NoReturn:
+        raise pickle.UnpicklingError("persistent ids are not allowed in DCP metadata")
+
+
+class DCPReadError(Exception):
+    """DCP could not load a checkpoint that passed the safety checks (missing keys, other shapes, a damaged shard)."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of an exception's message, else its type name."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _refuse(folder: Any, what: str) -> NoReturn:
+    raise UserError(
+        f"'{folder}' is not a torchnlq checkpoint: {what}, which torchnlq does not load (a planted or foreign file)"
+    )
+
+
+def read_safe_metadata(folder: str | Path, file: str | Path | None = None) -> dcp_metadata.Metadata:
+    """Unpickle ``folder/.metadata`` (or ``file``) with :class:`MetadataUnpickler` and check what came out.
+
+    A global outside the allow-list, an object that is not DCP ``Metadata``, or a shard outside
+    the folder is refused with one line; a damaged file is "corrupt".
+    """
+    path = Path(file) if file is not None else Path(folder, METADATA_FILE)
+    try:
+        with open(path, "rb") as f:
+            metadata = MetadataUnpickler(f).load()
+    except RefusedGlobal as e:
+        _refuse(folder, f"its {path.name} holds {e.qualname}")
+    except FileNotFoundError:
+        raise UserError(f"checkpoint '{folder}' is incomplete (no DCP {path.name}); use another checkpoint") from None
+    except Exception as e:  # a damaged pickle fails in many ways (EOFError, UnpicklingError, TypeError, ...)
+        raise UserError(
+            f"checkpoint '{folder}' has an unreadable {path.name} ({type(e).__name__}); it is corrupt"
+        ) from None
+    if not isinstance(metadata, dcp_metadata.Metadata):
+        _refuse(folder, f"its {path.name} holds a {type(metadata).__name__}, not DCP metadata")
+    if not isinstance(metadata.state_dict_metadata, dict) or not isinstance(metadata.storage_data, dict):
+        _refuse(folder, f"its {path.name} is not DCP metadata of a file-system checkpoint")
+    for info in metadata.storage_data.values():
+        if not isinstance(info, dcp_filesystem._StorageInfo) or not isinstance(info.relative_path, str):
+            _refuse(folder, f"its {path.name} is not DCP metadata of a file-system checkpoint")
+        rel = PurePosixPath(info.relative_path.replace("\\", "/"))
+        if rel.is_absolute() or ".." in rel.parts or ":" in info.relative_path or not rel.parts:
+            _refuse(folder, f"its {path.name} points at '{info.relative_path}', outside the folder")
+    return metadata
+
+
+def _refused_global(error: BaseException) -> str | None:
+    """The global a weights-only ``torch.load`` refused, read from its message (None: another failure)."""
+    m = re.search(r"GLOBAL ([\w.]+)", str(error))
+    return m.group(1) if m else None
+
+
+def _weights_only_reason(error: BaseException) -> str:
+    """The line of a weights-only failure that says what failed (torch puts advice first)."""
+    m = re.search(r"WeightsUnpickler error: ([^\n]+)", str(error))
+    return m.group(1).strip() if m else first_line(error)
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, except that non-tensor items are read with ``weights_only=True``."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        obj = torch.load(value, map_location="cpu", weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """``FileSystemReader`` whose ``.metadata`` goes through :func:`read_safe_metadata`.
+
+    Tensors are read by DCP with ``weights_only=True``; non-tensor items by :class:`SafeLoadPlanner`
+    (required). A weights-only refusal in a shard is a one-line :class:`UserError` naming the file.
+    """
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
+        # Mirrors FileSystemReader.read_metadata (torch 2.x): the global file, or a rank's own.
+        rank = kwargs.get("rank")
+        path = self._get_metadata_path(rank)
+        metadata = read_safe_metadata(self.path, path)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp_metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def _slice_file(self, file: Any, sinfo: dcp_filesystem._StorageInfo) -> Any:
+        self._reading = sinfo.relative_path  # the shard a failure names
+        return super()._slice_file(file, sinfo)
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Any:
+        if not isinstance(planner, SafeLoadPlanner) and any(r.type == LoadItemType.BYTE_IO for r in plan.items):
+            raise TypeError("SafeFileSystemReader reads non-tensor items only with SafeLoadPlanner (see load_dcp)")
+        self._reading = "?"
+        try:
+            return super().read_data(plan, planner)
+        except pickle.UnpicklingError as e:  # what a weights-only torch.load raises for a foreign pickle
+            refused = _refused_global(e)
+            if refused is None:
+                raise DCPReadError(f"shard {self._reading} is unreadable ({_weights_only_reason(e)})") from None
+            _refuse(self.path, f"its shard {self._reading} holds {refused}")
+
+
+def _first_failure(e: CheckpointException) -> BaseException:
+    """The underlying exception of DCP's multi-rank report (a UserError first, if any rank raised one)."""
+    errors = [exc for exc, _trace in e.failures.values()]
+    for exc in errors:
+        if isinstance(exc, UserError):
+            return exc
+    return errors[0] if errors else e
+
+
+def load_dcp(state: dict[str, Any], folder: str | Path) -> None:
+    """``dcp.load(state)`` from ``folder`` through :class:`SafeFileSystemReader` and :class:`SafeLoadPlanner`.
+
+    A refused or damaged ``.metadata`` and a refused shard raise :class:`UserError`; any other
+    failure of DCP raises :class:`DCPReadError` with one line, for the caller to word.
+    """
+    reader = SafeFileSystemReader(str(folder))
+    reader.read_metadata()  # refusals surface here, before DCP would log and wrap them
+    with warnings.catch_warnings():
+        # "torch.distributed is disabled ... assuming the intent is to load in a single process": it is.
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        try:
+            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner())
+        except CheckpointException as e:  # a BaseException: DCP's report of every rank's failure
+            cause = _first_failure(e)
+            if isinstance(cause, UserError):
+                raise UserError(str(cause)) from None
+            raise DCPReadError(first_line(cause)) from None
+        except UserError:
+            raise
+        except Exception as e:
+            raise DCPReadError(first_line(e)) from None
