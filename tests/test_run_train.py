@@ -87,3 +87,21 @@ def test_a_multi_process_mistake_is_one_line_before_torchrun(tmp_path: Path, arg
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
     assert not (tmp_path / "outputs" / "debug_model").exists()
+
+
+def test_a_multi_process_run_on_a_folder_in_use_is_one_line(tmp_path: Path) -> None:
+    import os
+
+    from torchnlq.train.run_lock import RunLock
+
+    run = tmp_path / "outputs" / "debug_model"
+    run.mkdir(parents=True)
+    held = RunLock(run).acquire()  # this test process plays the running trainer
+    try:
+        proc = run_train(tmp_path, "--training.steps=1", "--training.device=cpu", ngpu=2)
+    finally:
+        held.release()
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"in use by process {os.getpid()}" in lines[0]
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else written

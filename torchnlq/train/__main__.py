@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
@@ -24,6 +25,11 @@ def preflight(args: list[str]) -> int:
     model_args = check_job_config(cfg)
     _, _, meta = open_token_files(cfg.data, cfg.training.seq_len)
     check_data_fits_model(meta, model_args)
+    run_dir = Path(cfg.job.dump_folder) / cfg.job.name
+    if run_dir.is_dir():  # another trainer on this run: one line here, not a torchrun report
+        from torchnlq.train.run_lock import RunLock
+
+        RunLock(run_dir).acquire().release()
     return 0
 
 

@@ -44,6 +44,7 @@ from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import MetricsLogger, peak_tflops, setup_logging
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
+from torchnlq.train.run_lock import RunLock
 from torchnlq.train.validate import Validator, cross_entropy
 
 
@@ -92,9 +93,13 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"))
         resumed_from = self._restore()
         changes = self._resume_changes() if resumed_from else []
-        # The run can start: only now does it get a folder, its resolved config and its log.
+        # The run can start: only now does it get a folder, its lock (before any file: one trainer per
+        # folder, rank 0 holds it for the whole run), its resolved config and its log.
+        self.run_lock: RunLock | None = None
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.run_lock = RunLock(self.run_dir).acquire()
+            self._check_resume_point_unchanged()
             (self.run_dir / "config.toml").write_text(to_toml(cfg))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
@@ -113,7 +118,8 @@ class Trainer:
             log_interval=cfg.metrics.log_interval,
         )
         self._log_header()
-        for warning in config_warnings(cfg) + changes:
+        lock_warnings = [self.run_lock.warning] if self.run_lock and self.run_lock.warning else []
+        for warning in config_warnings(cfg) + changes + lock_warnings:
             self.logger.warning(f"warning: {warning}")
         if resumed_from:
             self.logger.info(resumed_from)
@@ -184,6 +190,7 @@ class Trainer:
         """Resume from this run's checkpoint, or start from another run's weights; the line to log, if any."""
         ccfg = self.cfg.checkpoint
         path = self.checkpointer.resume_path() if ccfg.enabled else None
+        self._resume_point = path  # read before the run lock is taken: checked again once it is held
         fingerprint = self.record.resume_fingerprint()
         if path is not None:
             saved = self.checkpointer.load(path, self.model, self.optimizer, fingerprint)
@@ -197,6 +204,25 @@ class Trainer:
                 self._continue_from(self.checkpointer.load(Path(src), self.model, self.optimizer, fingerprint))
             return f"initialised from {src} (step {self.step})"
         return None
+
+    def _check_resume_point_unchanged(self) -> None:
+        """With the run lock held: refuse a resume point that another trainer moved on while this one was building."""
+        try:
+            now = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
+            if now != self._resume_point:
+                read = self._resume_point.name if self._resume_point else "no checkpoint"
+                raise UserError(
+                    f"run folder {self.run_dir} changed while this trainer was starting (it read {read}, now the "
+                    f"latest is {now.name if now else 'none'}): another trainer used it; run the command again"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the run folder's lock (``train()`` does at its end; for a Trainer built but not trained)."""
+        if getattr(self, "run_lock", None) is not None:
+            self.run_lock.release()
 
     def _resume_changes(self) -> list[str]:
         """Options that differ from the run's saved config.toml (read before it is rewritten)."""
@@ -326,6 +352,12 @@ class Trainer:
 
     def train(self) -> None:
         """Run until ``training.steps`` or a preemption signal; each piece validates/saves on its own schedule."""
+        try:
+            self._train()
+        finally:
+            self.close()  # the run folder is free for the next trainer
+
+    def _train(self) -> None:
         steps = self.cfg.training.steps
         if self.step >= steps:
             self.logger.info(

@@ -1,0 +1,132 @@
+"""One trainer per run folder: an exclusive ``flock`` on ``<run_dir>/.lock``.
+
+The trainer (rank 0 only: the other ranks of a torchrun job share its run) takes the lock right
+after it creates the run folder and before it writes anything into it, and holds it, an open file
+descriptor, until ``Trainer.train()`` ends or the trainer is closed. A second trainer started on
+the same folder fails with one line naming the holder (:class:`~torchnlq.errors.UserError`), and
+writes nothing.
+
+The kernel releases a ``flock`` when the last descriptor of its open file is closed, which happens
+when the process exits however it exits: a trainer killed with SIGKILL, or on a node that lost its
+job, never blocks the next start, and there is no stale-lock clean-up to do. The ``.lock`` file
+itself stays (deleting it on release would let two processes lock two different files of the same
+name); its content, the pid, host and start time of the last holder, is only read to name the
+holder in the message.
+
+Limitations:
+
+- Network filesystems. ``flock`` is reliable on a local filesystem. On NFS (Linux >= 2.6.12) it is
+  emulated with byte-range locks through the NFS lock manager and works across nodes when that
+  service is up; on other shared filesystems (Lustre mounted without ``flock``, some CIFS/SMB,
+  FUSE and object-store mounts) it may be local to each node or not supported at all. Two trainers
+  on *different nodes* may then both start on the same folder; use distinct ``--job.name``\\ s. A
+  filesystem that refuses locks outright is not an error: :meth:`RunLock.acquire` leaves
+  :attr:`RunLock.warning` set and the run goes on unlocked.
+- A child process created with ``fork`` shares the descriptor: if it outlives the trainer, it holds
+  the lock until it exits (processes started with exec, such as ``subprocess``, do not inherit it).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from torchnlq.errors import UserError
+
+LOCK_FILE = ".lock"
+# flock is refused by the filesystem itself (not held by another process): run unlocked, with a warning.
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
+
+
+class RunLock:
+    """The exclusive lock of one run folder; ``acquire()`` (or ``with RunLock(d):``), then ``release()``.
+
+    ``release()`` is idempotent and also runs when the object is garbage collected, so a Trainer
+    that is built but never trained does not keep its folder locked after it is dropped.
+    """
+
+    def __init__(self, run_dir: Path | str) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+        #: Set by acquire() when the filesystem does not support locks (the run is not protected).
+        self.warning: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._fd is not None
+
+    def acquire(self) -> RunLock:
+        """Take the lock without waiting and write this process into the file; returns ``self``.
+
+        Raises :class:`UserError` (one line, naming the holder) when another process holds it.
+        """
+        if self._fd is not None:
+            return self
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by exec'd children
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise UserError(
+                f"run folder {self.run_dir} is in use by {holder}; wait for it to finish or stop it, "
+                "or use another --job.name"
+            ) from None
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in _UNSUPPORTED:
+                raise
+            self.warning = (
+                f"could not lock {self.path} ({os.strerror(e.errno)}): the filesystem does not support flock, "
+                "so a second trainer on this run folder would not be stopped"
+            )
+            return self
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Give the lock back (closing the descriptor releases it); safe to call more than once."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # at interpreter exit os may be gone; the kernel releases the lock anyway
+            pass
+
+    def __repr__(self) -> str:
+        return f"RunLock({str(self.run_dir)!r}, held={self.held})"
+
+
+def _read_holder(fd: int, attempts: int = 20, pause_s: float = 0.05) -> str:
+    """``process PID on HOST (started TIME)`` from the lock file of a held lock.
+
+    The holder writes its line just after it locks: if the file is still empty (or half written),
+    read again for up to a second before naming no one.
+    """
+    for attempt in range(attempts):
+        try:
+            info = json.loads(os.pread(fd, 4096, 0).decode())
+            return f"process {info['pid']} on {info['host']} (started {info['started']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            if attempt + 1 < attempts:
+                time.sleep(pause_s)
+    return "another process (its pid could not be read from the lock file)"
