@@ -266,3 +266,16 @@ def test_token_ids_beyond_the_tokenizer_are_refused_when_the_data_is_opened(tmp_
     tokens.tofile(val)
     with pytest.raises(UserError, match=r"val.bin holds token id 300, but its tokenizer 'byte' has only 257 ids"):
         open_token_files(Data(path=str(folder), tokenizer="byte"), 16)
+
+
+@pytest.mark.integration
+def test_a_truncated_latest_checkpoint_names_the_file_and_the_load_step_to_use(tmp_path: Path) -> None:
+    Trainer(tiny_config(tmp_path, "cut", steps=6, checkpoint__interval=3)).train()
+    step6 = tmp_path / "outputs" / "cut" / "checkpoints" / "step-6"
+    shard = sorted(step6.glob("*.distcp"))[0]
+    with shard.open("r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(UserError, match=rf"{shard.name} is truncated \(1,000 of .* bytes\).*--checkpoint.load_step=3"):
+        Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3))
+    resumed = Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3, checkpoint__load_step=3))
+    assert resumed.step == 3

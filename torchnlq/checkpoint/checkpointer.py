@@ -229,6 +229,10 @@ def _barrier() -> None:
         dist.barrier()
 
 
+class CorruptCheckpoint(UserError):
+    """A checkpoint whose files are damaged (truncated, missing): an earlier one may still resume."""
+
+
 class Checkpointer:
     """Saves, prunes and loads the run's checkpoints; one per process, all ranks call every method."""
 
@@ -338,7 +342,7 @@ class Checkpointer:
         try:
             load_dcp(state, path)  # never unpickles beyond DCP's metadata classes (safe_reader.py)
         except DCPReadError as e:
-            raise UserError(f"could not load checkpoint {path}: {e}") from None
+            raise CorruptCheckpoint(f"could not load checkpoint {path}: {e}") from None
         set_state_dict(
             model, optimizer if optimizer is not None else [],
             model_state_dict=state[MODEL_KEY],

@@ -210,6 +210,22 @@ def _first_failure(e: CheckpointException) -> BaseException:
     return errors[0] if errors else e
 
 
+def damaged_shards(folder: str | Path) -> list[str]:
+    """The shard files of ``folder`` that are missing or shorter than its metadata says, as readable phrases."""
+    metadata = read_safe_metadata(folder)
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    damaged = []
+    for name, size in sorted(needed.items()):
+        file = Path(folder, name)
+        if not file.is_file():
+            damaged.append(f"{name} is missing")
+        elif file.stat().st_size < size:
+            damaged.append(f"{name} is truncated ({file.stat().st_size:,} of {size:,} bytes)")
+    return damaged
+
+
 def load_dcp(state: dict[str, Any], folder: str | Path) -> None:
     """``dcp.load(state)`` from ``folder`` through :class:`SafeFileSystemReader` and :class:`SafeLoadPlanner`.
 
@@ -227,7 +243,8 @@ def load_dcp(state: dict[str, Any], folder: str | Path) -> None:
             cause = _first_failure(e)
             if isinstance(cause, UserError):
                 raise UserError(str(cause)) from None
-            raise DCPReadError(first_line(cause)) from None
+            damaged = damaged_shards(folder)  # name the bad file when the sizes tell which
+            raise DCPReadError("; ".join(damaged) if damaged else first_line(cause)) from None
         except UserError:
             raise
         except Exception as e:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from torchnlq.checkpoint.checkpointer import Checkpointer
+from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, list_checkpoints
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
 from torchnlq.config.checks import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.config.job_config import JobConfig
@@ -193,7 +193,16 @@ class Trainer:
         self._resume_point = path  # read before the run lock is taken: checked again once it is held
         fingerprint = self.record.resume_fingerprint()
         if path is not None:
-            saved = self.checkpointer.load(path, self.model, self.optimizer, fingerprint)
+            try:
+                saved = self.checkpointer.load(path, self.model, self.optimizer, fingerprint)
+            except CorruptCheckpoint as e:
+                earlier = [s for s in list_checkpoints(self.checkpointer.folder) if f"step-{s}" != path.name]
+                if ccfg.load_step >= 0 or not earlier:
+                    raise
+                raise UserError(
+                    f"{e}; resume from the previous complete checkpoint with --checkpoint.load_step={earlier[-1]} "
+                    f"(or move {path} away)"
+                ) from None
             self._continue_from(saved)
             return f"resumed from {path} (step {self.step}, {self.record.tokens_seen:,} tokens seen)"
         if ccfg.initial_load_path:
