@@ -6,7 +6,10 @@ Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-bf16 --dtype bf16
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf-gpt2
 
-See docs/checkpoints.md ("Export and use").
+OUT must be a new folder, or with --overwrite a previous export (only its files are replaced).
+Refused even with --overwrite: the checkpoint itself or a folder containing or inside it, the
+run folder and its checkpoints/ folder, the current directory, the home folder and their
+parents, and any folder that is not a torchnlq export. See docs/checkpoints.md ("Export and use").
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
-    p.add_argument("out", metavar="OUT", help="output folder (must not exist unless --overwrite)")
+    p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
     p.add_argument("--format", default="safetensors", choices=("safetensors", "hf-gpt2"), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from torchnlq.checkpoint.export import check_export_folder
     from torchnlq.checkpoint.load import load_model
+
+    check_export_folder(args.out, args.checkpoint, args.overwrite)  # before the (slow) load
 
     loaded = load_model(args.checkpoint)
     if args.format == "hf-gpt2":

@@ -5,6 +5,8 @@ Examples:
     python scripts/prepare_data.py --out data/shakespeare --files input.txt --val-fraction 0.1 \\
         --text-split paragraph --tiktoken-file ../shared/data/gpt2.tiktoken   # offline, local text
 
+--out must be a new or empty folder; --overwrite lets it be a previous token folder (only its
+train.bin, val.bin and meta.json are replaced). A repeated --files adds to the list.
 See docs/data.md for the format and the figures.
 """
 
@@ -25,10 +27,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tokenize a Hugging Face dataset or local files into uint16 token files (train.bin, val.bin, meta.json).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--out", required=True, help="output folder (becomes data.path)")
+    p.add_argument("--out", required=True,
+                   help="output folder (becomes data.path); must be new or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace train.bin, val.bin and meta.json of a previous token folder at --out "
+                   "(never any other folder; other files in it are kept)")
     p.add_argument("--dataset", default="openwebtext", help="Hugging Face dataset name (ignored with --files)")
     p.add_argument("--dataset-config", default=None, help="Hugging Face dataset config name, if it has several")
-    p.add_argument("--files", nargs="+", default=None, help="local .txt or .json/.jsonl files instead of --dataset")
+    p.add_argument("--files", nargs="+", action="extend", default=None,
+                   help="local .txt or .json/.jsonl files instead of --dataset; a repeated --files adds to the list "
+                   "(a file named twice is an error)")
     p.add_argument("--text-field", default="text", help="field holding the document text (JSON/JSONL and hub datasets)")
     p.add_argument("--text-split", default="file", choices=("file", "paragraph", "line"),
                    help="how a local text file becomes documents: whole file, blank-line separated paragraphs, or lines")
@@ -58,7 +66,7 @@ def main(argv: list[str]) -> int:
         args.out, dataset=args.dataset, dataset_config=args.dataset_config, files=args.files,
         text_field=args.text_field, text_split=args.text_split, tokenizer=args.tokenizer,
         tiktoken_file=args.tiktoken_file, val_fraction=args.val_fraction, split_seed=args.split_seed,
-        num_proc=args.num_proc, cache_dir=cache_dir,
+        num_proc=args.num_proc, cache_dir=cache_dir, overwrite=args.overwrite,
     )
     t = meta["tokens"]
     print(f"wrote {args.out}: train {t['train']:,} tokens, val {t['val']:,} tokens ({meta['tokenizer']})")

@@ -64,8 +64,8 @@ def test_prepare_text_files_toy_gpt2(tmp_path):
     assert json.loads((out / "meta.json").read_text()) == meta
     first = {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")}
 
-    # Re-run: same bytes, no temporary files.
-    prepare_dataset(out, **kw)
+    # Re-run (a previous token folder: needs overwrite): same bytes, no temporary files.
+    prepare_dataset(out, **kw, overwrite=True)
     assert {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")} == first
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
 
@@ -80,7 +80,7 @@ def test_prepare_text_files_toy_gpt2(tmp_path):
     fmt.write_tokens = interrupted
     try:
         with pytest.raises(KeyboardInterrupt):
-            prepare_dataset(out, **{**kw, "val_fraction": 0.4})
+            prepare_dataset(out, **{**kw, "val_fraction": 0.4}, overwrite=True)
     finally:
         fmt.write_tokens = real_write
     assert {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")} == first

@@ -2,6 +2,9 @@
 
 The folder is what :func:`torchnlq.checkpoint.load.load_model` reads back; it is written
 into a temporary sibling and renamed into place, so a reader never sees half an export.
+:func:`check_export_folder` decides which output folders may be written or replaced
+(never the source, the run's checkpoints, the working directory or its parents, nor a
+folder that is not a previous export), and the files get ordinary permissions.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,25 +34,153 @@ from torchnlq.errors import UserError
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# The torchnlq-specific file of a Hugging Face export (torchnlq.checkpoint.hf_gpt2): it marks the folder as ours.
+HF_EXPORT_FILE = "torchnlq_export.json"
+# Every file an export writes; a folder holding anything else is not replaced by ``overwrite``.
+EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_FILE})
+
+
+def _protected_folders() -> list[Path]:
+    """The working directory, the home folder and all their ancestors (``/`` included)."""
+    folders = [Path.cwd().resolve()]
+    with contextlib.suppress(RuntimeError, KeyError, OSError):
+        folders.append(Path.home().resolve())
+    return [p for f in folders for p in (f, *f.parents)]
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    """True when ``path`` is ``folder`` or lies inside it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
+def is_previous_export(folder: Path) -> bool:
+    """True for a folder torchnlq wrote as an export: only export files, marked as a torchnlq export.
+
+    A safetensors export says so in config.json's ``format``; a Hugging Face export
+    carries ``torchnlq_export.json``. A folder with anything else in it (a subfolder,
+    a file an export does not write) is not one, so ``overwrite`` never deletes it.
+    """
+    entries = list(folder.iterdir())
+    if any(e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file() for e in entries):
+        return False
+    if (folder / HF_EXPORT_FILE).is_file():
+        return True
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("format") == EXPORT_FORMAT
+
+
+def check_export_folder(out_dir: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
+    """Refuse an output folder whose writing could delete or change what the user did not name; return it resolved.
+
+    Refused, always: the working directory, the home folder or any of their ancestors;
+    with a ``source`` folder (a checkpoint or an export), the source itself, a folder
+    containing it or one inside it; for a source ``<run>/checkpoints/step-N``, a folder
+    containing ``<run>/checkpoints`` (``<run>`` and up) or inside it (``<run>/export`` is
+    fine). An existing ``out_dir`` needs ``overwrite``, and then must be a symlink-free
+    folder that is empty or a previous torchnlq export (:func:`is_previous_export`).
+    """
+    given = Path(out_dir).expanduser()
+    final = given.resolve()
+    fix = "choose a new output folder such as exports/NAME"
+    if final in _protected_folders():
+        raise UserError(f"output folder '{out_dir}' is the current directory, the home folder or a parent of one; {fix}")
+    if source is not None:
+        src = Path(source).expanduser().resolve()
+        where = f"output folder '{out_dir}'"
+        if final == src:
+            raise UserError(f"{where} is the source '{source}' itself; {fix}")
+        if _is_within(src, final):
+            raise UserError(f"{where} contains the source '{source}'; {fix}")
+        if _is_within(final, src):
+            raise UserError(f"{where} lies inside the source '{source}'; {fix}")
+        if src.parent.name == "checkpoints":
+            ckpts = src.parent
+            if _is_within(final, ckpts):
+                raise UserError(f"{where} lies inside the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
+            if _is_within(ckpts, final):
+                raise UserError(f"{where} contains the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
+    if given.is_symlink() or final.exists():
+        if not overwrite:
+            raise UserError(
+                f"'{out_dir}' already exists; choose another output folder, or pass --overwrite (overwrite=True) "
+                "to replace a previous export"
+            )
+        if given.is_symlink():
+            raise UserError(f"'{out_dir}' is a symbolic link; remove the link or {fix}")
+        if not final.is_dir():
+            raise UserError(f"'{out_dir}' exists and is not a folder; {fix}")
+        held = sorted(p.name for p in final.iterdir())
+        if held and not is_previous_export(final):
+            other = [n for n in held if n not in EXPORT_FILES]
+            raise UserError(
+                f"'{out_dir}' is not a torchnlq export (it holds {(other or held)[0]!r}) and --overwrite replaces only "
+                f"a previous export; {fix}, or empty that folder yourself"
+            )
+    return final
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows (other threads may be creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def normal_permissions(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes a new file or folder gets (0644 / 0755 under umask 022).
+
+    safetensors and ``tempfile.mkdtemp`` create private files (0600 / 0700); an export is meant to be shared.
+    """
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(Path(root, d), 0o777 & ~mask)
+        for f in files:
+            os.chmod(Path(root, f), 0o666 & ~mask)
+
+
+def export_source(loaded: LoadedModel) -> Path | None:
+    """The folder a loaded model was read from (a checkpoint or an export); None for a model made in Python."""
+    return loaded.path if loaded.kind in ("checkpoint", "export") else None
+
+
 @contextlib.contextmanager
-def atomic_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Path | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` when the block succeeds.
 
     A reader never sees a half-written export, and a failure leaves nothing
-    behind. An existing ``out_dir`` is a UserError unless ``overwrite``.
+    behind. ``out_dir`` is checked first by :func:`check_export_folder` (an
+    existing one is a UserError unless ``overwrite``, and even then only a
+    previous export is replaced), and again just before it is replaced. The
+    written files get ordinary permissions (:func:`normal_permissions`).
     """
-    final = Path(out_dir).expanduser()
-    if final.exists() and not overwrite:
-        raise UserError(f"'{out_dir}' already exists; choose another output folder or remove it")
+    final = check_export_folder(out_dir, source, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        normal_permissions(tmp)
+        if final.exists() or final.is_symlink():
+            check_export_folder(out_dir, source, overwrite)  # still a previous export
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            old.rmdir()
+            final.rename(old)
+            try:
+                tmp.rename(final)
+            except BaseException:
+                old.rename(final)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -81,6 +213,7 @@ def export_safetensors(
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
+    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
     state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
     run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
     config = {
@@ -93,7 +226,7 @@ def export_safetensors(
         "model_args": loaded.args.to_dict(),
         "tokenizer": loaded.tokenizer,
     }
-    with atomic_folder(out_dir, overwrite) as tmp:
+    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
         write_json(tmp / TOKENIZER_FILE, loaded.tokenizer)
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it

@@ -22,7 +22,14 @@ from pathlib import Path
 
 import torch
 
-from torchnlq.checkpoint.export import atomic_folder, parse_dtype, write_json
+from torchnlq.checkpoint.export import (
+    HF_EXPORT_FILE,
+    atomic_folder,
+    check_export_folder,
+    export_source,
+    parse_dtype,
+    write_json,
+)
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import FORMAT_KEYS
 from torchnlq.errors import UserError
@@ -145,6 +152,7 @@ def export_hf_gpt2(
     reason = gpt2_incompatibility(loaded.args)
     if reason:
         raise UserError(reason)
+    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
     state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
     extra = {
         **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
@@ -153,8 +161,8 @@ def export_hf_gpt2(
         "tokenizer": loaded.tokenizer,
         "source": str(loaded.path),
     }
-    with atomic_folder(out_dir, overwrite) as tmp:
+    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        write_json(tmp / "torchnlq_export.json", extra)
+        write_json(tmp / HF_EXPORT_FILE, extra)
         write_json(tmp / "config.json", gpt2_config(loaded.args, loaded.tokenizer, target))
     return Path(out_dir).expanduser()

@@ -55,6 +55,12 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
 
     Pure: reads no file and writes none, so it runs before the run folder is created.
     """
+    run_name = cfg.job.name
+    if run_name in ("", ".", "..") or any(c in run_name for c in "/\\\0"):
+        raise ConfigError(
+            f"job.name={run_name!r} is not a plain folder name (the run folder is job.dump_folder/job.name); "
+            "use a name without '/', '\\' or '..', and set job.dump_folder for the location"
+        )
     for name, choices in registry_choices().items():
         value = _option_value(cfg, name)
         if value not in choices:

@@ -26,19 +26,80 @@ JSON_SUFFIXES = (".json", ".jsonl")
 TEXT_SPLITS = {"file": "document", "paragraph": "paragraph", "line": "line"}
 
 
+# What a token folder holds: the files prepare writes (and replaces), its default cache, its temporaries.
+TOKEN_FILES = (fmt.META_NAME, *(fmt.split_file("", s).name for s in fmt.SPLITS))
+CACHE_NAME = "hf_cache"
+
+
+def _protected_folders() -> list[Path]:
+    """The working directory, the home folder and all their ancestors (``/`` included)."""
+    folders = [Path.cwd().resolve()]
+    try:
+        folders.append(Path.home().resolve())
+    except (RuntimeError, KeyError, OSError):
+        pass
+    return [p for f in folders for p in (f, *f.parents)]
+
+
+def _is_ours(name: str) -> bool:
+    """The default cache folder, or a temporary file of an interrupted prepare (``.train.bin.tmp-<pid>``)."""
+    return name == CACHE_NAME or any(name.startswith(f".{f}.tmp-") for f in TOKEN_FILES)
+
+
+def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
+    """Refuse an output folder prepare could spoil; return it (user-expanded).
+
+    Refused always: the working directory, the home folder and their parents, and a
+    path that is not a folder. A folder holding anything besides ``hf_cache/`` and
+    prepare's temporaries is refused unless ``overwrite``, and then it must be a
+    previous token folder (one of meta.json, train.bin, val.bin): only those three
+    files are replaced; nothing else in it is touched.
+    """
+    path = Path(out).expanduser()
+    fix = "choose a new folder such as data/NAME"
+    if path.resolve() in _protected_folders():
+        raise UserError(f"--out '{out}' is the current directory, the home folder or a parent of one; {fix}")
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise UserError(f"--out '{out}' exists and is not a folder; {fix}")
+    names = sorted(p.name for p in path.iterdir() if not _is_ours(p.name))
+    if not names:
+        return path
+    if not overwrite:
+        raise UserError(
+            f"--out '{out}' is not empty (it holds {names[0]!r}); {fix}, or pass --overwrite to replace a previous "
+            f"token folder's {', '.join(TOKEN_FILES)}"
+        )
+    if not any(n in TOKEN_FILES for n in names):
+        raise UserError(
+            f"--out '{out}' is not a token folder (no {', '.join(TOKEN_FILES)}) and --overwrite replaces only a previous "
+            f"one; {fix}"
+        )
+    return path
+
+
 def _one_line(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{type(e).__name__}: {first[:300]}"
 
 
-def _load_files(files: Sequence[str], text_split: str, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
-    """Local text or JSON/JSONL files as a DatasetDict with one 'train' split."""
-    import datasets
-
+def _input_paths(files: Sequence[str]) -> list[Path]:
+    """The resolved input files; a missing one or one named twice is a UserError (checked before ``out`` exists)."""
     paths = [Path(f).expanduser().resolve() for f in files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise UserError(f"input file(s) not found: {', '.join(missing)}; check the --files paths")
+    twice = sorted({str(p) for p in paths if paths.count(p) > 1})
+    if twice:
+        raise UserError(f"input file(s) given more than once: {', '.join(twice)}; name each file once")
+    return paths
+
+
+def _load_files(paths: Sequence[Path], text_split: str, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
+    """Local text or JSON/JSONL files (checked by :func:`_input_paths`) as a DatasetDict with one 'train' split."""
+    import datasets
+
     is_json = [p.suffix.lower() in JSON_SUFFIXES for p in paths]
     if any(is_json) and not all(is_json):
         raise UserError("--files mixes JSON/JSONL and plain text files; prepare them in separate runs")
@@ -141,16 +202,20 @@ def prepare_dataset(
     split_seed: int = 2357,
     num_proc: int | None = None,
     cache_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Tokenize a dataset into ``out``/train.bin, val.bin, meta.json; returns the meta dict.
 
     ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``. Text
     files become documents per ``text_split`` (file, paragraph or line); JSON
     records take their ``text_field``. ``cache_dir`` (default ``out``/hf_cache)
-    holds datasets' arrow caches. Safe to re-run: nothing appears under the
-    final names until every file is complete.
+    holds datasets' arrow caches. ``out`` must be new or empty (``hf_cache/`` aside);
+    ``overwrite`` lets it be a previous token folder, whose three files are replaced
+    (:func:`check_out_folder`). Nothing appears under the final names until every
+    file is complete.
     """
-    out = Path(out).expanduser()
+    out = check_out_folder(out, overwrite)
+    paths = _input_paths(files) if files else None
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else out / "hf_cache"
     tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash)
@@ -160,8 +225,8 @@ def prepare_dataset(
 
     import datasets
 
-    if files:
-        dd, source = _load_files(files, text_split, cache, num_proc)
+    if paths:
+        dd, source = _load_files(paths, text_split, cache, num_proc)
     else:
         dd, source = _load_hub(dataset, dataset_config, cache, num_proc)
     columns = dd[next(iter(dd))].column_names

@@ -233,7 +233,7 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         if "job.name" in override_keys(own) or "job.dump_folder" in override_keys(own):
             raise UserError(f"{rwhere}: the suite sets job.name and job.dump_folder; remove them from overrides")
         for combo in combos:
-            name = "_".join(p for p in (arm, grid_name(combo, labels)) if p)
+            name = "_".join(p for p in (arm, grid_name(combo, labels)) if p) or "run"  # a lone run needs a folder name
             grid_args = [f"--{k}={format_value(v)}" for k, v in combo.items()]
             runs.append(SuiteRun(_safe(name), arm, config_path, (*shared, *cli, *own, *grid_args), combo))
 
