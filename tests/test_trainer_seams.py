@@ -279,3 +279,19 @@ def test_a_truncated_latest_checkpoint_names_the_file_and_the_load_step_to_use(t
         Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3))
     resumed = Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3, checkpoint__load_step=3))
     assert resumed.step == 3
+
+
+def test_prepared_folders_record_the_largest_id_and_opening_checks_it(tmp_path: Path) -> None:
+    from torchnlq.data import token_format as fmt
+    from torchnlq.data.batches import open_token_files
+
+    folder = ensure_synthetic_corpus(tmp_path / "data")
+    meta = fmt.read_meta(folder)
+    for split in ("train", "val"):  # independent reference: the maximum of the file itself
+        assert meta["max_token_id"][split] == int(np.fromfile(folder / f"{split}.bin", dtype=np.uint16).max())
+    # A meta.json that records an id beyond the vocabulary (a file replaced after preparing) is refused,
+    # even where the sampled windows of the file would not reach it.
+    meta["max_token_id"]["train"] = 400
+    (folder / fmt.META_NAME).write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"train.bin holds token id 400"):
+        open_token_files(Data(path=str(folder), tokenizer="byte"), 16)

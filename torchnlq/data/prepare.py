@@ -240,6 +240,7 @@ def prepare_dataset(
     features = datasets.Features({"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")})
     tokens: dict[str, int] = {}
     documents: dict[str, int] = {}
+    largest: dict[str, int] = {}
     temps: dict[str, Path] = {}
     try:
         for split, ds in splits.items():
@@ -256,9 +257,9 @@ def prepare_dataset(
             total = _count_tokens(tokenized)
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
             with tqdm(total=total, unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
-                fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar))
+                largest[split] = fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar))
             tokens[split], documents[split] = total, len(tokenized)
-        meta = fmt.make_meta(tok.describe(), tokens, documents, source)
+        meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest)
         fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind
         fmt.remove_temps(temps.values())

@@ -139,7 +139,8 @@ def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
         "version": GENERATOR_VERSION,
         "unigram_entropy_nats": {s: round(unigram_entropy(a), 6) for s, a in splits.items()},
     }
-    meta = fmt.make_meta(tok.describe(), {s: len(a) for s, a in splits.items()}, docs, source)
+    largest = {s: int(a.max()) for s, a in splits.items()}
+    meta = fmt.make_meta(tok.describe(), {s: len(a) for s, a in splits.items()}, docs, source, max_token_id=largest)
     temps = {s: fmt.temp_name(fmt.split_file(folder, s)) for s in splits}
     try:
         for split, arr in splits.items():

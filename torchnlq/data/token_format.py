@@ -49,14 +49,16 @@ def check_vocab_fits(vocab_size: int) -> None:
         )
 
 
-def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> None:
-    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as uint16 through a memmap."""
+def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> int:
+    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as uint16 through a memmap; return the largest id."""
     if total <= 0:
         raise UserError(f"no tokens to write to {path.name}; the input has no documents for that split")
     arr = np.memmap(path, dtype=DTYPE, mode="w+", shape=(total,))
-    pos = 0
+    pos, largest = 0, -1
     for chunk in chunks:
         n = len(chunk)
+        if n:
+            largest = max(largest, int(np.max(chunk)))
         if pos + n > total:
             raise RuntimeError(f"{path.name}: more tokens than the {total} counted")
         arr[pos : pos + n] = chunk
@@ -65,6 +67,7 @@ def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> None:
         raise RuntimeError(f"{path.name}: wrote {pos} tokens, expected {total}")
     arr.flush()
     del arr
+    return largest
 
 
 def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
@@ -108,9 +111,16 @@ def is_complete(folder: str | Path) -> bool:
     return (folder / META_NAME).is_file() and all(split_file(folder, s).is_file() for s in SPLITS)
 
 
-def make_meta(tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any]) -> dict[str, Any]:
-    """The meta.json content: tokenizer fields at the top, then counts and source."""
-    return {
+def make_meta(
+    tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any],
+    max_token_id: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """The meta.json content: tokenizer fields at the top, then counts, the largest id per split, and source.
+
+    ``max_token_id`` is checked against ``vocab_size`` whenever the folder is opened for training.
+    """
+    extra = {"max_token_id": max_token_id} if max_token_id is not None else {}
+    return extra | {
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer["name"],
         "vocab_size": tokenizer["vocab_size"],
