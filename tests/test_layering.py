@@ -47,6 +47,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "torchnlq"
 LAYERS: dict[str, tuple[str, ...]] = {
     "torchnlq.errors": (),
     "torchnlq.version": (),  # __version__ alone, so that writers of files can stamp it
+    "torchnlq.paths": (),  # the folders no writer may replace (export, prepare_data)
     "torchnlq.cli": ("torchnlq.errors",),
     # The schema (job_config), loading (manager) and rendering (render): below everything.
     "torchnlq.config": ("torchnlq.errors",),
@@ -54,10 +55,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # need models and data, so they sit above them, apart from the rest of config.
     "torchnlq.config.checks": ("torchnlq.config", "torchnlq.models", "torchnlq.data", "torchnlq.errors"),
     "torchnlq.models": ("torchnlq.config", "torchnlq.errors"),
-    "torchnlq.data": ("torchnlq.config", "torchnlq.errors"),
+    "torchnlq.data": ("torchnlq.config", "torchnlq.errors", "torchnlq.paths"),
     "torchnlq.parallel": ("torchnlq.config", "torchnlq.models", "torchnlq.errors"),
     "torchnlq.checkpoint": (
-        "torchnlq.config", "torchnlq.models", "torchnlq.data", "torchnlq.errors", "torchnlq.version",
+        "torchnlq.config", "torchnlq.models", "torchnlq.data", "torchnlq.errors", "torchnlq.version", "torchnlq.paths",
     ),
     "torchnlq.train": (
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",

@@ -62,6 +62,11 @@ def test_help_lists_every_option(tmp_path: Path) -> None:
         (["--training.seq_len=4096"], "max_seq_len"),
         (["--model.n_heads=5"], "model.n_heads"),
         (["--model.n_kv_heads=3"], "model.n_kv_heads"),
+        (["--training.max_consecutive_skips=0"], "training.max_consecutive_skips must be >= 1"),
+        (["--optimizer.lr=inf"], "optimizer.lr must be a finite number"),
+        (["--lr_schedule.min_lr=1"], "is above optimizer.lr"),
+        (["--job.name=../elsewhere"], "job.name"),
+        (["--training.seed=-1"], "training.seed must be >= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragment: str) -> None:

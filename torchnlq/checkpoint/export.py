@@ -30,6 +30,7 @@ from torchnlq.checkpoint.metadata import (
     WEIGHTS_FILE,
 )
 from torchnlq.errors import UserError
+from torchnlq.paths import is_within, protected_folders
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -38,19 +39,6 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 HF_EXPORT_FILE = "torchnlq_export.json"
 # Every file an export writes; a folder holding anything else is not replaced by ``overwrite``.
 EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_FILE})
-
-
-def _protected_folders() -> list[Path]:
-    """The working directory, the home folder and all their ancestors (``/`` included)."""
-    folders = [Path.cwd().resolve()]
-    with contextlib.suppress(RuntimeError, KeyError, OSError):
-        folders.append(Path.home().resolve())
-    return [p for f in folders for p in (f, *f.parents)]
-
-
-def _is_within(path: Path, folder: Path) -> bool:
-    """True when ``path`` is ``folder`` or lies inside it (both resolved)."""
-    return path == folder or folder in path.parents
 
 
 def is_previous_export(folder: Path) -> bool:
@@ -85,22 +73,22 @@ def check_export_folder(out_dir: str | Path, source: str | Path | None = None, o
     given = Path(out_dir).expanduser()
     final = given.resolve()
     fix = "choose a new output folder such as exports/NAME"
-    if final in _protected_folders():
+    if final in protected_folders():
         raise UserError(f"output folder '{out_dir}' is the current directory, the home folder or a parent of one; {fix}")
     if source is not None:
         src = Path(source).expanduser().resolve()
         where = f"output folder '{out_dir}'"
         if final == src:
             raise UserError(f"{where} is the source '{source}' itself; {fix}")
-        if _is_within(src, final):
+        if is_within(src, final):
             raise UserError(f"{where} contains the source '{source}'; {fix}")
-        if _is_within(final, src):
+        if is_within(final, src):
             raise UserError(f"{where} lies inside the source '{source}'; {fix}")
         if src.parent.name == "checkpoints":
             ckpts = src.parent
-            if _is_within(final, ckpts):
+            if is_within(final, ckpts):
                 raise UserError(f"{where} lies inside the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
-            if _is_within(ckpts, final):
+            if is_within(ckpts, final):
                 raise UserError(f"{where} contains the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
     if given.is_symlink() or final.exists():
         if not overwrite:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from torchnlq.data import token_format as fmt
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
+from torchnlq.paths import protected_folders
 
 JSON_SUFFIXES = (".json", ".jsonl")
 # How a local text file becomes documents: the whole file, blank-line separated
@@ -29,16 +30,6 @@ TEXT_SPLITS = {"file": "document", "paragraph": "paragraph", "line": "line"}
 # What a token folder holds: the files prepare writes (and replaces), its default cache, its temporaries.
 TOKEN_FILES = (fmt.META_NAME, *(fmt.split_file("", s).name for s in fmt.SPLITS))
 CACHE_NAME = "hf_cache"
-
-
-def _protected_folders() -> list[Path]:
-    """The working directory, the home folder and all their ancestors (``/`` included)."""
-    folders = [Path.cwd().resolve()]
-    try:
-        folders.append(Path.home().resolve())
-    except (RuntimeError, KeyError, OSError):
-        pass
-    return [p for f in folders for p in (f, *f.parents)]
 
 
 def _is_ours(name: str) -> bool:
@@ -57,7 +48,7 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     """
     path = Path(out).expanduser()
     fix = "choose a new folder such as data/NAME"
-    if path.resolve() in _protected_folders():
+    if path.resolve() in protected_folders():
         raise UserError(f"--out '{out}' is the current directory, the home folder or a parent of one; {fix}")
     if not path.exists():
         return path
