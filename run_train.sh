@@ -5,6 +5,7 @@
 #   NGPU=N      processes on this node (default 1); N > 1 launches torchrun
 #   LOG_RANK=r  which ranks' output torchrun shows (default 0)
 #   NNODES, NODE_RANK, RDZV_ENDPOINT  multi-node rendezvous (see docs/parallelism.md)
+#   STOP_TIMEOUT=s  after SIGTERM/SIGINT, how long workers may take to finish the step and save (default 300)
 # First use creates .venv and installs torchnlq into it (see scripts/bootstrap.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,6 +39,14 @@ rdzv=(--standalone)
 if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
   rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT=host:port for multi-node}")
 fi
-exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node "$NGPU" \
-  --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
+stop=()
+if [ -n "${STOP_TIMEOUT:-}" ]; then
+  if ! [[ "$STOP_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: STOP_TIMEOUT='$STOP_TIMEOUT' must be a positive number of seconds" >&2; exit 2
+  fi
+  stop=(--shutdown-timeout "$STOP_TIMEOUT")
+fi
+# torchrun's launcher, ending in one error: line (or the resume hint after a signal): torchnlq/train/launch.py
+exec "$PYTHON" -m torchnlq.train.launch "${rdzv[@]}" --nproc_per_node "$NGPU" \
+  "${stop[@]}" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
   -m torchnlq.train "$CONFIG_FILE" "$@"

@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "torchnlq.errors": (),
     "torchnlq.version": (),  # __version__ alone, so that writers of files can stamp it
     "torchnlq.paths": (),  # the folders no writer may replace (export, prepare_data)
+    "torchnlq.pause_points": (),  # where fault tests hold a trainer (checkpoint saves, validation)
     "torchnlq.cli": ("torchnlq.errors",),
     # The schema (job_config), loading (manager) and rendering (render): below everything.
     "torchnlq.config": ("torchnlq.errors",),
@@ -59,10 +60,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "torchnlq.parallel": ("torchnlq.config", "torchnlq.models", "torchnlq.errors"),
     "torchnlq.checkpoint": (
         "torchnlq.config", "torchnlq.models", "torchnlq.data", "torchnlq.errors", "torchnlq.version", "torchnlq.paths",
+        "torchnlq.pause_points",
     ),
     "torchnlq.train": (
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",
-        "torchnlq.parallel", "torchnlq.checkpoint", "torchnlq.errors", "torchnlq.cli",
+        "torchnlq.parallel", "torchnlq.checkpoint", "torchnlq.errors", "torchnlq.cli", "torchnlq.pause_points",
     ),
     "torchnlq.inference": (
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",

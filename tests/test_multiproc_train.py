@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers.train import run_train, scalars, tiny_args
 
 pytestmark = pytest.mark.integration  # subprocess / torchrun / end-to-end trainer runs: see pyproject.toml
@@ -97,3 +96,17 @@ def test_sigterm_saves_and_resume_finishes(tmp_path: Path) -> None:
     resumed = run_train(tmp_path, *args, f"--training.steps={stopped_at + 10}")
     check(resumed)
     assert "resumed from" in resumed.stdout and f"done: step {stopped_at + 10}," in resumed.stdout
+
+
+def test_a_mistake_only_the_workers_find_is_one_error_line(single: tuple[Path, dict[int, float]]) -> None:
+    """Resuming with another model shape is found by the workers (the preflight does not open checkpoints)."""
+    tmp, _ = single
+    run_dir = tmp / "outputs/single"
+    before = {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    proc = run_train(tmp, *tiny_args(tmp, "single"), *TWO_PROC, "--model.dim=64", "--training.steps=20", ngpu=2)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("error: checkpoint "), proc.stderr
+    assert "model.dim=32" in errors[0] and "model.dim=64" in errors[0]
+    assert {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()} == before  # nothing touched

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import gc
 import os
 import shutil
@@ -16,13 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
+from helpers.train import run_train, tiny_args, tiny_config
 
 import torchnlq.train.run_lock as run_lock_mod
 from torchnlq.errors import UserError
 from torchnlq.train.run_lock import LOCK_FILE, RunLock, _read_holder
-
-from helpers import REPO_ROOT
-from helpers.train import run_train, tiny_args, tiny_config
 
 IN_USE = "run folder {} is in use by process {} on {} (started "
 
@@ -46,6 +44,18 @@ def test_second_acquire_fails_naming_the_holder_and_release_frees_it(tmp_path: P
         assert again.held
     assert not again.held
     RunLock(tmp_path).acquire().release()
+
+
+def test_check_free_names_the_holder_and_writes_nothing(tmp_path: Path) -> None:
+    RunLock(tmp_path).check_free()  # no lock file: free, and none is created
+    assert not (tmp_path / LOCK_FILE).exists()
+    holder = RunLock(tmp_path).acquire()
+    content = (tmp_path / LOCK_FILE).read_bytes()
+    with pytest.raises(UserError, match=IN_USE.format(tmp_path, os.getpid(), socket.gethostname()).replace("(", r"\(")):
+        RunLock(tmp_path).check_free()
+    holder.release()
+    RunLock(tmp_path).check_free()  # released: free again
+    assert (tmp_path / LOCK_FILE).read_bytes() == content  # the last holder's line is untouched
 
 
 def test_a_dropped_lock_is_released(tmp_path: Path) -> None:

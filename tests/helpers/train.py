@@ -59,15 +59,20 @@ def script_env(tmp: Path) -> dict[str, str]:
 
 def run_train(
     tmp: Path, *args: object, ngpu: int = 1, timeout: float = 300, wait: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess | subprocess.Popen:
     """Run ./run_train.sh in ``tmp`` (``ngpu`` > 1: torchrun) with ``script_env``, the one launcher of the tests.
 
     ``wait=True``: wait up to ``timeout`` seconds and return the CompletedProcess (stdout, stderr captured).
-    ``wait=False``: return the running Popen at once, stderr merged into its stdout pipe (to signal it).
+    ``wait=False``: return the running Popen at once, stderr merged into its stdout pipe, in a session
+    of its own (``os.killpg(proc.pid, sig)`` signals every process of the run, as a scheduler or Ctrl-C does).
+    ``env``: extra environment variables.
     """
-    env = script_env(tmp)
-    env["NGPU"] = str(ngpu)
+    full_env = {**script_env(tmp), "NGPU": str(ngpu), **(env or {})}
     cmd = [str(REPO_ROOT / "run_train.sh"), *map(str, args)]
     if not wait:
-        return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.Popen(
+            cmd, cwd=tmp, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+    return subprocess.run(cmd, cwd=tmp, env=full_env, capture_output=True, text=True, timeout=timeout)

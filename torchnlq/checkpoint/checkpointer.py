@@ -43,6 +43,7 @@ from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
+from torchnlq.pause_points import pause_point
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 # DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
@@ -276,6 +277,7 @@ class Checkpointer:
             self._pending = (future, partial, final, step)
         else:
             dcp.save(state, checkpoint_id=str(partial))
+            pause_point("save", step)  # fault tests: shards written, not yet complete
             self._finish(partial, final, step)
         self.last_save_blocked_s = time.perf_counter() - start
 

@@ -29,7 +29,7 @@ def preflight(args: list[str]) -> int:
     if run_dir.is_dir():  # another trainer on this run: one line here, not a torchrun report
         from torchnlq.train.run_lock import RunLock
 
-        RunLock(run_dir).acquire().release()
+        RunLock(run_dir).check_free()
     return 0
 
 

@@ -4,11 +4,14 @@ Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before killing a
 job; Ctrl-C sends SIGINT. The handler only sets a flag; the trainer checks it
 between steps (agreeing across ranks), saves a checkpoint and stops. A second
 signal of the same kind falls back to the default behaviour, so a stuck run can
-still be killed.
+still be killed; except under torchrun's agent, which passes on the signal a
+scheduler or Ctrl-C already sent to every process (the second one is that echo)
+and kills workers itself when they take longer than its stop timeout.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -22,6 +25,7 @@ class PreemptionFlag:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self._escalate = "TORCHELASTIC_RUN_ID" not in os.environ  # under torchrun, the agent escalates
         self._previous: dict[int, object] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -29,7 +33,8 @@ class PreemptionFlag:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signal_name = signal.Signals(signum).name
-        signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
+        if self._escalate:
+            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler)
 
     def requested(self, device: torch.device) -> bool:
         """True when any rank received a signal (an all-reduce when distributed, so all ranks agree)."""

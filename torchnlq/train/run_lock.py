@@ -75,10 +75,7 @@ class RunLock:
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
-            raise UserError(
-                f"run folder {self.run_dir} is in use by {holder}; wait for it to finish or stop it, "
-                "or use another --job.name"
-            ) from None
+            raise self._in_use(holder) from None
         except OSError as e:
             os.close(fd)
             if e.errno not in _UNSUPPORTED:
@@ -94,11 +91,37 @@ class RunLock:
         self._fd = fd
         return self
 
+    def check_free(self) -> None:
+        """Raise the same one-line :class:`UserError` as :meth:`acquire` if another process holds the lock.
+
+        Writes nothing (the multi-process preflight asks before torchrun starts; the trainer then takes
+        the lock itself). A folder without a lock file is free.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use(_read_holder(fd)) from None
+        except OSError as e:
+            if e.errno not in _UNSUPPORTED:
+                raise
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         """Give the lock back (closing the descriptor releases it); safe to call more than once."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+    def _in_use(self, holder: str) -> UserError:
+        return UserError(
+            f"run folder {self.run_dir} is in use by {holder}; wait for it to finish or stop it, "
+            "or use another --job.name"
+        )
 
     def __enter__(self) -> RunLock:
         return self.acquire()

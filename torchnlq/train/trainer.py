@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, list_checkpoints
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
+from torchnlq.cli import tell_launcher
 from torchnlq.config.checks import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
@@ -308,7 +309,7 @@ class Trainer:
 
     def validate(self) -> float:
         """Evaluate on the fixed validation set, log it, and return the mean loss."""
-        mean, std, seconds = self.validator.run(self.model)
+        mean, std, seconds = self.validator.run(self.model, self.step)
         self.metrics.log_validation(self.step, mean, std, seconds)
         self.record.last_val_loss = mean
         return mean
@@ -395,7 +396,10 @@ class Trainer:
                 if not last and preemption.requested(self.device):
                     if not saved:  # a signal on a checkpoint step stops right after that save
                         self.save_checkpoint()
-                    self.logger.info(self._stop_message(preemption.signal_name, step))
+                    message = self._stop_message(preemption.signal_name, step)
+                    self.logger.info(message)
+                    if self.is_main:
+                        tell_launcher("stopped", message)
                     break
         finally:
             preemption.restore()

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchnlq.config.job_config import Validation
+from torchnlq.pause_points import pause_point
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -83,9 +84,10 @@ class Validator:
         """Whether to validate after ``step`` (1-based updates done)."""
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
-    def run(self, model: nn.Module) -> tuple[float, float, float]:
-        """Evaluate ``model``; return (mean loss, std of the micro-batch losses, seconds taken)."""
+    def run(self, model: nn.Module, step: int) -> tuple[float, float, float]:
+        """Evaluate ``model`` after ``step``; return (mean loss, std of the micro-batch losses, seconds taken)."""
         start = time.perf_counter()
+        pause_point("validation", step)
         mean, std = evaluate(model, self.batches, self.device, self.autocast, self.rank, self.world_size)
         self.last_loss = mean
         return mean, std, time.perf_counter() - start
