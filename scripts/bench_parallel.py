@@ -12,14 +12,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from torchnlq.benchmarks.activation_memory import format_table, run_bench  # noqa: E402
-from torchnlq.config.job_config import ActivationCheckpoint, Query  # noqa: E402
-from torchnlq.models import ModelArgs  # noqa: E402
+from torchnlq.benchmarks.activation_memory import format_table, run_bench
+from torchnlq.cli import run_cli
+from torchnlq.config.job_config import ActivationCheckpoint, Query
+from torchnlq.errors import UserError
+from torchnlq.models import ModelArgs
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--dim", type=int, default=256)
@@ -31,12 +33,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="intra-op CPU threads (1: CPU time = work done)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
-    opts = parser.parse_args()
-    torch.set_num_threads(opts.threads)
+    opts = parser.parse_args(argv)
+    sizes = {"--layers": opts.layers, "--dim": opts.dim, "--heads": opts.heads, "--vocab": opts.vocab,
+             "--batch": opts.batch, "--seq": opts.seq, "--steps": opts.steps, "--threads": opts.threads}
+    for name, value in sizes.items():
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    # ModelArgs checks the shapes and the query type (one-line ConfigErrors) before anything runs.
     args = ModelArgs(
         n_layers=opts.layers, dim=opts.dim, n_heads=opts.heads, vocab_size=opts.vocab,
         max_seq_len=opts.seq, query=Query(type=opts.query),
     )
+    torch.set_num_threads(opts.threads)
     modes = [ActivationCheckpoint(mode="none"), ActivationCheckpoint(mode="full"),
              ActivationCheckpoint(mode="selective", every=2), ActivationCheckpoint(mode="op")]
     compile_options = [False] if opts.no_compile else [False, True]
@@ -48,4 +56,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

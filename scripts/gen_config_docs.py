@@ -9,6 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from torchnlq.cli import run_cli
 from torchnlq.config.checks import registry_choices
 from torchnlq.config.render import markdown_reference
 
@@ -33,4 +36,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_cli(main))

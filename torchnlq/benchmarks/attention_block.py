@@ -117,9 +117,10 @@ def format_attention_results(results: list[AttentionResult], opts: argparse.Name
              f"{r.fwd_bwd_ms / ref.fwd_bwd_ms:.3f}×"] for r in results]
     kv = opts.kv_heads or opts.heads
     return "\n".join([
-        f"# attention block: d={opts.dim}, {opts.heads} heads / {kv} kv heads, {'RoPE' if opts.rope else 'no RoPE'}, "
-        f"input {opts.batch} x {opts.seq}, {'bf16 autocast' if opts.autocast == 'bf16' else 'fp32'}, "
-        f"{'compiled' if opts.compile else 'eager'}; median of {opts.steps} interleaved rounds after {opts.warmup} warm-up",
+        (f"# attention block: d={opts.dim}, {opts.heads} heads / {kv} kv heads, {'RoPE' if opts.rope else 'no RoPE'}, "
+         f"input {opts.batch} x {opts.seq}, {'bf16 autocast' if opts.autocast == 'bf16' else 'fp32'}, "
+         f"{'compiled' if opts.compile else 'eager'}; median of {opts.steps} interleaved rounds after {opts.warmup} "
+         "warm-up"),
         f"# {describe_machine(info)}",
         markdown_table(["query", "params", "fwd (ms)", "fwd vs linear", "fwd+bwd (ms)", "fwd+bwd vs linear"], rows,
                        right=[False] + [True] * 5),
@@ -148,6 +149,8 @@ def main(argv: list[str]) -> int:
     if min(opts.batch, opts.seq, opts.steps) < 1 or opts.warmup < 0:
         raise UserError(f"--batch, --seq and --steps must be at least 1 and --warmup at least 0 "
                         f"(got {opts.batch}, {opts.seq}, {opts.steps}, {opts.warmup})")
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda asked for but no CUDA device is visible; use --device cpu or auto")
     want_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if want_cuda else "cpu")
     info = machine_info(device)

@@ -17,6 +17,7 @@ the measured rows are in docs/performance.md, "Data loader alone").
 from __future__ import annotations
 
 import argparse
+import math
 import mmap
 import os
 import tempfile
@@ -43,8 +44,10 @@ def write_random_tokens(path: Path, tokens: int, vocab: int = 50257) -> Path:
     """A file of ``tokens`` uniformly random uint16 ids below ``vocab``, written in chunks."""
     rng = np.random.default_rng(0)
     with open(path, "wb") as f:
-        for start in range(0, tokens, CHUNK):
-            f.write(rng.integers(0, vocab, min(CHUNK, tokens - start), dtype=fmt.DTYPE).tobytes())
+        f.writelines(
+            rng.integers(0, vocab, min(CHUNK, tokens - start), dtype=fmt.DTYPE).tobytes()
+            for start in range(0, tokens, CHUNK)
+        )
         # Written back to disk now: the page cache cannot evict dirty pages, so "cold" would stay warm.
         f.flush()
         os.fsync(f.fileno())
@@ -106,7 +109,15 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--file: no such file {opts.file!r} (a train.bin written by scripts/prepare_data.py)")
     if opts.iters < 1 or min(min(shape) for shape in shapes) < 1:
         raise UserError(f"--iters and every --shapes size must be at least 1 (got {opts.iters}, {opts.shapes!r})")
-    if not opts.file and opts.tokens < max(b * (t + 1) for b, t in shapes) + 1:
+    if not math.isfinite(opts.tokens):
+        raise UserError(f"--tokens must be a finite number of tokens, got {opts.tokens}")
+    longest = max(t for _, t in shapes)
+    if opts.file:
+        size = len(TokenFile(opts.file))  # an odd-sized file is a UserError here
+        if size < longest + 1:
+            raise UserError(f"--file {opts.file!r} holds {size:,} tokens, fewer than one window of the longest "
+                            f"--shapes seq_len + 1 = {longest + 1}; use a larger file or shorter --shapes")
+    elif opts.tokens < max(b * (t + 1) for b, t in shapes) + 1:
         raise UserError(f"--tokens {opts.tokens:g} is smaller than one micro-batch of --shapes {opts.shapes}; raise it")
     with tempfile.TemporaryDirectory(prefix="torchnlq-loader-") as tmp:
         path = Path(opts.file) if opts.file else write_random_tokens(Path(tmp) / "train.bin", int(opts.tokens))

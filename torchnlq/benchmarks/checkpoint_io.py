@@ -19,8 +19,11 @@ from pathlib import Path
 import torch
 
 from torchnlq.checkpoint.checkpointer import Checkpointer
+from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint, Model
+from torchnlq.errors import UserError, unknown_choice
 from torchnlq.models import GPT, build_model_args
+from torchnlq.models.registry import FLAVORS
 
 
 def _model_and_optimizer(flavor: str) -> tuple[GPT, torch.optim.Optimizer]:
@@ -38,17 +41,21 @@ def bench(flavor: str, repeats: int, folder: Path) -> dict[str, float]:
     model, opt = _model_and_optimizer(flavor)
     log = logging.getLogger("torchnlq.bench")
     times: dict[str, list[float]] = {"sync_save": [], "async_blocked": [], "async_total": [], "load": []}
+    # What the trainer saves beside the tensors; a benchmark run records no data (its fingerprint is the model's).
+    record = RunRecord(model_args=model.args, tokenizer={"name": "byte"})
     step = 0
     for _ in range(repeats):
         step += 1
         sync = Checkpointer(Checkpoint(keep_latest_k=1), folder, 0, log)
+        record.step = step
         t = time.perf_counter()
-        sync.save(step, model, opt, {"fingerprint": {}})
+        sync.save(record, model, opt)
         times["sync_save"].append(time.perf_counter() - t)
         step += 1
         asyn = Checkpointer(Checkpoint(keep_latest_k=1, async_mode=True), folder, 0, log)
+        record.step = step
         t = time.perf_counter()
-        asyn.save(step, model, opt, {"fingerprint": {}})
+        asyn.save(record, model, opt)
         times["async_blocked"].append(time.perf_counter() - t)
         asyn.wait()
         times["async_total"].append(time.perf_counter() - t)
@@ -68,6 +75,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--flavor", nargs="+", default=["debug", "gpt_small"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    for flavor in args.flavor:  # all checked before the table starts
+        if flavor not in FLAVORS:
+            raise unknown_choice("--flavor", flavor, list(FLAVORS))
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {args.repeats}")
     print("| flavor | params (M) | checkpoint (MB) | sync save (s) | async: training blocked (s) | async: total (s) | load (s) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for flavor in args.flavor:

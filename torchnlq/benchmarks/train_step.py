@@ -219,8 +219,8 @@ def format_results(results: list[VariantResult], info: dict[str, Any], config_ar
     headers = ["variant", "precision", "compile", "tokens/step", "tokens/s", "step (ms)", "TFLOP/s", "MFU",
                "peak mem (MiB)", "data (%)", "step vs first"]
     return "\n".join([
-        f"# bench {' '.join(config_args) or '(defaults)'}: median of {opts.steps} steps after {opts.warmup} warm-up, "
-        f"{len(results)} variant(s) interleaved",
+        (f"# bench {' '.join(config_args) or '(defaults)'}: median of {opts.steps} steps after {opts.warmup} "
+         f"warm-up, {len(results)} variant(s) interleaved"),
         f"# {describe_machine(info)}" + (f" -> {end_load:.2f} at the end" if end_load is not None else ""),
         markdown_table(headers, rows, right=[False, False, False] + [True] * 8),
     ])
@@ -232,10 +232,17 @@ def main(argv: list[str]) -> int:
     if opts.help:
         print(__doc__)
         return 0
+    if opts.json:  # checked now, not after minutes of timing
+        target = Path(opts.json).expanduser()
+        if target.is_dir():
+            raise UserError(f"--json {opts.json!r} is a folder; give a file name such as {target / 'bench.json'}")
+        if not target.parent.is_dir():
+            raise UserError(f"--json {opts.json!r}: folder '{target.parent}' does not exist; create it or choose "
+                            "another path")
     results, info = run_bench(config_args, opts)
     print(format_results(results, info, config_args, opts))
     if opts.json:
         payload = {"config_args": config_args, "options": asdict(opts), "machine": info,
                    "variants": [asdict(r) for r in results]}
-        Path(opts.json).write_text(json.dumps(payload, indent=2) + "\n")
+        Path(opts.json).expanduser().write_text(json.dumps(payload, indent=2) + "\n")
     return 0

@@ -42,6 +42,8 @@ def load_job_config(args: list[str]) -> JobConfig:
 def read_toml(path: str) -> dict[str, Any]:
     """Read a TOML file, turning a missing or malformed file into one clear line."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file '{path}' is a folder; pass a TOML file such as train_configs/debug_model.toml")
     if not p.is_file():
         raise ConfigError(f"config file '{path}' not found; pass a TOML file such as train_configs/debug_model.toml")
     try:
@@ -49,6 +51,11 @@ def read_toml(path: str) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file '{path}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+            "TOML files must be UTF-8: save it as UTF-8"
+        ) from None
 
 
 def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
@@ -129,14 +136,18 @@ def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", 
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
             # A table must be a section; _resolve on a child key reports unknown sections.
-            if "." not in dotted:
-                if key not in _fields(cfg):
-                    raise ConfigError(f"{source}: unknown section '[{key}]'{_suggest(key, list(_fields(cfg)))}")
+            if "." not in dotted and key not in _fields(cfg):
+                raise ConfigError(f"{source}: unknown section '[{key}]'{_suggest(key, list(_fields(cfg)))}")
             apply_mapping(cfg, value, source, prefix=f"{dotted}.")
             if not value:
                 _resolve_section(cfg, dotted, source)
         else:
             if not prefix:
+                if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                    raise ConfigError(
+                        f"{source}: [[{key}]] is an array of tables, written once per entry; a config section is "
+                        f"written once, as [{key}]"
+                    )
                 raise ConfigError(f"{source}: key '{key}' is outside any section; put it under a [section] header")
             try:
                 obj, f, _ = _resolve(cfg, dotted)

@@ -9,6 +9,9 @@ on-disk format is described in :mod:`torchnlq.data.token_format` and docs/data.m
 
 from __future__ import annotations
 
+import contextlib
+import math
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,7 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     if path.resolve() in protected_folders():
         raise UserError(f"--out '{out}' is the current directory, the home folder or a parent of one; {fix}")
     if not path.exists():
+        _check_creatable("--out", out, path)
         return path
     if not path.is_dir():
         raise UserError(f"--out '{out}' exists and is not a folder; {fix}")
@@ -70,7 +74,82 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
+def _check_creatable(option: str, given: str | Path, path: Path) -> None:
+    """A UserError when a folder cannot be created at ``path`` because one of its parents is a file."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{option} '{given}' cannot be created: '{parent}' is a file, not a folder; "
+                                "choose a path inside a folder")
+            return
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` that does not exist yet (what creating ``path`` adds), or None."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            return missing
+        missing = p
+    return missing
+
+
+def check_options(
+    files: Sequence[str] | None, text_field: str, text_split: str, val_fraction: float, split_seed: int,
+    cache_dir: str | Path | None,
+) -> list[Path] | None:
+    """Every check of prepare's options that needs no dataset loaded; returns the resolved input files.
+
+    Run before anything is created, so a mistake here leaves no trace.
+    """
+    if not (math.isfinite(val_fraction) and 0.0 < val_fraction < 1.0):
+        raise UserError(f"--val-fraction {val_fraction} must lie strictly between 0 and 1 (the paper uses 0.0005)")
+    if split_seed < 0:
+        raise UserError(f"--split-seed {split_seed} must be a non-negative integer")
+    if cache_dir is not None:
+        cache = Path(cache_dir).expanduser()
+        if cache.exists() and not cache.is_dir():
+            raise UserError(f"--cache-dir '{cache_dir}' exists and is not a folder; choose a folder for the cache")
+        _check_creatable("--cache-dir", cache_dir, cache)
+    if not files:
+        return None
+    paths = _input_paths(files)
+    is_json = [p.suffix.lower() in JSON_SUFFIXES for p in paths]
+    if any(is_json) and not all(is_json):
+        raise UserError("--files mixes JSON/JSONL and plain text files; prepare them in separate runs")
+    if not any(is_json):
+        if text_split not in TEXT_SPLITS:
+            raise UserError(f"unknown text split '{text_split}'; choose one of: {', '.join(TEXT_SPLITS)}")
+        if text_field != "text":
+            raise UserError(
+                f"--text-field {text_field!r} applies to JSON/JSONL records; a plain text file's documents are its "
+                "text (drop --text-field)"
+            )
+    return paths
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """No progress bars or warnings from datasets: reading local files is quick, and a mistake found
+    while reading them (a missing field, too few documents) must be the only line on the terminal."""
+    import datasets
+    from datasets.utils import logging as ds_logging
+
+    bars, level = datasets.is_progress_bar_enabled(), ds_logging.get_verbosity()
+    datasets.disable_progress_bars()
+    ds_logging.set_verbosity(ds_logging.CRITICAL)  # its errors too: the UserError below names the cause
+    try:
+        yield
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
+        ds_logging.set_verbosity(level)
+
+
 def _one_line(e: BaseException) -> str:
+    """``Type: first line`` of the exception's root cause (datasets wraps the parse error that says what is wrong)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
     first = (str(e).strip().splitlines() or [""])[0]
     return f"{type(e).__name__}: {first[:300]}"
 
@@ -78,6 +157,9 @@ def _one_line(e: BaseException) -> str:
 def _input_paths(files: Sequence[str]) -> list[Path]:
     """The resolved input files; a missing one or one named twice is a UserError (checked before ``out`` exists)."""
     paths = [Path(f).expanduser().resolve() for f in files]
+    folders = [str(p) for p in paths if p.is_dir()]
+    if folders:
+        raise UserError(f"--files names a folder: {', '.join(folders)}; pass the files inside it (e.g. DIR/*.txt)")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise UserError(f"input file(s) not found: {', '.join(missing)}; check the --files paths")
@@ -88,17 +170,12 @@ def _input_paths(files: Sequence[str]) -> list[Path]:
 
 
 def _load_files(paths: Sequence[Path], text_split: str, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
-    """Local text or JSON/JSONL files (checked by :func:`_input_paths`) as a DatasetDict with one 'train' split."""
+    """Local text or JSON/JSONL files (checked by :func:`check_options`) as a DatasetDict with one 'train' split."""
     import datasets
 
-    is_json = [p.suffix.lower() in JSON_SUFFIXES for p in paths]
-    if any(is_json) and not all(is_json):
-        raise UserError("--files mixes JSON/JSONL and plain text files; prepare them in separate runs")
-    kind = "json" if all(is_json) else "text"
+    kind = "json" if all(p.suffix.lower() in JSON_SUFFIXES for p in paths) else "text"
     kwargs: dict[str, Any] = {}
     if kind == "text":
-        if text_split not in TEXT_SPLITS:
-            raise UserError(f"unknown text split '{text_split}'; choose one of: {', '.join(TEXT_SPLITS)}")
         kwargs["sample_by"] = TEXT_SPLITS[text_split]
     try:
         dd = datasets.load_dataset(
@@ -157,6 +234,11 @@ def _split_train_val(dd: Any, val_fraction: float, seed: int) -> tuple[dict[str,
         )
     if not 0.0 < val_fraction < 1.0:
         raise UserError(f"--val-fraction {val_fraction} must lie strictly between 0 and 1")
+    if math.ceil(val_fraction * len(train)) >= len(train):
+        raise UserError(
+            f"--val-fraction {val_fraction} of {len(train)} documents leaves no training document; lower it "
+            "(or pass more documents)"
+        )
     # test_size as a float rounds up (ceil), so even a tiny input keeps >= 1 val document.
     parts = train.train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
     split = {"method": "train_test_split", "val_fraction": val_fraction, "seed": seed}
@@ -203,29 +285,56 @@ def prepare_dataset(
     holds datasets' arrow caches. ``out`` must be new or empty (``hf_cache/`` aside);
     ``overwrite`` lets it be a previous token folder, whose three files are replaced
     (:func:`check_out_folder`). Nothing appears under the final names until every
-    file is complete.
+    file is complete. Every option is checked before anything is created
+    (:func:`check_options`); a failure later removes the folders this call created,
+    except a hub download, which is kept for the next try.
     """
     out = check_out_folder(out, overwrite)
-    paths = _input_paths(files) if files else None
-    out.mkdir(parents=True, exist_ok=True)
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else out / "hf_cache"
+    paths = check_options(files, text_field, text_split, val_fraction, split_seed, cache_dir)
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else out / CACHE_NAME
     tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash)
     fmt.check_vocab_fits(tok.vocab_size)
     if num_proc is not None and num_proc <= 1:
         num_proc = None  # datasets' single-process path; no worker pool to start
 
+    # Everything this call creates (out, the cache, missing parents) is removed again when it fails,
+    # except a hub download that succeeded: it is kept for the next try (and the error says where).
+    created = {p for p in (_first_missing(out), _first_missing(cache)) if p is not None}
+    out.mkdir(parents=True, exist_ok=True)
+    loaded: list[Any] = []
+    try:
+        if paths:
+            with _quiet_datasets():
+                loaded.append(_load_files(paths, text_split, cache, num_proc))
+        else:
+            loaded.append(_load_hub(dataset, dataset_config, cache, num_proc))
+        return _tokenize_into(out, tok, *loaded[0], from_files=bool(paths), text_field=text_field,
+                              val_fraction=val_fraction, split_seed=split_seed, num_proc=num_proc)
+    except BaseException as e:
+        if loaded and not paths:
+            if isinstance(e, UserError):
+                raise UserError(f"{e} (the downloaded dataset stays in {cache} for the next run)") from None
+            raise
+        for path in sorted(created, key=lambda p: len(p.parts)):
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _tokenize_into(
+    out: Path, tok: Tokenizer, dd: Any, source: dict[str, Any], *, from_files: bool, text_field: str,
+    val_fraction: float, split_seed: int, num_proc: int | None,
+) -> dict[str, Any]:
+    """Split, tokenize and write the loaded dataset ``dd`` into ``out``; returns the meta dict."""
     import datasets
 
-    if paths:
-        dd, source = _load_files(paths, text_split, cache, num_proc)
-    else:
-        dd, source = _load_hub(dataset, dataset_config, cache, num_proc)
     columns = dd[next(iter(dd))].column_names
     if text_field not in columns:
         raise UserError(f"the input has no '{text_field}' field (fields: {', '.join(columns)}); set --text-field")
-    if files:  # blank lines / empty records would be lone eot tokens
-        dd = dd.filter(_has_text, input_columns=text_field, desc="dropping empty documents")
-    splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
+    # Local files are read quietly (their mistakes must be the only line); a hub dataset shows its progress.
+    with _quiet_datasets() if from_files else contextlib.nullcontext():
+        if from_files:  # blank lines / empty records would be lone eot tokens
+            dd = dd.filter(_has_text, input_columns=text_field, desc="dropping empty documents")
+        splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
     source["text_field"] = text_field
 
     features = datasets.Features({"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")})

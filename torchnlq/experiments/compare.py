@@ -83,9 +83,19 @@ def load_run(path: Path) -> RunData:
     for needed in ("config.toml", "run_info.json"):
         if not (path / needed).is_file():
             raise UserError(f"'{path}' is not a run folder: it has no {needed}")
-    with (path / "config.toml").open("rb") as f:
-        config = tomllib.load(f)
-    info = json.loads((path / "run_info.json").read_text())
+    try:
+        with (path / "config.toml").open("rb") as f:
+            config = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path / 'config.toml'}' is not valid TOML ({e}); the trainer writes it: restore it "
+                        "or leave this run out") from None
+    try:
+        info = json.loads((path / "run_info.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path / 'run_info.json'}' is not valid JSON ({e}); the trainer rewrites it when the run "
+                        "resumes, or leave this run out") from None
+    if not isinstance(info, dict):
+        raise UserError(f"'{path / 'run_info.json'}' is not a JSON object; leave this run out")
     scalars = read_scalars(path / "tb") if (path / "tb").is_dir() else {}
     val = scalars.get("loss/val", {})
     if not val:
@@ -236,10 +246,28 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path) -> tuple
     return [out / "comparison.md", out / "comparison.csv", out / "runs.csv", *plots], note
 
 
+def check_out_folder(out: str | Path, runs: list[Path]) -> None:
+    """Refuse an output folder that is a file, or a run folder (or inside one) among those compared."""
+    target = Path(out).expanduser()
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out '{out}' exists and is not a folder; choose a folder for the comparison")
+    for parent in target.parents:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"--out '{out}' cannot be created: '{parent}' is a file, not a folder")
+    resolved = target.resolve()
+    for run in runs:
+        run = run.resolve()
+        if resolved == run or run in resolved.parents:
+            raise UserError(f"--out '{out}' is inside the run folder '{run}' being compared; choose a folder outside "
+                            "the runs (e.g. the default ./comparison)")
+
+
 def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path, step: int | None = None,
                  allow_different_data: bool = False) -> list[Path]:
     """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs."""
-    runs = [load_run(p) for p in expand_paths(list(paths))]
+    folders = expand_paths(list(paths))
+    check_out_folder(out, folders + ([Path(baseline)] if (Path(baseline) / "run_info.json").is_file() else []))
+    runs = [load_run(p) for p in folders]
     base = next((r for r in runs if r.name == str(baseline) or r.path.resolve() == Path(baseline).resolve()), None)
     if base is None:
         if not (Path(baseline) / "run_info.json").is_file():

@@ -174,6 +174,9 @@ def _expand_grid(where: str, grid: Any) -> list[dict[str, Any]]:
                 load_job_config([f"--{key}={format_value(value)}"])
             except UserError as e:
                 raise UserError(f"{where}: grid key '{key}' = {value!r}: {e}") from None
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            raise UserError(f"{where}: grid key '{key}' lists {twice[0]!r} twice; each value gives one run, list it once")
     return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
 
@@ -185,6 +188,9 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError(f"suite file '{path}' not found; pass a suite TOML such as suites/shakespeare_tiny.toml")
     data = read_toml(where)
     _check_keys(where, data, SUITE_KEYS)
+    for key in ("name", "description", "dump_folder", "config", "baseline"):
+        if key in data and not isinstance(data[key], str):
+            raise UserError(f"{where}: {key} must be a string, got {data[key]!r}")
     here = path.resolve().parent
     shared = _string_list(f"{where}: overrides", data.get("overrides", []))
     cli = list(cli_overrides)
@@ -194,6 +200,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     dump = str(data.get("dump_folder", f"./outputs/{path.stem}"))
     if "job.dump_folder" in override_keys(shared):
         raise UserError(f"{where}: set the suite's dump_folder instead of overriding job.dump_folder")
+    if "job.dump_folder" in cli_keys and not _last_value(cli, "job.dump_folder"):
+        raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), the folder the suite's runs go to")
     dump = _last_value(cli, "job.dump_folder") or dump  # the command line may move the whole suite
     cli = _drop_key(cli, "job.dump_folder")
 

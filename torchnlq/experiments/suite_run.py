@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchnlq.cli import run_cli
+from torchnlq.errors import UserError
 from torchnlq.experiments.suite import (
     REPO_ROOT,
     Suite,
@@ -181,11 +182,42 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
     return written
 
 
+def check_data(suite: Suite) -> None:
+    """Refuse, before the first launch, a run whose data cannot be opened (one line, not one failure per run).
+
+    Reads the token files only: a synthetic corpus that does not exist yet is left to the trainer,
+    which generates it. Finished runs (skipped) are not checked.
+    """
+    from torchnlq.config.checks import check_data_fits_model, check_job_config
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.data import token_format as fmt
+    from torchnlq.data.batches import open_token_files
+
+    opened: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for run in suite.runs:
+        if is_finished(read_run_info(suite.run_dir(run)), run.steps):
+            continue
+        cfg = load_job_config([str(run.config), *run.overrides])
+        data = cfg.data
+        if data.synthetic and not fmt.is_complete(Path(data.path).expanduser()):
+            continue
+        key = (data.path, data.tokenizer, cfg.training.seq_len)
+        try:
+            if key not in opened:
+                opened[key] = open_token_files(data, cfg.training.seq_len)[2]
+            check_data_fits_model(opened[key], check_job_config(cfg))
+        except UserError as e:
+            raise UserError(f"{suite.path}: run '{run.name}': {e}") from None
+
+
 def main(argv: list[str]) -> int:
     """Parse the command line (see USAGE) and run or print the suite."""
-    if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
+    if argv and (argv[0] in ("-h", "--help") or "--help" in argv):
         print(USAGE)
-        return 0 if argv else 2
+        return 0
+    if not argv or argv[0].startswith("--"):
+        raise UserError("give the suite file first: run_suite.py SUITE.toml [--dry-run] [--no-compare] "
+                        "[--section.key value ...] (see --help)")
     path, rest = argv[0], argv[1:]
     dry_run, compare = "--dry-run" in rest, "--no-compare" not in rest
     overrides = [a for a in rest if a not in ("--dry-run", "--no-compare")]
@@ -193,6 +225,7 @@ def main(argv: list[str]) -> int:
     if dry_run:
         print_commands(suite)
         return 0
+    check_data(suite)
     return run_suite(suite, compare=compare)
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.record import RunRecord, ValidationRecord
-from torchnlq.config.job_config import Data, Validation
+from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import ValidationSet, open_token_files
 from torchnlq.errors import UserError
@@ -77,11 +77,16 @@ def resolve_settings(
     sequences = sequences if sequences is not None else recorded.sequences
     if sequences is None:
         raise UserError(f"'{loaded.path}' records no validation settings; pass --sequences N")
-    micro = micro_batch_size or recorded.micro_batch_size or min(sequences, FALLBACK_MICRO_BATCH_SIZE)
+    # An explicit 0 is a mistake to report, not "unset": test for None, not for truth.
+    micro = micro_batch_size if micro_batch_size is not None else (
+        recorded.micro_batch_size or min(sequences, FALLBACK_MICRO_BATCH_SIZE)
+    )
     seed = seed if seed is not None else (recorded.seed if recorded.seed is not None else Validation().seed)
     for name, value in (("--seq-len", seq_len), ("--sequences", sequences), ("--micro-batch-size", micro)):
         if value < 1:
             raise UserError(f"{name}={value} must be at least 1")
+    if not 0 <= seed <= SEED_MAX:
+        raise UserError(f"--seed={seed} must be in 0..{SEED_MAX} (what torch's generators take)")
     if seq_len > loaded.args.max_seq_len:
         raise UserError(f"--seq-len={seq_len} exceeds the model's max_seq_len={loaded.args.max_seq_len}")
     return ValidationSettings(int(seq_len), int(sequences), int(micro), int(seed))

@@ -9,6 +9,7 @@ and the global RNG is untouched. Temperature 0 is greedy decoding (argmax).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.config.job_config import SEED_MAX
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT, KVCache
@@ -52,14 +54,16 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None) -> None:
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, seed: int = 0) -> None:
     """UserError for values sampling cannot use."""
     if max_new_tokens < 0:
         raise UserError(f"--max-new-tokens={max_new_tokens} must be at least 0")
-    if temperature < 0:
-        raise UserError(f"--temperature={temperature} must be >= 0 (0 is greedy)")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise UserError(f"--temperature={temperature} must be a finite number >= 0 (0 is greedy)")
     if top_k is not None and top_k < 1:
         raise UserError(f"--top-k={top_k} must be at least 1 (leave it unset for no top-k)")
+    if not 0 <= seed <= SEED_MAX:
+        raise UserError(f"--seed={seed} must be in 0..{SEED_MAX} (what torch's generators take)")
 
 
 @torch.inference_mode()
@@ -80,7 +84,7 @@ def generate_tokens(
     ``max_seq_len`` positions. ``vocab_limit`` masks the padded rows of the
     vocabulary (ids the tokenizer cannot decode).
     """
-    check_sampling(max_new_tokens, temperature, top_k)
+    check_sampling(max_new_tokens, temperature, top_k, seed)
     max_len = model.args.max_seq_len
     if not prompt:
         raise UserError("the prompt is empty; give at least one token of text")
@@ -146,7 +150,7 @@ def generate_text(
     tiktoken_file: str | None = None,
 ) -> tuple[str, Generation]:
     """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation)."""
-    check_sampling(max_new_tokens, temperature, top_k)
+    check_sampling(max_new_tokens, temperature, top_k, seed)
     loaded = as_loaded(source, device)
     tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file)
     if tokenizer.vocab_size > loaded.args.vocab_size:

@@ -1,0 +1,1288 @@
+"""A catalogue of user mistakes: what happens when I get X wrong, for every entry point of torchnlq.
+
+Read it as a table (``IN_PROCESS`` and ``SUBPROCESS`` below, grouped by entry point). Each row is one
+mistake a user can make: the command, its arguments (and the bad files lying around, written by the
+row's ``setup``), and a fragment the error line must contain, so that a row cannot pass with some other
+error. Its test id reads ``entry:mistake``. Every mistake must end the same way, the project's rule:
+
+* exit code 2;
+* exactly one line on stderr, starting with ``error:``, that says what is wrong and how to fix it;
+* no Python traceback, on stdout or stderr;
+* nothing written or deleted: a snapshot of every path under the row's folder (the parent of its
+  working directory, so ``..`` is watched too) and under the shared inputs (each file's sha256 and
+  mtime) is the same before and after.
+
+Most rows run in this process: the entry point's ``main(argv)`` through :func:`torchnlq.cli.run_cli`,
+as its ``__main__`` block calls it (a Python process with torch for each row would take minutes). An
+exception escaping ``main`` is what a user would see as a traceback: the row fails with it. Python
+warnings are counted as stderr lines, as a terminal shows them. What only a real process shows (log
+handlers bound to the real stderr, messages of torch's C++ side, the shell script itself) is covered
+by a few rows run as processes: one per Python entry point, and run_train.sh's own checks
+(``test_mistake_in_a_subprocess``, marked ``integration``).
+
+Caches are outside the snapshots by design: this test's HF_HOME, TIKTOKEN_CACHE_DIR and
+TORCHINDUCTOR_CACHE_DIR (tests/conftest.py, and the subprocesses' own) and the TORCHNLQ_CACHE folder it
+gives run_train.sh. Everything else counts, including the cache folder run_train.sh creates by default.
+
+A row marked ``xfail`` (strict) is a known violation, not fixed yet; its reason names the cause and the
+file where the fix belongs. When the fix lands the row passes, strict xfail fails, and the mark comes off.
+
+To add a mistake: add a ``row(entry, name, argv, fragment, setup=...)`` to its entry point's group;
+``argv`` and file contents may use the placeholders of :meth:`Inputs.places` ({tmp}, {data}, {ckpt} ...).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from helpers import REPO_ROOT
+from helpers.checkpoints import load_script, tiny_model, write_byte_data, write_checkpoint
+from helpers.data import write_token_folder
+from helpers.train import script_env
+
+from torchnlq.cli import LAUNCH_DIR_ENV, run_cli
+
+# ==================================================================================================
+# The table's vocabulary: a row, the placeholders of its command line, the set-ups of its bad files
+# ==================================================================================================
+
+#: What a row's set-up may return: a clean-up to run after the command (e.g. releasing a held lock).
+Cleanup = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The valid inputs the rows share (built once per session, never written by a row: snapshotted)."""
+
+    root: Path
+    data: Path  # a byte-tokenizer token folder: train.bin (3000 tokens), val.bin (800), meta.json
+    run: Path  # a real run folder written by the trainer: config.toml, run_info.json, tb/, checkpoints/step-2
+    ckpt: Path  # run/checkpoints/step-2: the TRAIN model (1 layer, d=32, 2 heads, 256 positions, byte vocab)
+    export: Path  # a safetensors export of ckpt
+    runs: Path  # hand-made run folders for compare_runs (see write_compare_run)
+    config: Path  # a TOML file equal to TRAIN (data.path is the shared data folder)
+
+    def places(self, tmp: Path) -> dict[str, str]:
+        """The placeholders a row's argv, env and files may use, and what they stand for."""
+        return {
+            "{tmp}": str(tmp), "{data}": str(self.data), "{run}": str(self.run), "{ckpt}": str(self.ckpt),
+            "{export}": str(self.export), "{runs}": str(self.runs), "{config}": str(self.config),
+        }
+
+
+#: A set-up writes the bad files of a mistake into the row's folder, before the "before" snapshot.
+Setup = Callable[[Path, Inputs], "Cleanup | None"]
+
+
+def fill(text: str, places: Mapping[str, str]) -> str:
+    """Replace the known placeholders only (TOML braces such as inline tables stay as they are)."""
+    for key, value in places.items():
+        text = text.replace(key, value)
+    return text
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One row: run ``entry`` with ``argv`` (and ``env``) after ``setup``; the error line contains ``fragment``."""
+
+    entry: str
+    argv: tuple[str, ...]
+    fragment: str
+    setup: Setup | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes a mistake distinct: the command as typed (environment variables are part of it)."""
+        return (self.entry, self.argv, self.env)
+
+
+def row(
+    entry: str, name: str, argv: Sequence[str], fragment: str, *, setup: Setup | None = None,
+    env: Mapping[str, str] | None = None, xfail: str | None = None, needs_no_cuda: bool = False,
+) -> Any:
+    """One catalogue row as a pytest param; ``xfail`` is the reason of a known violation (strict)."""
+    marks: list[Any] = []
+    if xfail:
+        marks.append(pytest.mark.xfail(strict=True, reason=xfail))
+    if needs_no_cuda:  # with a GPU the command is no mistake: it would start working
+        marks.append(pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible"))
+    mistake = Mistake(entry, tuple(argv), fragment, setup, tuple(sorted((env or {}).items())))
+    return pytest.param(mistake, id=f"{entry}:{name}", marks=marks)
+
+
+# ----- set-ups: the bad files a mistake needs ------------------------------------------------------
+
+def write(files: Mapping[str, str | bytes]) -> Setup:
+    """Files relative to the row's folder; text may use the placeholders ({data}, {tmp}, ...)."""
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        for name, content in files.items():
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(fill(content, inputs.places(tmp)))
+
+    return setup
+
+
+def folders(*names: str) -> Setup:
+    """Empty folders relative to the row's folder."""
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        for name in names:
+            (tmp / name).mkdir(parents=True, exist_ok=True)
+
+    return setup
+
+
+def both(*setups: Setup) -> Setup:
+    """Several set-ups in order (their clean-ups, if any, run in reverse)."""
+
+    def setup(tmp: Path, inputs: Inputs) -> Cleanup | None:
+        cleanups = [c for c in (s(tmp, inputs) for s in setups) if c is not None]
+
+        def cleanup() -> None:
+            for c in reversed(cleanups):
+                c()
+
+        return cleanup if cleanups else None
+
+    return setup
+
+
+def token_folder(
+    name: str, train: np.ndarray | None = None, val: np.ndarray | None = None,
+    meta: Callable[[dict[str, Any]], Any] | None = None, drop: Sequence[str] = (), raw: Mapping[str, bytes] | None = None,
+) -> Setup:
+    """A token folder in the prepare format (byte tokenizer), then damaged as a mistake needs.
+
+    ``meta`` edits the meta.json dict in place; ``drop`` removes files; ``raw`` replaces file bytes.
+    """
+    ok = np.full(600, 65, dtype=np.uint16)  # long enough for TRAIN's seq_len of 32
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        folder = write_token_folder(tmp / name, ok if train is None else train, ok if val is None else val)
+        if meta is not None:
+            content = json.loads((folder / "meta.json").read_text())
+            meta(content)
+            (folder / "meta.json").write_text(json.dumps(content))
+        for file_name, content in (raw or {}).items():
+            (folder / file_name).write_bytes(content)
+        for file_name in drop:
+            (folder / file_name).unlink()
+
+    return setup
+
+
+def checkpoint(name: str, meta: Mapping[str, Any] | None = None, **model: Any) -> Setup:
+    """A trainer-like checkpoint folder (tests/helpers/checkpoints.py) of a tiny model, with extra metadata."""
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        write_checkpoint(tmp / name, tiny_model(**model), **dict(meta or {}))
+
+    return setup
+
+
+def copy_of(source: str, name: str, damage: Callable[[Path], Any] | None = None) -> Setup:
+    """A copy of a shared input ({ckpt}, {run}, {export}, {runs}/a ...) in the row's folder, then damaged."""
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        target = tmp / name
+        shutil.copytree(fill(source, inputs.places(tmp)), target)
+        if damage is not None:
+            damage(target)
+
+    return setup
+
+
+def edit_json(name: str, change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]:
+    """A damage: edit one JSON file of the copied folder."""
+
+    def damage(folder: Path) -> None:
+        content = json.loads((folder / name).read_text())
+        change(content)
+        (folder / name).write_text(json.dumps(content))
+
+    return damage
+
+
+def overwrite(name: str, content: str | bytes) -> Callable[[Path], None]:
+    """A damage: replace one file of the copied folder."""
+
+    def damage(folder: Path) -> None:
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+
+    return damage
+
+
+def truncate_shard(folder: Path) -> None:
+    """A damage: cut a checkpoint's first DCP shard to 100 bytes (a save killed mid-write, a full disk)."""
+    shard = min(folder.rglob("*.distcp"))
+    with shard.open("r+b") as f:
+        f.truncate(100)
+
+
+def hold_run_lock(run: str) -> Setup:
+    """Another trainer on the run folder: this process holds its lock until the row is done."""
+
+    def setup(tmp: Path, inputs: Inputs) -> Cleanup:
+        from torchnlq.train.run_lock import RunLock
+
+        lock = RunLock(fill(run, inputs.places(tmp))).acquire()
+        return lock.release
+
+    return setup
+
+
+def suite(body: str, name: str = "s.toml") -> Setup:
+    """A suite file in the row's folder; ``{config}`` is the shared valid training config."""
+    return write({name: body})
+
+
+# ----- the valid commands each row breaks in one place ----------------------------------------------
+
+#: A tiny, valid training run on the shared token folder: each run_train.sh row adds one mistake to it.
+TRAIN = (
+    "--job.dump_folder={tmp}/outputs", "--job.name=run", "--model.flavor=debug", "--model.n_layers=1",
+    "--model.dim=32", "--model.n_heads=2", "--training.steps=2", "--training.seq_len=32",
+    "--training.micro_batch_size=2", "--training.device=cpu", "--data.path={data}", "--data.tokenizer=byte",
+    "--validation.sequences=4", "--metrics.log_interval=1",
+)
+#: TRAIN resuming a real run: a copy of the shared run folder (RESUMABLE), so a resume that goes wrong
+#: could only spoil the row's own copy.
+RESUME = (*TRAIN, "--job.dump_folder={tmp}/resume")
+#: scripts/bench.py's tiny config (tests/test_bench.py): a few milliseconds per step on a CPU.
+BENCH = (
+    "--model.flavor=debug", "--model.n_layers=1", "--model.dim=32", "--model.n_heads=2", "--training.seq_len=32",
+    "--training.micro_batch_size=2", "--training.grad_accum_steps=2", "--training.device=cpu", "--data.tokenizer=byte",
+)
+#: scripts/bench_attention.py at a tiny shape.
+ATTENTION = ("--dim", "32", "--heads", "4", "--seq", "8", "--steps", "1", "--warmup", "0")
+#: A suite of one run of the shared config: a suite row adds one mistake to it.
+SUITE = 'config = "{config}"\n'
+#: Two text documents for prepare_data.py, enough for a train and a validation split.
+DOCS = {"src/a.txt": "the first document", "src/b.txt": "the second document"}
+#: prepare_data.py into a new folder with the byte tokenizer (no download, no tiktoken file).
+PREPARE = ("--out", "{tmp}/tokens", "--tokenizer", "byte")
+
+RESUMABLE = copy_of("{run}", "resume/run")
+#: The copy, and another trainer on it: this process holds its lock file until the row is done.
+BUSY = both(RESUMABLE, hold_run_lock("{tmp}/resume/run"))
+
+# Reasons of the known violations (xfail rows), one per cause.
+ARGPARSE = (
+    "argparse's usage error: a 'usage: ...' block plus 'PROG: error: ...' (several lines, none starting with "
+    "'error:'), exit 2. The one-line rule needs one ArgumentParser subclass whose error() raises UserError, "
+    "shared by every script: its place is torchnlq/cli.py"
+)
+DEVICE_TYPE = (
+    "torchnlq/checkpoint/load.py resolve_device accepts any torch device type and checks CUDA only: "
+    "'mps'/'xpu' end in a NotImplementedError/AssertionError traceback from torch, 'meta' in a DCP UserWarning "
+    "plus 'could not read checkpoint ... Default process group has not been initialized'"
+)
+META_FIELDS = (
+    "torchnlq/data/token_format.py read_meta checks only the 'tokenizer' entry; torchnlq/data/batches.py "
+    "_check_token_ids then reads meta['vocab_size'] unchecked: KeyError / TypeError traceback"
+)
+DATA_PATH_FILE = (
+    "torchnlq/data/batches.py open_token_files tests data.path with is_dir() and says it 'does not exist' "
+    "when it is a file: one line, but a wrong diagnosis"
+)
+SYNTHETIC_ON_FILE = (
+    "torchnlq/data/synthetic.py ensure_synthetic_corpus mkdir()s data.path unchecked: FileExistsError traceback "
+    "when it is a file"
+)
+DUMP_FOLDER_FILE = (
+    "torchnlq/train/trainer.py Trainer.__init__ mkdir()s job.dump_folder/job.name unchecked, after the data and "
+    "model are built: NotADirectoryError traceback when job.dump_folder is a file"
+)
+RDZV = (
+    "run_train.sh reads ${RDZV_ENDPOINT:?...}: bash prints 'run_train.sh: line N: RDZV_ENDPOINT: set ...' "
+    "(no 'error:') and exits 1"
+)
+LOG_RANK = (
+    "run_train.sh passes LOG_RANK unchecked to torchrun's --local-ranks-filter: ValueError traceback from "
+    "torch.distributed.run, exit 1"
+)
+CACHE_FILE = "run_train.sh: 'mkdir -p $TORCHNLQ_CACHE/tmp' fails under set -e: 'mkdir: cannot create directory', exit 1"
+DEFAULT_CACHE = (
+    "run_train.sh creates ./outputs/.cache/tmp (its default TORCHNLQ_CACHE) before it checks anything, so every "
+    "mistake run from a fresh folder leaves outputs/.cache/tmp behind"
+)
+
+
+# ==================================================================================================
+# The catalogue, in-process rows: what happens when I get X wrong
+# ==================================================================================================
+
+T = "run_train.sh"  # ./run_train.sh [CONFIG.toml] [--section.key value ...] (python -m torchnlq.train)
+P = "run_train.sh NGPU=2"  # with NGPU > 1 run_train.sh first runs python -m torchnlq.train --preflight
+BYTES_300 = np.full(600, 300, dtype=np.uint16)  # token ids the byte tokenizer (257 ids) does not have
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """An edit of a JSON dict: set the dotted ``path`` to ``value``."""
+
+    def change(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for part in parents:
+            d = d[part]
+        d[last] = value
+
+    return change
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda d: d.pop(key)
+
+
+IN_PROCESS = [
+    # ---------------------------------------------------------------- run_train.sh: the TOML file
+    row(T, "config-file-missing", ["missing.toml", *TRAIN], "config file 'missing.toml' not found"),
+    row(T, "config-file-is-a-folder", ["configs", *TRAIN], "config file 'configs' is a folder", setup=folders("configs")),
+    row(T, "toml-syntax-error", ["syntax.toml", *TRAIN], "is not valid TOML",
+        setup=write({"syntax.toml": "[training\nsteps = 3\n"})),
+    row(T, "toml-not-utf8", ["latin1.toml", *TRAIN], "is not UTF-8 text",
+        setup=write({"latin1.toml": b'[job]\ndescription = "caf\xe9"\n'})),
+    row(T, "toml-unknown-section", ["trainer.toml", *TRAIN], "unknown section '[trainer]'; did you mean 'training'?",
+        setup=write({"trainer.toml": "[trainer]\nsteps = 3\n"})),
+    row(T, "toml-unknown-key", ["stesp.toml", *TRAIN], "unknown key 'training.stesp' in training; did you mean 'steps'?",
+        setup=write({"stesp.toml": "[training]\nstesp = 3\n"})),
+    row(T, "toml-key-outside-any-section", ["bare.toml", *TRAIN], "key 'steps' is outside any section",
+        setup=write({"bare.toml": "steps = 3\n"})),
+    row(T, "toml-array-of-tables", ["array.toml", *TRAIN], "[[training]] is an array of tables",
+        setup=write({"array.toml": "[[training]]\nsteps = 3\n"})),
+    row(T, "toml-unknown-subsection", ["sub.toml", *TRAIN], "unknown section '[model.query.extra]'",
+        setup=write({"sub.toml": "[model.query.extra]\n"})),
+    row(T, "toml-section-as-a-key", ["query.toml", *TRAIN], "'model.query' is a section, not a key",
+        setup=write({"query.toml": '[model]\nquery = "linear"\n'})),
+    row(T, "toml-key-as-a-section", ["steps.toml", *TRAIN], "'training.steps' is a key, not a section",
+        setup=write({"steps.toml": "[training.steps]\nvalue = 3\n"})),
+    row(T, "toml-key-twice", ["twice.toml", *TRAIN], "Cannot overwrite a value",
+        setup=write({"twice.toml": "[training]\nsteps = 3\nsteps = 4\n"})),
+    row(T, "toml-section-twice", ["sections.toml", *TRAIN], "Cannot declare ('model',) twice",
+        setup=write({"sections.toml": "[model]\ndim = 32\n[model]\nn_layers = 1\n"})),
+    row(T, "toml-string-for-an-integer", ["ten.toml", *TRAIN], "training.steps expects int, got str 'ten'",
+        setup=write({"ten.toml": '[training]\nsteps = "ten"\n'})),
+    row(T, "toml-float-for-an-integer", ["half.toml", *TRAIN], "training.steps expects int, got float 1.5",
+        setup=write({"half.toml": "[training]\nsteps = 1.5\n"})),
+    row(T, "toml-integer-for-a-boolean", ["one.toml", *TRAIN], "training.compile expects bool, got int 1",
+        setup=write({"one.toml": "[training]\ncompile = 1\n"})),
+    row(T, "toml-string-for-a-float", ["lr.toml", *TRAIN], "optimizer.lr expects float, got str '3e-4'",
+        setup=write({"lr.toml": '[optimizer]\nlr = "3e-4"\n'})),
+    row(T, "toml-list-for-an-integer", ["list.toml", *TRAIN], "training.steps expects int, got list",
+        setup=write({"list.toml": "[training]\nsteps = [1, 2]\n"})),
+    row(T, "toml-date-for-an-integer", ["date.toml", *TRAIN], "training.steps expects int, got date",
+        setup=write({"date.toml": "[training]\nsteps = 2024-01-01\n"})),
+    row(T, "toml-nan", ["nan.toml", *TRAIN], "optimizer.lr must be a finite number, got nan",
+        setup=write({"nan.toml": "[optimizer]\nlr = nan\n"})),
+    row(T, "toml-inf", ["inf.toml", *TRAIN], "training.max_norm must be a finite number, got inf",
+        setup=write({"inf.toml": "[training]\nmax_norm = inf\n"})),
+    row(T, "toml-below-the-minimum", ["accum.toml", *TRAIN], "training.grad_accum_steps must be >= 1, got 0",
+        setup=write({"accum.toml": "[training]\ngrad_accum_steps = 0\n"})),
+    row(T, "toml-above-the-maximum", ["beta.toml", *TRAIN], "optimizer.beta2 must be <= 1.0, got 1.5",
+        setup=write({"beta.toml": "[optimizer]\nbeta2 = 1.5\n"})),
+    row(T, "toml-zero-learning-rate", ["zero.toml", *TRAIN], "optimizer.lr must be > 0.0, got 0.0",
+        setup=write({"zero.toml": "[optimizer]\nlr = 0.0\n"})),
+    row(T, "toml-value-not-a-choice", ["fp16.toml", *TRAIN], "training.mixed_precision: 'fp16' is not one of bf16, fp32",
+        setup=write({"fp16.toml": '[training]\nmixed_precision = "fp16"\n'})),
+    row(T, "toml-choice-typo", ["skp.toml", *TRAIN], "did you mean 'skip'?",
+        setup=write({"skp.toml": '[training]\non_nonfinite = "skp"\n'})),
+    row(T, "toml-inline-table-unknown-name", ["inline.toml", *TRAIN], "model.query.type: unknown 'mlp'",
+        setup=write({"inline.toml": '[model]\nquery = {type = "mlp"}\n'})),
+    row(T, "toml-extends-itself", ["self.toml", *TRAIN], "extends itself",
+        setup=write({"self.toml": 'extends = "self.toml"\n'})),
+    row(T, "toml-extends-in-a-cycle", ["a.toml", *TRAIN], "b.toml -> ",
+        setup=write({"a.toml": 'extends = "b.toml"\n', "b.toml": 'extends = "a.toml"\n'})),
+    row(T, "toml-extends-a-missing-file", ["child.toml", *TRAIN], "base.toml' not found",
+        setup=write({"child.toml": 'extends = "base.toml"\n'})),
+    row(T, "toml-extends-not-a-string", ["three.toml", *TRAIN], "extends must be a file name string, got 3",
+        setup=write({"three.toml": "extends = 3\n"})),
+    row(T, "two-config-files", ["first.toml", "second.toml", *TRAIN], "unexpected argument 'second.toml'",
+        setup=write({"first.toml": "[job]\n", "second.toml": "[job]\n"})),
+    # ---------------------------------------------------------------- run_train.sh: --section.key overrides
+    row(T, "unknown-section", [*TRAIN, "--trainig.steps=3"], "unknown section 'trainig' in config; did you mean 'training'?"),
+    row(T, "unknown-key", [*TRAIN, "--training.stesp=3"], "unknown key 'training.stesp' in training; did you mean 'steps'?"),
+    row(T, "key-without-a-section", [*TRAIN, "--steps=3"], "option '--steps' must be --section.key"),
+    row(T, "key-without-a-value", [*TRAIN, "--training.steps"], "--training.steps needs a value"),
+    row(T, "not-an-integer", [*TRAIN, "--training.steps=ten"], "--training.steps expects an integer, got 'ten'"),
+    row(T, "not-a-number", [*TRAIN, "--optimizer.lr=fast"], "--optimizer.lr expects a number, got 'fast'"),
+    row(T, "not-a-boolean", [*TRAIN, "--training.compile=maybe"], "--training.compile expects true or false, got 'maybe'"),
+    row(T, "none-for-a-required-integer", [*TRAIN, "--training.steps=none"], "--training.steps expects an integer, got 'none'"),
+    row(T, "nan-learning-rate", [*TRAIN, "--optimizer.lr=nan"], "optimizer.lr must be a finite number, got nan"),
+    row(T, "float-overflowing-to-inf", [*TRAIN, "--training.max_norm=1e999"], "training.max_norm must be a finite number, got inf"),
+    row(T, "negative-seed", [*TRAIN, "--training.seed=-1"], "training.seed must be >= 0, got -1"),
+    row(T, "seed-above-2**64-1", [*TRAIN, f"--data.seed={2**64}"], f"data.seed must be <= {2**64 - 1}"),
+    row(T, "value-not-a-choice", [*TRAIN, "--training.device=tpu"], "training.device: 'tpu' is not one of auto, cuda, cpu"),
+    row(T, "section-as-a-key", [*TRAIN, "--model.query=linear"], "'model.query' is a section, not a key"),
+    row(T, "key-as-a-section", [*TRAIN, "--training.steps.max=3"], "'training.steps' is a key, not a section"),
+    row(T, "zero-micro-batch", [*TRAIN, "--training.micro_batch_size=0"], "training.micro_batch_size must be >= 1, got 0"),
+    row(T, "dp-shard-below-minus-one", [*TRAIN, "--parallelism.dp_shard=-2"], "parallelism.dp_shard must be >= -1, got -2"),
+    row(T, "zero-peak-tflops", [*TRAIN, "--metrics.peak_tflops=0"], "metrics.peak_tflops must be > 0.0, got 0.0"),
+    row(T, "unknown-optimizer", [*TRAIN, "--optimizer.name=sgd"], "optimizer.name: 'sgd' is not one of adamw, adamw8bit"),
+    # ---------------------------------------------------------------- run_train.sh: rules between sections
+    row(T, "query-type-typo", [*TRAIN, "--model.query.type=residual_mpl"],
+        "model.query.type: unknown 'residual_mpl'; did you mean 'residual_mlp'?"),
+    row(T, "activation-typo", [*TRAIN, "--model.query.activation=gleu"], "model.query.activation: unknown 'gleu'; did you mean 'gelu'?"),
+    row(T, "unknown-norm", [*TRAIN, "--model.query.input_norm=batch"], "model.query.input_norm: unknown 'batch'"),
+    row(T, "flavor-typo", [*TRAIN, "--model.flavor=gpt_smal"], "model.flavor: unknown 'gpt_smal'; did you mean 'gpt_small'?"),
+    row(T, "unknown-positions", [*TRAIN, "--model.positions=alibi"], "model.positions: unknown 'alibi'"),
+    row(T, "synthetic-corpus-with-gpt2", [*TRAIN, "--data.synthetic=true", "--data.tokenizer=gpt2"],
+        'data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"'),
+    row(T, "min-lr-above-lr", [*TRAIN, "--optimizer.lr=1e-3", "--lr_schedule.min_lr=1e-2"],
+        "lr_schedule.min_lr=0.01 is above optimizer.lr=0.001"),
+    row(T, "export-without-checkpoints", [*TRAIN, "--checkpoint.enabled=false", "--checkpoint.export_at_end=true"],
+        "checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true"),
+    row(T, "seq-len-above-the-positions", [*TRAIN, "--training.seq_len=4096"],
+        "training.seq_len=4096 exceeds the model's max_seq_len=256"),
+    row(T, "heads-do-not-divide-dim", [*TRAIN, "--model.n_heads=5"], "model.n_heads=5 does not divide model.dim=32"),
+    row(T, "kv-heads-do-not-divide-heads", [*TRAIN, "--model.n_kv_heads=3"], "model.n_kv_heads=3 must be in 1..2"),
+    row(T, "rope-with-an-odd-head-dim", [*TRAIN, "--model.positions=rope", "--model.n_heads=32"],
+        "model.positions='rope' needs an even head_dim, got dim/n_heads = 1"),
+    row(T, "mlp-ratio-rounding-to-zero", [*TRAIN, "--model.mlp_ratio=0.001"], "model.mlp_ratio=0.001 gives an MLP of 0 units"),
+    row(T, "bottleneck-rounding-to-zero", [*TRAIN, "--model.query.type=residual_mlp", "--model.query.bottleneck_ratio=0.001"],
+        "model.query.bottleneck_ratio=0.001 gives r = round(0.001*32) = 0"),
+    row(T, "fuse-kv-on-a-linear-query", [*TRAIN, "--model.query.fuse_kv=true"],
+        "model.query.fuse_kv = true needs a query with a fusable input projection"),
+    row(T, "fuse-kv-with-layer-norm", [*TRAIN, "--model.query.type=residual_mlp", "--model.query.fuse_kv=true",
+                                       "--model.query.input_norm=layer"], "model.query.fuse_kv = true needs model.query.input_norm"),
+    row(T, "job-name-with-a-slash", [*TRAIN, "--job.name=runs/a"], "job.name='runs/a' is not a plain folder name"),
+    row(T, "job-name-dot-dot", [*TRAIN, "--job.name=.."], "job.name='..' is not a plain folder name"),
+    # ---------------------------------------------------------------- run_train.sh: devices and parallelism
+    row(T, "cuda-without-a-gpu", [*TRAIN, "--training.device=cuda"], "training.device='cuda' but no CUDA device is visible",
+        needs_no_cuda=True),
+    row(T, "float8-on-a-cpu", [*TRAIN, "--float8.enabled=true"], "float8.enabled needs a GPU with float8 support"),
+    row(T, "fused-adamw8bit", [*TRAIN, "--optimizer.name=adamw8bit", "--optimizer.fused=true"],
+        "optimizer.fused = true is torch's fused AdamW kernel"),
+    row(T, "dp-replicate-above-the-world-size", [*TRAIN, "--parallelism.dp_replicate=2"],
+        "parallelism.dp_replicate=2 does not divide the world size 1"),
+    row(T, "dp-shard-above-the-world-size", [*TRAIN, "--parallelism.dp_shard=2"], "parallelism.dp_shard=2 = 2 != world size 1"),
+    row(T, "dump-folder-is-a-file", [*TRAIN, "--job.dump_folder={tmp}/notes.txt"], "notes.txt",
+        setup=write({"notes.txt": "mine"}), xfail=DUMP_FOLDER_FILE),
+    # ---------------------------------------------------------------- run_train.sh: the data folder
+    row(T, "data-folder-missing", [*TRAIN, "--data.path={tmp}/nowhere"],
+        "data.path '{tmp}/nowhere' does not exist; prepare it with: python scripts/prepare_data.py"),
+    row(T, "data-folder-empty", [*TRAIN, "--data.path={tmp}/empty"], "lacks meta.json, train.bin, val.bin",
+        setup=folders("empty")),
+    row(T, "data-without-meta-json", [*TRAIN, "--data.path={tmp}/nometa"], "data.path '{tmp}/nometa' lacks meta.json (",
+        setup=token_folder("nometa", drop=["meta.json"])),
+    row(T, "data-without-val-bin", [*TRAIN, "--data.path={tmp}/noval"], "data.path '{tmp}/noval' lacks val.bin",
+        setup=token_folder("noval", drop=["val.bin"])),
+    row(T, "data-path-is-a-file", [*TRAIN, "--data.path={tmp}/notes.txt"], "is not a folder",
+        setup=write({"notes.txt": "mine"}), xfail=DATA_PATH_FILE),
+    row(T, "synthetic-corpus-over-a-file", [*TRAIN, "--data.synthetic=true", "--data.path={tmp}/notes.txt"], "notes.txt",
+        setup=write({"notes.txt": "mine"}), xfail=SYNTHETIC_ON_FILE),
+    row(T, "token-ids-above-the-vocabulary", [*TRAIN, "--data.path={tmp}/big"], "train.bin holds token id 300",
+        setup=token_folder("big", train=BYTES_300)),
+    row(T, "recorded-token-id-above-the-vocabulary", [*TRAIN, "--data.path={tmp}/recorded"], "train.bin holds token id 999",
+        setup=token_folder("recorded", meta=_set("max_token_id", {"train": 999, "val": 65}))),
+    row(T, "train-split-too-short", [*TRAIN, "--data.path={tmp}/short"],
+        "train.bin has 20 tokens, fewer than one sequence of seq_len+1=33",
+        setup=token_folder("short", train=np.full(20, 65, dtype=np.uint16))),
+    row(T, "seq-len-longer-than-the-val-split", [*TRAIN, "--training.seq_len=1000", "--model.max_seq_len=1024"],
+        "val.bin has 800 tokens, fewer than one sequence of seq_len+1=1001"),
+    row(T, "token-file-of-odd-size", [*TRAIN, "--data.path={tmp}/odd"], "train.bin' has an odd size (1201 bytes)",
+        setup=token_folder("odd", raw={"train.bin": b"\0" * 1201})),
+    row(T, "meta-json-not-json", [*TRAIN, "--data.path={tmp}/badmeta"], "meta.json' is not readable JSON",
+        setup=token_folder("badmeta", raw={"meta.json": b"{oops"})),
+    row(T, "meta-json-without-tokenizer", [*TRAIN, "--data.path={tmp}/notok"], "meta.json' has no 'tokenizer' entry",
+        setup=token_folder("notok", meta=_drop("tokenizer"))),
+    row(T, "meta-json-token-count-wrong", [*TRAIN, "--data.path={tmp}/count"], "train.bin has 600 tokens but meta.json says 7",
+        setup=token_folder("count", meta=_set("tokens.train", 7))),
+    row(T, "meta-json-other-dtype", [*TRAIN, "--data.path={tmp}/u32"], "holds uint32 tokens; torchnlq reads uint16 only",
+        setup=token_folder("u32", meta=_set("dtype", "uint32"))),
+    row(T, "meta-json-without-vocab-size", [*TRAIN, "--data.path={tmp}/novocab"], "vocab_size",
+        setup=token_folder("novocab", meta=_drop("vocab_size")), xfail=META_FIELDS),
+    row(T, "meta-json-vocab-size-not-a-number", [*TRAIN, "--data.path={tmp}/many"], "vocab_size",
+        setup=token_folder("many", meta=_set("vocab_size", "many")), xfail=META_FIELDS),
+    row(T, "data-of-another-tokenizer", [*TRAIN, "--data.tokenizer=gpt2"],
+        "was tokenized with 'byte' (meta.json) but data.tokenizer is 'gpt2'"),
+    row(T, "vocab-size-below-the-data", [*TRAIN, "--model.vocab_size=100"],
+        "model.vocab_size=100 is smaller than the data's 257 tokens"),
+    # ---------------------------------------------------------------- run_train.sh: resuming and loading checkpoints
+    row(T, "resume-with-another-model-width", [*RESUME, "--model.dim=64"],
+        "was saved with model.dim=32 but this run has model.dim=64", setup=RESUMABLE),
+    row(T, "resume-with-another-data-seed", [*RESUME, "--data.seed=7"],
+        "was saved with data.seed=42 but this run has data.seed=7", setup=RESUMABLE),
+    row(T, "resume-from-a-step-that-does-not-exist", [*RESUME, "--checkpoint.load_step=5"],
+        "checkpoint.load_step=5 not found in {tmp}/resume/run/checkpoints (have: 2)", setup=RESUMABLE),
+    row(T, "run-folder-in-use", RESUME, f"is in use by process {os.getpid()}", setup=BUSY),
+    row(T, "resume-from-a-truncated-checkpoint", [*TRAIN, "--job.dump_folder={tmp}/cut"], "is truncated (100 of",
+        setup=copy_of("{run}", "cut/run", damage=truncate_shard)),
+    row(T, "initial-load-path-missing", [*TRAIN, "--checkpoint.initial_load_path={tmp}/nowhere"],
+        "checkpoint '{tmp}/nowhere' does not exist"),
+    row(T, "initial-load-path-not-a-checkpoint", [*TRAIN, "--checkpoint.initial_load_path={data}"],
+        "is not a torchnlq checkpoint (no torchnlq.json)"),
+    row(T, "initial-load-path-of-another-shape", [*TRAIN, "--checkpoint.initial_load_path={ckpt}", "--model.dim=64"],
+        "checkpoint.initial_load_path {ckpt} was saved with model.dim=32"),
+    # ---------------------------------------------------------------- run_train.sh with NGPU=2: the preflight
+    row(P, "unknown-key", [*TRAIN, "--training.stesp=3"], "unknown key 'training.stesp'"),
+    row(P, "min-lr-above-lr", [*TRAIN, "--optimizer.lr=1e-3", "--lr_schedule.min_lr=1e-2"], "is above optimizer.lr=0.001"),
+    row(P, "data-folder-missing", [*TRAIN, "--data.path={tmp}/nowhere"], "data.path '{tmp}/nowhere' does not exist"),
+    row(P, "token-ids-above-the-vocabulary", [*TRAIN, "--data.path={tmp}/big"], "train.bin holds token id 300",
+        setup=token_folder("big", train=BYTES_300)),
+    row(P, "vocab-size-below-the-data", [*TRAIN, "--model.vocab_size=100"], "smaller than the data's 257 tokens"),
+    row(P, "run-folder-in-use", RESUME, f"is in use by process {os.getpid()}", setup=BUSY),
+    # ---------------------------------------------------------------- prepare_data.py
+    row("prepare_data.py", "out-not-given", ["--files", "{tmp}/src/a.txt", "--tokenizer", "byte"], "--out",
+        setup=write(DOCS), xfail=ARGPARSE),
+    row("prepare_data.py", "unknown-tokenizer", ["--out", "{tmp}/tokens", "--tokenizer", "bpe"], "bpe", xfail=ARGPARSE),
+    row("prepare_data.py", "input-file-missing", [*PREPARE, "--files", "{tmp}/src/missing.txt"],
+        "input file(s) not found: {tmp}/src/missing.txt", setup=write(DOCS)),
+    row("prepare_data.py", "input-is-a-folder", [*PREPARE, "--files", "{tmp}/src"], "--files names a folder: {tmp}/src",
+        setup=write(DOCS)),
+    row("prepare_data.py", "input-file-twice", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/./a.txt"],
+        "input file(s) given more than once: {tmp}/src/a.txt", setup=write(DOCS)),
+    row("prepare_data.py", "json-and-text-mixed", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/r.jsonl"],
+        "--files mixes JSON/JSONL and plain text files", setup=write({**DOCS, "src/r.jsonl": '{"text": "x"}\n'})),
+    row("prepare_data.py", "text-field-for-text-files", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                        "--text-field", "body"],
+        "--text-field 'body' applies to JSON/JSONL records", setup=write(DOCS)),
+    row("prepare_data.py", "jsonl-without-the-text-field", [*PREPARE, "--files", "{tmp}/src/r.jsonl"],
+        "the input has no 'text' field (fields: body); set --text-field",
+        setup=write({"src/r.jsonl": '{"body": "a"}\n{"body": "b"}\n'})),
+    row("prepare_data.py", "jsonl-malformed", [*PREPARE, "--files", "{tmp}/src/bad.jsonl"], "could not read the json file(s)",
+        setup=write({"src/bad.jsonl": '{"text": "a"\n'})),
+    row("prepare_data.py", "one-document", [*PREPARE, "--files", "{tmp}/src/a.txt"],
+        "the input has 1 document(s); at least 2 are needed", setup=write(DOCS)),
+    row("prepare_data.py", "blank-lines-only", [*PREPARE, "--files", "{tmp}/src/blank.txt", "--text-split", "line"],
+        "the input has 0 document(s)", setup=write({"src/blank.txt": "\n\n  \n"})),
+    row("prepare_data.py", "val-fraction-zero", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                "--val-fraction", "0"],
+        "--val-fraction 0.0 must lie strictly between 0 and 1", setup=write(DOCS)),
+    row("prepare_data.py", "val-fraction-above-one", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                     "--val-fraction", "1.5"],
+        "--val-fraction 1.5 must lie strictly between 0 and 1", setup=write(DOCS)),
+    row("prepare_data.py", "val-fraction-nan", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                               "--val-fraction", "nan"],
+        "--val-fraction nan must lie strictly between 0 and 1", setup=write(DOCS)),
+    row("prepare_data.py", "val-fraction-leaving-no-training-document",
+        [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt", "--val-fraction", "0.9"],
+        "--val-fraction 0.9 of 2 documents leaves no training document", setup=write(DOCS)),
+    row("prepare_data.py", "negative-split-seed", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                  "--split-seed", "-1"],
+        "--split-seed -1 must be a non-negative integer", setup=write(DOCS)),
+    row("prepare_data.py", "tiktoken-file-missing", ["--out", "{tmp}/tokens", "--tokenizer", "gpt2", "--files",
+                                                    "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                    "--tiktoken-file", "{tmp}/gpt2.tiktoken"],
+        "tiktoken file '{tmp}/gpt2.tiktoken' does not exist", setup=write(DOCS)),
+    row("prepare_data.py", "tiktoken-file-of-another-vocabulary", ["--out", "{tmp}/tokens", "--tokenizer", "gpt2",
+                                                                  "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                                  "--tiktoken-file", "{tmp}/src/a.txt"],
+        "not the GPT-2 (r50k_base) ranks", setup=write(DOCS)),
+    row("prepare_data.py", "out-is-the-working-directory", ["--out", ".", "--tokenizer", "byte", "--files",
+                                                           "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--out '.' is the current directory, the home folder or a parent of one", setup=write(DOCS)),
+    row("prepare_data.py", "out-is-a-parent-of-the-working-directory",
+        ["--out", "..", "--overwrite", "--tokenizer", "byte", "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--out '..' is the current directory, the home folder or a parent of one", setup=write(DOCS)),
+    row("prepare_data.py", "out-is-the-home-folder", ["--out", "~", "--tokenizer", "byte", "--files",
+                                                     "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--out '~' is the current directory, the home folder", setup=both(write(DOCS), folders("home")),
+        env={"HOME": "{tmp}/home"}),
+    row("prepare_data.py", "out-not-empty", ["--out", "{tmp}/mine", "--tokenizer", "byte", "--files",
+                                            "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "is not empty (it holds 'notes.txt')", setup=write({**DOCS, "mine/notes.txt": "mine"})),
+    row("prepare_data.py", "overwrite-a-folder-of-other-files",
+        ["--out", "{tmp}/mine", "--overwrite", "--tokenizer", "byte", "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "is not a token folder", setup=write({**DOCS, "mine/notes.txt": "mine"})),
+    row("prepare_data.py", "out-is-a-file", ["--out", "{tmp}/src/b.txt", "--tokenizer", "byte", "--files",
+                                            "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--out '{tmp}/src/b.txt' exists and is not a folder", setup=write(DOCS)),
+    row("prepare_data.py", "out-inside-a-file", ["--out", "{tmp}/src/b.txt/tokens", "--tokenizer", "byte", "--files",
+                                                "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "cannot be created: '{tmp}/src/b.txt' is a file", setup=write(DOCS)),
+    row("prepare_data.py", "cache-dir-is-a-file", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
+                                                  "--cache-dir", "{tmp}/src/b.txt"],
+        "--cache-dir '{tmp}/src/b.txt' exists and is not a folder", setup=write(DOCS)),
+    # ---------------------------------------------------------------- convert_checkpoint.py
+    row("convert_checkpoint.py", "output-folder-not-given", ["{ckpt}"], "OUT", xfail=ARGPARSE),
+    row("convert_checkpoint.py", "unknown-dtype", ["{ckpt}", "{tmp}/out", "--dtype", "int8"], "int8", xfail=ARGPARSE),
+    row("convert_checkpoint.py", "checkpoint-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist"),
+    row("convert_checkpoint.py", "run-folder-for-a-checkpoint", ["{run}", "{tmp}/out"],
+        "(it looks like a run folder: pass one of {run}/checkpoints/step-N)"),
+    row("convert_checkpoint.py", "data-folder-for-a-checkpoint", ["{data}", "{tmp}/out"],
+        "'{data}' is neither a torchnlq checkpoint"),
+    row("convert_checkpoint.py", "output-exists", ["{ckpt}", "{tmp}/out"], "'{tmp}/out' already exists",
+        setup=copy_of("{export}", "out")),
+    row("convert_checkpoint.py", "output-is-the-checkpoint", ["{ckpt}", "{ckpt}", "--overwrite"], "is the source"),
+    row("convert_checkpoint.py", "output-inside-the-checkpoint", ["{ckpt}", "{ckpt}/export"], "lies inside the source"),
+    row("convert_checkpoint.py", "output-is-the-run-folder", ["{ckpt}", "{run}", "--overwrite"], "contains the source"),
+    row("convert_checkpoint.py", "output-inside-the-checkpoints-folder", ["{ckpt}", "{run}/checkpoints/export"],
+        "lies inside the run's checkpoints folder"),
+    row("convert_checkpoint.py", "output-is-the-working-directory", ["{ckpt}", ".", "--overwrite"],
+        "output folder '.' is the current directory"),
+    row("convert_checkpoint.py", "output-is-the-home-folder", ["{ckpt}", "~", "--overwrite"],
+        "output folder '~' is the current directory, the home folder", setup=folders("home"), env={"HOME": "{tmp}/home"}),
+    row("convert_checkpoint.py", "overwrite-a-folder-that-is-not-an-export", ["{ckpt}", "{tmp}/notes", "--overwrite"],
+        "is not a torchnlq export (it holds 'thesis.tex')", setup=write({"notes/thesis.tex": "years of work"})),
+    row("convert_checkpoint.py", "overwrite-a-file", ["{ckpt}", "{tmp}/notes.txt", "--overwrite"],
+        "'{tmp}/notes.txt' exists and is not a folder", setup=write({"notes.txt": "mine"})),
+    row("convert_checkpoint.py", "overwrite-a-symbolic-link", ["{ckpt}", "{tmp}/link", "--overwrite"],
+        "'{tmp}/link' is a symbolic link", setup=lambda tmp, inputs: (tmp / "link").symlink_to(inputs.export)),
+    row("convert_checkpoint.py", "hf-gpt2-of-a-nonlinear-query", ["{tmp}/mlp", "{tmp}/hf", "--format", "hf-gpt2"],
+        "query type residual_mlp has no GPT-2 equivalent", setup=checkpoint("mlp", qtype="residual_mlp")),
+    row("convert_checkpoint.py", "hf-gpt2-of-a-rope-model", ["{tmp}/rope", "{tmp}/hf", "--format", "hf-gpt2"],
+        "positions='rope': GPT-2 has learned absolute positions only", setup=checkpoint("rope", positions="rope")),
+    row("convert_checkpoint.py", "hf-gpt2-of-a-gqa-model", ["{tmp}/gqa", "{tmp}/hf", "--format", "hf-gpt2"],
+        "n_kv_heads=2 != n_heads=4 (GQA/MQA)", setup=checkpoint("gqa", n_kv_heads=2)),
+    row("convert_checkpoint.py", "checkpoint-metadata-corrupt", ["{tmp}/corrupt", "{tmp}/out"], "torchnlq.json' is corrupt",
+        setup=copy_of("{ckpt}", "corrupt", overwrite("torchnlq.json", "{not json"))),
+    row("convert_checkpoint.py", "checkpoint-shard-truncated", ["{tmp}/truncated", "{tmp}/out"], "is truncated (100 of",
+        setup=copy_of("{ckpt}", "truncated", truncate_shard)),
+    row("convert_checkpoint.py", "checkpoint-metadata-of-another-model", ["{tmp}/other", "{tmp}/out"],
+        "but the model_args give", setup=copy_of("{ckpt}", "other", edit_json("torchnlq.json", _set("model_args.dim", 64)))),
+    row("convert_checkpoint.py", "export-from-a-newer-torchnlq", ["{tmp}/export", "{tmp}/out"],
+        "has format_version 99, newer than this torchnlq reads",
+        setup=copy_of("{export}", "export", edit_json("config.json", _set("format_version", 99)))),
+    row("convert_checkpoint.py", "hugging-face-folder-for-a-checkpoint", ["{tmp}/hf", "{tmp}/out"],
+        "is not a torchnlq export (a Hugging Face folder?)",
+        setup=write({"hf/config.json": '{"model_type": "gpt2"}', "hf/model.safetensors": "x"})),
+    # ---------------------------------------------------------------- generate.py
+    row("generate.py", "checkpoint-not-given", [], "CKPT_OR_EXPORT", xfail=ARGPARSE),
+    row("generate.py", "max-new-tokens-not-a-number", ["{ckpt}", "--max-new-tokens", "ten"], "ten", xfail=ARGPARSE),
+    row("generate.py", "checkpoint-missing", ["{tmp}/nowhere"], "'{tmp}/nowhere' does not exist"),
+    row("generate.py", "run-folder-for-a-checkpoint", ["{run}"], "it looks like a run folder"),
+    row("generate.py", "negative-max-new-tokens", ["{ckpt}", "--max-new-tokens", "-1"], "--max-new-tokens=-1 must be at least 0"),
+    row("generate.py", "negative-temperature", ["{ckpt}", "--temperature", "-0.5"],
+        "--temperature=-0.5 must be a finite number >= 0"),
+    row("generate.py", "nan-temperature", ["{ckpt}", "--temperature", "nan"], "--temperature=nan must be a finite number"),
+    row("generate.py", "infinite-temperature", ["{ckpt}", "--temperature", "inf"], "--temperature=inf must be a finite number"),
+    row("generate.py", "zero-top-k", ["{ckpt}", "--top-k", "0"], "--top-k=0 must be at least 1"),
+    row("generate.py", "negative-seed", ["{ckpt}", "--seed", "-1"], "--seed=-1 must be in 0.."),
+    row("generate.py", "seed-above-2**64-1", ["{ckpt}", "--seed", str(2**64)], f"--seed={2**64} must be in 0.."),
+    row("generate.py", "cuda-without-a-gpu", ["{ckpt}", "--device", "cuda"], "no CUDA device is visible; use --device cpu",
+        needs_no_cuda=True),
+    row("generate.py", "unknown-device", ["{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
+    row("generate.py", "device-this-torch-lacks", ["{ckpt}", "--device", "mps"], "mps", xfail=DEVICE_TYPE),
+    row("generate.py", "prompt-longer-than-the-context", ["{ckpt}", "--prompt", "x" * 300],
+        "the prompt has 300 tokens but the model's context is max_seq_len=256"),
+    row("generate.py", "gpt2-model-without-its-tiktoken-file", ["{tmp}/gpt2", "--tiktoken-file", "{tmp}/gpt2.tiktoken"],
+        "tiktoken file '{tmp}/gpt2.tiktoken' does not exist",
+        setup=checkpoint("gpt2", meta={"tokenizer": {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}},
+                         n_layers=1, dim=8, n_heads=2, vocab_size=50304, max_seq_len=16)),
+    row("generate.py", "model-without-a-tokenizer", ["{tmp}/notok"], "the model records no tokenizer",
+        setup=checkpoint("notok", meta={"tokenizer": {}})),
+    row("generate.py", "tokenizer-larger-than-the-model", ["{tmp}/small"], "tokenizer byte has 257 tokens but the model only 200",
+        setup=checkpoint("small", vocab_size=200)),
+    # ---------------------------------------------------------------- evaluate.py
+    row("evaluate.py", "data-not-given", ["{ckpt}"], "--data", xfail=ARGPARSE),
+    row("evaluate.py", "data-folder-missing", ["{ckpt}", "--data", "{tmp}/nowhere"], "data.path '{tmp}/nowhere' does not exist"),
+    row("evaluate.py", "checkpoint-for-the-data", ["{ckpt}", "--data", "{ckpt}"], "lacks meta.json, train.bin, val.bin"),
+    row("evaluate.py", "zero-sequences", ["{ckpt}", "--data", "{data}", "--sequences", "0"], "--sequences=0 must be at least 1"),
+    row("evaluate.py", "zero-micro-batch", ["{ckpt}", "--data", "{data}", "--micro-batch-size", "0"],
+        "--micro-batch-size=0 must be at least 1"),
+    row("evaluate.py", "zero-seq-len", ["{ckpt}", "--data", "{data}", "--seq-len", "0"], "--seq-len=0 must be at least 1"),
+    row("evaluate.py", "seq-len-above-the-positions", ["{ckpt}", "--data", "{data}", "--seq-len", "512"],
+        "--seq-len=512 exceeds the model's max_seq_len=256"),
+    row("evaluate.py", "seed-above-2**64-1", ["{ckpt}", "--data", "{data}", "--seed", str(2**64)], f"--seed={2**64} must be in"),
+    row("evaluate.py", "data-of-another-tokenizer", ["{tmp}/gpt2", "--data", "{data}"],
+        "was tokenized with 'byte' (meta.json) but data.tokenizer is 'gpt2'",
+        setup=checkpoint("gpt2", meta={"tokenizer": {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}})),
+    row("evaluate.py", "export-without-validation-settings", ["{tmp}/export", "--data", "{data}"],
+        "records no validation settings; pass --sequences N",
+        setup=copy_of("{export}", "export", edit_json("config.json", _drop("validation")))),
+    row("evaluate.py", "val-split-shorter-than-seq-len", ["{ckpt}", "--data", "{tmp}/short"],
+        "val.bin has 10 tokens, fewer than one sequence of seq_len+1=33",
+        setup=token_folder("short", val=np.full(10, 65, dtype=np.uint16))),
+    row("evaluate.py", "device-this-torch-lacks", ["{ckpt}", "--data", "{data}", "--device", "meta"], "meta",
+        xfail=DEVICE_TYPE),
+    # ---------------------------------------------------------------- run_suite.py
+    row("run_suite.py", "suite-file-not-given", [], "give the suite file first"),
+    row("run_suite.py", "option-before-the-suite-file", ["--dry-run", "{tmp}/s.toml"], "give the suite file first",
+        setup=suite(SUITE)),
+    row("run_suite.py", "suite-file-missing", ["{tmp}/missing.toml", "--dry-run"], "suite file '{tmp}/missing.toml' not found"),
+    row("run_suite.py", "suite-not-valid-toml", ["{tmp}/syntax.toml", "--dry-run"], "is not valid TOML",
+        setup=suite("config = \n", "syntax.toml")),
+    row("run_suite.py", "unknown-suite-key", ["{tmp}/basline.toml", "--dry-run"], "unknown key 'basline'; did you mean 'baseline'?",
+        setup=suite(SUITE + 'basline = "run"\n', "basline.toml")),
+    row("run_suite.py", "neither-config-nor-runs", ["{tmp}/empty.toml", "--dry-run"], "give a top-level config",
+        setup=suite('dump_folder = "x"\n', "empty.toml")),
+    row("run_suite.py", "run-config-missing", ["{tmp}/runcfg.toml", "--dry-run"], "config 'missing.toml' not found",
+        setup=suite('[[runs]]\nname = "a"\nconfig = "missing.toml"\n', "runcfg.toml")),
+    row("run_suite.py", "grid-key-typo", ["{tmp}/typ.toml", "--dry-run"], "did you mean 'type'?",
+        setup=suite(SUITE + '[grid]\n"model.query.typ" = ["linear"]\n', "typ.toml")),
+    row("run_suite.py", "grid-value-of-the-wrong-type", ["{tmp}/many.toml", "--dry-run"], "grid key 'training.steps' = 'many'",
+        setup=suite(SUITE + '[grid]\n"training.steps" = ["many"]\n', "many.toml")),
+    row("run_suite.py", "grid-empty-list", ["{tmp}/none.toml", "--dry-run"], "grid key 'training.seed' needs a non-empty list",
+        setup=suite(SUITE + '[grid]\n"training.seed" = []\n', "none.toml")),
+    row("run_suite.py", "grid-value-twice", ["{tmp}/twice.toml", "--dry-run"], "grid key 'training.seed' lists 1 twice",
+        setup=suite(SUITE + '[grid]\n"training.seed" = [1, 2, 1]\n', "twice.toml")),
+    row("run_suite.py", "grid-not-a-table", ["{tmp}/grid5.toml", "--dry-run"], "[grid] must map dotted config keys",
+        setup=suite(SUITE + "grid = 5\n", "grid5.toml")),
+    row("run_suite.py", "baseline-not-a-run", ["{tmp}/nope.toml", "--dry-run"], "baseline 'nope' is not a run name",
+        setup=suite(SUITE + 'baseline = "nope"\n', "nope.toml")),
+    row("run_suite.py", "run-name-twice", ["{tmp}/dup.toml", "--dry-run"], "run name 'a' appears twice",
+        setup=suite(SUITE + '[[runs]]\nname = "a"\n[[runs]]\nname = "a"\n', "dup.toml")),
+    row("run_suite.py", "run-without-a-name", ["{tmp}/noname.toml", "--dry-run"], "runs[0] needs a name",
+        setup=suite(SUITE + '[[runs]]\noverrides = []\n', "noname.toml")),
+    row("run_suite.py", "run-sets-job-name", ["{tmp}/jobname.toml", "--dry-run"], "the suite sets job.name and job.dump_folder",
+        setup=suite(SUITE + '[[runs]]\nname = "a"\noverrides = ["--job.name=x"]\n', "jobname.toml")),
+    row("run_suite.py", "overrides-not-a-list", ["{tmp}/str.toml", "--dry-run"], "overrides must be a list of strings",
+        setup=suite(SUITE + 'overrides = "--training.steps=3"\n', "str.toml")),
+    row("run_suite.py", "run-override-invalid", ["{tmp}/heads.toml", "--dry-run"], "run 'a': model.n_heads=3 does not divide",
+        setup=suite(SUITE + '[[runs]]\nname = "a"\noverrides = ["--model.n_heads=3"]\n', "heads.toml")),
+    row("run_suite.py", "shared-overrides-set-the-dump-folder", ["{tmp}/dump.toml", "--dry-run"],
+        "set the suite's dump_folder instead", setup=suite(SUITE + 'overrides = ["--job.dump_folder=x"]\n', "dump.toml")),
+    row("run_suite.py", "dump-folder-not-a-string", ["{tmp}/five.toml", "--dry-run"], "dump_folder must be a string, got 5",
+        setup=suite(SUITE + "dump_folder = 5\n", "five.toml")),
+    row("run_suite.py", "compare-step-zero", ["{tmp}/step.toml", "--dry-run"], "compare_step must be a positive integer step, got 0",
+        setup=suite(SUITE + "compare_step = 0\n", "step.toml")),
+    row("run_suite.py", "command-line-flattens-a-varied-key", ["{tmp}/seeds.toml", "--dry-run", "--training.seed=5"],
+        "--training.seed is set per run by the suite", setup=suite(SUITE + '[grid]\n"training.seed" = [1, 2]\n', "seeds.toml")),
+    row("run_suite.py", "command-line-sets-job-name", ["{tmp}/s.toml", "--dry-run", "--job.name=x"],
+        "the suite names its runs; do not override job.name", setup=suite(SUITE)),
+    row("run_suite.py", "command-line-dump-folder-without-a-value", ["{tmp}/s.toml", "--dry-run", "--job.dump_folder"],
+        "--job.dump_folder needs a value", setup=suite(SUITE)),
+    row("run_suite.py", "command-line-override-typo", ["{tmp}/s.toml", "--dry-run", "--training.stesp=3"],
+        "run 'run': unknown key 'training.stesp'", setup=suite(SUITE)),
+    # Not a dry run: the data of every run is opened before the first launch.
+    row("run_suite.py", "data-folder-missing", ["{tmp}/s.toml", "--data.path={tmp}/nowhere"],
+        "run 'run': data.path '{tmp}/nowhere' does not exist", setup=suite(SUITE)),
+    # ---------------------------------------------------------------- compare_runs.py
+    row("compare_runs.py", "baseline-not-given", ["{runs}/a"], "--baseline", xfail=ARGPARSE),
+    row("compare_runs.py", "run-folder-missing", ["{tmp}/nowhere", "--baseline", "{runs}/a"],
+        "'{tmp}/nowhere' is neither a run folder (with run_info.json) nor a folder of runs"),
+    row("compare_runs.py", "empty-folder-of-runs", ["{tmp}/empty", "--baseline", "{runs}/a"],
+        "'{tmp}/empty' is neither a run folder", setup=folders("empty")),
+    row("compare_runs.py", "baseline-not-a-run", ["{runs}/a", "--baseline", "nobody"],
+        "baseline 'nobody' is neither the name of one of the runs nor a run folder"),
+    row("compare_runs.py", "different-training-batches", ["{runs}/a", "{runs}/other_batches", "--baseline", "a"],
+        "the runs saw different training batches"),
+    row("compare_runs.py", "different-validation-sequences", ["{runs}/a", "{runs}/other_val", "--baseline", "a"],
+        "the runs saw different validation sequences"),
+    row("compare_runs.py", "no-common-validation-step", ["{runs}/a", "{runs}/late", "--baseline", "a"],
+        "the runs share no validation step"),
+    row("compare_runs.py", "step-not-a-validation-step", ["{runs}/a", "{runs}/b", "--baseline", "a", "--step", "15"],
+        "step 15 is not a validation step of every run"),
+    row("compare_runs.py", "run-without-validation-losses", ["{runs}/a", "{runs}/no_tb", "--baseline", "a"],
+        "has no validation losses (loss/val)"),
+    row("compare_runs.py", "config-toml-corrupt", ["{runs}/a", "{tmp}/broken", "--baseline", "a"],
+        "config.toml' is not valid TOML", setup=copy_of("{runs}/b", "broken", overwrite("config.toml", "[job\n"))),
+    row("compare_runs.py", "run-info-corrupt", ["{runs}/a", "{tmp}/broken_info", "--baseline", "a"],
+        "run_info.json' is not valid JSON", setup=copy_of("{runs}/b", "broken_info", overwrite("run_info.json", "{oops"))),
+    row("compare_runs.py", "out-is-a-file", ["{runs}/a", "{runs}/b", "--baseline", "a", "--out", "{tmp}/notes.txt"],
+        "--out '{tmp}/notes.txt' exists and is not a folder", setup=write({"notes.txt": "mine"})),
+    row("compare_runs.py", "out-is-a-compared-run", ["{runs}/a", "{runs}/b", "--baseline", "a", "--out", "{runs}/b"],
+        "is inside the run folder '{runs}/b' being compared"),
+    # ---------------------------------------------------------------- model_summary.py
+    row("model_summary.py", "config-file-missing", ["nowhere.toml"], "config file 'nowhere.toml' not found"),
+    row("model_summary.py", "toml-syntax-error", ["{tmp}/syntax.toml"], "is not valid TOML",
+        setup=write({"syntax.toml": "[model\n"})),
+    row("model_summary.py", "unknown-key", ["--model.dimm=64"], "unknown key 'model.dimm' in model; did you mean 'dim'?"),
+    row("model_summary.py", "unknown-flavor", ["--model.flavor=gpt_huge"], "model.flavor: unknown 'gpt_huge'"),
+    row("model_summary.py", "heads-do-not-divide-dim", ["--model.dim=100", "--model.n_heads=3"],
+        "model.n_heads=3 does not divide model.dim=100"),
+    row("model_summary.py", "seq-len-above-the-positions", ["--training.seq_len=2048"], "exceeds the model's max_seq_len=256"),
+    row("model_summary.py", "bare-section", ["--model"], "option '--model' must be --section.key"),
+    row("model_summary.py", "two-config-files", ["a.toml", "b.toml"], "unexpected argument 'b.toml'"),
+    # ---------------------------------------------------------------- bench.py
+    row("bench.py", "zero-steps", [*BENCH, "--steps", "0"], "--steps must be at least 1"),
+    row("bench.py", "steps-not-an-integer", [*BENCH, "--steps", "two"], "--steps expects an integer, got 'two'"),
+    row("bench.py", "steps-without-a-value", [*BENCH, "--steps"], "--steps needs a value"),
+    row("bench.py", "negative-warmup", [*BENCH, "--warmup", "-1"], "--warmup at least 0"),
+    row("bench.py", "unknown-autocast", [*BENCH, "--autocast=fp16"], "--autocast: unknown 'fp16'"),
+    row("bench.py", "compare-with-an-unknown-key", [*BENCH, "--compare", "a: --model.query.typo=1"],
+        "unknown key 'model.query.typo'"),
+    row("bench.py", "compare-labels-twice", [*BENCH, "--compare", "a: --training.steps=1", "--compare", "a: --training.steps=2"],
+        "--compare labels must differ"),
+    row("bench.py", "compare-unclosed-quote", [*BENCH, "--compare", "a: --job.description='x"], "No closing quotation"),
+    row("bench.py", "compare-unknown-autocast", [*BENCH, "--compare", "a: --autocast=int8"], "--compare 'a': --autocast: unknown 'int8'"),
+    row("bench.py", "json-into-a-folder", [*BENCH, "--json", "{tmp}"], "--json '{tmp}' is a folder"),
+    row("bench.py", "json-in-a-missing-folder", [*BENCH, "--json", "{tmp}/nowhere/bench.json"], "folder '{tmp}/nowhere' does not exist"),
+    row("bench.py", "config-file-missing", ["nowhere.toml", *BENCH], "config file 'nowhere.toml' not found"),
+    row("bench.py", "fuse-kv-on-a-linear-query", [*BENCH, "--model.query.type=linear", "--model.query.fuse_kv=true"],
+        "model.query.fuse_kv = true needs a query"),
+    row("bench.py", "real-data-missing", [*BENCH, "--real-data", "--data.path={tmp}/nowhere"],
+        "data.path '{tmp}/nowhere' does not exist"),
+    row("bench.py", "cuda-without-a-gpu", [*BENCH, "--training.device=cuda"], "no CUDA device is visible", needs_no_cuda=True),
+    # ---------------------------------------------------------------- bench_attention.py
+    row("bench_attention.py", "heads-do-not-divide-dim", ["--dim", "32", "--heads", "5"], "model.n_heads=5 does not divide model.dim=32"),
+    row("bench_attention.py", "kv-heads-do-not-divide-heads", [*ATTENTION, "--kv-heads", "3"], "model.n_kv_heads=3 must be in 1..4"),
+    row("bench_attention.py", "rope-with-an-odd-head-dim", ["--dim", "30", "--heads", "6", "--rope"], "needs an even head_dim"),
+    row("bench_attention.py", "zero-dim", ["--dim", "0", "--heads", "4"], "model.dim=0 must be at least 1"),
+    row("bench_attention.py", "zero-steps", ["--dim", "32", "--heads", "4", "--steps", "0"], "--steps must be at least 1"),
+    row("bench_attention.py", "negative-batch", ["--dim", "32", "--heads", "4", "--batch", "-1"], "(got -1, "),
+    row("bench_attention.py", "cuda-without-a-gpu", [*ATTENTION, "--device", "cuda"], "--device cuda asked for but no CUDA device",
+        needs_no_cuda=True),
+    row("bench_attention.py", "unknown-autocast", [*ATTENTION, "--autocast", "fp16"], "fp16", xfail=ARGPARSE),
+    # ---------------------------------------------------------------- bench_loader.py
+    row("bench_loader.py", "shapes-not-pairs", ["--shapes", "12by1024"], "--shapes: expected pairs like 12x1024,1x1024"),
+    row("bench_loader.py", "zero-in-a-shape", ["--shapes", "0x64", "--tokens", "1000"], "every --shapes size must be at least 1"),
+    row("bench_loader.py", "zero-iterations", ["--iters", "0", "--tokens", "1e5"], "--iters and every --shapes size must be at least 1 (got 0"),
+    row("bench_loader.py", "file-missing", ["--file", "{tmp}/train.bin"], "--file: no such file"),
+    row("bench_loader.py", "tokens-below-one-micro-batch", ["--tokens", "10"], "--tokens 10 is smaller than one micro-batch"),
+    row("bench_loader.py", "tokens-nan", ["--tokens", "nan"], "--tokens must be a finite number of tokens, got nan"),
+    row("bench_loader.py", "file-shorter-than-a-window", ["--file", "{tmp}/small.bin", "--shapes", "2x64"],
+        "holds 10 tokens, fewer than one window", setup=write({"small.bin": b"\0\0" * 10})),
+    row("bench_loader.py", "file-empty", ["--file", "{tmp}/empty.bin"], "holds 0 tokens", setup=write({"empty.bin": b""})),
+    row("bench_loader.py", "file-of-odd-size", ["--file", "{tmp}/odd.bin", "--shapes", "1x2"], "has an odd size (3 bytes)",
+        setup=write({"odd.bin": b"abc"})),
+    # ---------------------------------------------------------------- bench_checkpoint.py
+    row("bench_checkpoint.py", "flavor-typo", ["--flavor", "gpt_smal"], "--flavor: unknown 'gpt_smal'; did you mean 'gpt_small'?"),
+    row("bench_checkpoint.py", "zero-repeats", ["--flavor", "debug", "--repeats", "0"], "--repeats must be at least 1, got 0"),
+    row("bench_checkpoint.py", "option-spelled-flavour", ["--flavour", "debug"], "--flavour", xfail=ARGPARSE),
+    # ---------------------------------------------------------------- bench_parallel.py
+    row("bench_parallel.py", "unknown-query", ["--query", "mlp"], "model.query.type: unknown 'mlp'"),
+    row("bench_parallel.py", "heads-do-not-divide-dim", ["--heads", "3"], "model.n_heads=3 does not divide model.dim=256"),
+    row("bench_parallel.py", "zero-steps", ["--steps", "0"], "--steps must be at least 1, got 0"),
+    row("bench_parallel.py", "zero-threads", ["--threads", "0"], "--threads must be at least 1, got 0"),
+    row("bench_parallel.py", "zero-seq", ["--seq", "0"], "--seq must be at least 1, got 0"),
+    # ---------------------------------------------------------------- gen_config_docs.py
+    row("gen_config_docs.py", "option-typo", ["--chek"], "--chek", xfail=ARGPARSE),
+    row("gen_config_docs.py", "file-argument", ["docs/configs.md"], "docs/configs.md", xfail=ARGPARSE),
+]
+
+# ==================================================================================================
+# The catalogue, real processes: one row per Python entry point, and run_train.sh's own checks
+# ==================================================================================================
+
+SUBPROCESS = [
+    # ---------------------------------------------------------------- run_train.sh: the shell's checks
+    row(T, "NGPU-zero", list(TRAIN), "NGPU='0' must be a positive integer", env={"NGPU": "0"}),
+    row(T, "NGPU-not-a-number", list(TRAIN), "NGPU='two' must be a positive integer", env={"NGPU": "two"}),
+    row(T, "STOP_TIMEOUT-not-a-number", list(TRAIN), "STOP_TIMEOUT='soon' must be a positive number of seconds",
+        env={"NGPU": "2", "STOP_TIMEOUT": "soon"}),
+    row(T, "config-file-missing-in-a-process", ["missing.toml"], "config file 'missing.toml' not found"),
+    row(T, "NNODES-without-RDZV_ENDPOINT", list(TRAIN), "RDZV_ENDPOINT", env={"NNODES": "2"}, xfail=RDZV),
+    row(T, "LOG_RANK-not-a-number", list(TRAIN), "LOG_RANK", env={"NGPU": "2", "LOG_RANK": "first"}, xfail=LOG_RANK),
+    row(T, "TORCHNLQ_CACHE-is-a-file", ["missing.toml"], "TORCHNLQ_CACHE", setup=write({"notes.txt": "mine"}),
+        env={"TORCHNLQ_CACHE": "{tmp}/notes.txt"}, xfail=CACHE_FILE),
+    # An empty TORCHNLQ_CACHE is unset for run_train.sh: its default, ./outputs/.cache, inside the snapshot.
+    row(T, "mistake-with-the-default-cache", ["missing.toml"], "config file 'missing.toml' not found",
+        env={"TORCHNLQ_CACHE": ""}, xfail=DEFAULT_CACHE),
+    # ---------------------------------------------------------------- run_train.sh with NGPU=2: the preflight, then torchrun
+    row(T, "NGPU=2-data-mistake", [*TRAIN, "--data.path={tmp}/big"], "train.bin holds token id 300",
+        setup=token_folder("big", train=BYTES_300), env={"NGPU": "2"}),
+    # ---------------------------------------------------------------- one row per Python script
+    row("prepare_data.py", "hub-dataset-offline", ["--out", "{tmp}/owt", "--tokenizer", "byte"],
+        "could not load dataset 'openwebtext'", env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}),
+    row("convert_checkpoint.py", "output-is-a-parent-of-the-working-directory", ["{ckpt}", "..", "--overwrite"],
+        "output folder '..' is the current directory"),
+    # After the checkpoint is loaded: torch's DCP must not add a warning line of its own.
+    row("generate.py", "prompt-longer-than-the-context-in-a-process", ["{ckpt}", "--prompt", "y" * 257],
+        "the prompt has 257 tokens"),
+    row("evaluate.py", "negative-micro-batch", ["{ckpt}", "--data", "{data}", "--micro-batch-size", "-2"],
+        "--micro-batch-size=-2 must be at least 1"),
+    row("run_suite.py", "suite-file-is-a-folder", ["{tmp}", "--dry-run"], "suite file '{tmp}' not found"),
+    row("compare_runs.py", "baseline-of-another-data-order", ["{runs}/b", "--baseline", "{runs}/other_batches"],
+        "the runs saw different training batches"),
+    row("model_summary.py", "unknown-section", ["--modell.dim=64"], "unknown section 'modell' in config; did you mean 'model'?"),
+    row("bench.py", "warmup-not-an-integer", [*BENCH, "--warmup", "x"], "--warmup expects an integer, got 'x'"),
+    row("bench_attention.py", "zero-heads", ["--heads", "0"], "model.n_heads=0 does not divide model.dim=768"),
+    row("bench_loader.py", "tokens-infinite", ["--tokens", "inf"], "--tokens must be a finite number of tokens, got inf"),
+    row("bench_checkpoint.py", "negative-repeats", ["--flavor", "debug", "--repeats", "-1"], "--repeats must be at least 1, got -1"),
+    row("bench_parallel.py", "negative-batch", ["--batch", "-1"], "--batch must be at least 1, got -1"),
+    row("gen_config_docs.py", "unknown-option", ["--write"], "--write", xfail=ARGPARSE),
+]
+
+
+# ==================================================================================================
+# The entry points: how a row runs, in this process and as a process
+# ==================================================================================================
+
+Main = Callable[[list[str]], "int | None"]
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """How users start a command (``script``, relative to the repository) and its ``main(argv)``."""
+
+    script: str
+    load: Callable[[], Main]  # imported on first use: only the rows that need torch's heavy parts pay for them
+    watch: tuple[Path, ...] = ()  # folders of the repository it could write by mistake (snapshotted too)
+
+
+_scripts: dict[str, Any] = {}
+
+
+def _script(name: str) -> Callable[[], Main]:
+    """``main`` of scripts/<name>.py, imported once (the scripts that define their own main)."""
+
+    def load() -> Main:
+        if name not in _scripts:
+            _scripts[name] = load_script(name)
+        return _scripts[name].main
+
+    return load
+
+
+def _train_main() -> Main:
+    from torchnlq.train.__main__ import main
+
+    return main
+
+
+def _preflight_main() -> Main:
+    main = _train_main()
+    return lambda argv: main(["--preflight", *argv])  # what run_train.sh runs first when NGPU > 1
+
+
+def _attr(module: str, name: str = "main") -> Callable[[], Main]:
+    """``module.name``, imported on first use (library mains the scripts wrap with run_cli)."""
+
+    def load() -> Main:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)
+
+    return load
+
+
+ENTRIES: dict[str, EntryPoint] = {
+    T: EntryPoint("run_train.sh", _train_main),
+    P: EntryPoint("run_train.sh", _preflight_main),
+    "prepare_data.py": EntryPoint("scripts/prepare_data.py", _script("prepare_data")),
+    "convert_checkpoint.py": EntryPoint("scripts/convert_checkpoint.py", _script("convert_checkpoint")),
+    "generate.py": EntryPoint("scripts/generate.py", _script("generate")),
+    "evaluate.py": EntryPoint("scripts/evaluate.py", _script("evaluate")),
+    "run_suite.py": EntryPoint("scripts/run_suite.py", _attr("torchnlq.experiments.suite_run")),
+    "compare_runs.py": EntryPoint("scripts/compare_runs.py", _attr("torchnlq.experiments.compare")),
+    "model_summary.py": EntryPoint("scripts/model_summary.py", _attr("torchnlq.inference.summary")),
+    "bench.py": EntryPoint("scripts/bench.py", _attr("torchnlq.benchmarks.train_step")),
+    "bench_attention.py": EntryPoint("scripts/bench_attention.py", _attr("torchnlq.benchmarks.attention_block")),
+    "bench_loader.py": EntryPoint("scripts/bench_loader.py", _attr("torchnlq.benchmarks.batch_reads")),
+    "bench_checkpoint.py": EntryPoint("scripts/bench_checkpoint.py", _attr("torchnlq.benchmarks.checkpoint_io")),
+    "bench_parallel.py": EntryPoint("scripts/bench_parallel.py", _script("bench_parallel")),
+    "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended: its exit code and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+#: Warning categories Python does not show by default (DeprecationWarning only for __main__'s own code).
+HIDDEN_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def run_in_process(entry: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
+    """``run_cli(main, argv)`` as the script's ``__main__`` calls it; an escaping exception fails the row.
+
+    ``SystemExit`` is what the process would exit with (argparse's usage errors raise it). Warnings
+    are recorded each time (not once per process, as the rows stand for separate processes) and
+    those a terminal would show become stderr lines.
+    """
+    main = ENTRIES[entry].load()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            code = run_cli(main, argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    captured = capsys.readouterr()
+    shown = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, HIDDEN_BY_DEFAULT)]
+    return Outcome(code, captured.out, captured.err + "".join(f"{line}\n" for line in shown))
+
+
+def command(entry: str) -> list[str]:
+    """The command line of an entry point as a user types it (the scripts with this Python)."""
+    script = REPO_ROOT / ENTRIES[entry].script
+    return [str(script)] if script.suffix == ".sh" else [sys.executable, str(script)]
+
+
+# ==================================================================================================
+# Checking a row: the one-line rule and the snapshots
+# ==================================================================================================
+
+Snapshot = dict[str, tuple[Any, ...]]
+
+
+def snapshot(*roots: Path) -> Snapshot:
+    """Every path under ``roots``: files by sha256 and mtime, links by target, folders by existence.
+
+    A folder's own mtime is left out: it changes when a file is created and removed again inside it,
+    and a temporary file that is gone is not a file left behind.
+    """
+    tree: Snapshot = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = Path(dirpath, name)
+                if path.is_symlink():
+                    tree[str(path)] = ("link", os.readlink(path))
+                elif path.is_dir():
+                    tree[str(path)] = ("dir",)
+                else:
+                    tree[str(path)] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+    return tree
+
+
+def assert_unchanged(before: Snapshot, after: Snapshot) -> None:
+    """Nothing created, deleted or changed between the two snapshots (the first few of each are named)."""
+    created = sorted(set(after) - set(before))
+    deleted = sorted(set(before) - set(after))
+    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    assert not (created or deleted or changed), f"created {created[:5]}, deleted {deleted[:5]}, changed {changed[:5]}"
+
+
+def assert_one_clean_line(outcome: Outcome, fragment: str) -> None:
+    """Exit code 2, one ``error:`` line on stderr holding ``fragment``, no traceback anywhere."""
+    shown = f"exit code {outcome.code}\n--- stderr:\n{outcome.err[-3000:]}\n--- stdout:\n{outcome.out[-1500:]}"
+    assert "Traceback (most recent call last)" not in outcome.out + outcome.err, shown
+    assert outcome.code == 2, shown
+    lines = [line for line in outcome.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"not one 'error:' line\n{shown}"
+    assert fragment in lines[0], f"{fragment!r} is not in the error line\n{shown}"
+
+
+# ==================================================================================================
+# The shared inputs
+# ==================================================================================================
+
+def write_compare_run(root: Path, name: str, val: Mapping[int, float], batch: str = "aaaa", validation: str = "vvvv",
+                      tensorboard: bool = True) -> Path:
+    """A finished run folder as compare_runs reads it: config.toml, run_info.json and TensorBoard's loss/val."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.config.render import to_toml
+
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text(to_toml(load_job_config([f"--job.name={name}"])))
+    (run / "run_info.json").write_text(json.dumps({
+        "name": name, "step": max(val), "steps": max(val), "finished": True, "query_type": "linear",
+        "non_embedding_params": 1000, "batch_fingerprint": batch, "validation_fingerprint": validation,
+    }))
+    if tensorboard:
+        writer = SummaryWriter(str(run / "tb"))
+        for step, loss in val.items():
+            writer.add_scalar("loss/val", loss, step)
+        writer.close()
+    return run
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
+    """The valid inputs of every row: a token folder, a real run (trained here for two steps), its export, runs."""
+    import io
+    import logging
+
+    from torchnlq.checkpoint.export import export_safetensors
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.config.render import to_toml
+    from torchnlq.train.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("inputs")
+    data = write_byte_data(root / "data")
+    places = {"{tmp}": str(root), "{data}": str(data)}
+    cfg = load_job_config([fill(a, places) for a in TRAIN])
+    config = root / "train.toml"
+    config.write_text(to_toml(cfg))
+    # A real run folder, as the trainer leaves it: the resume rows break a real resume.
+    with contextlib.redirect_stdout(io.StringIO()):
+        Trainer(cfg).train()
+    logger = logging.getLogger("torchnlq")  # setup_logging's handlers hold the run's train.log open
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    run = root / "outputs" / "run"
+    ckpt = run / "checkpoints" / "step-2"
+    export = export_safetensors(ckpt, root / "export")
+    runs = root / "runs"
+    write_compare_run(runs, "a", {10: 3.0, 20: 2.5})
+    write_compare_run(runs, "b", {10: 2.9, 20: 2.4})
+    write_compare_run(runs, "other_batches", {10: 2.9, 20: 2.4}, batch="bbbb")
+    write_compare_run(runs, "other_val", {10: 2.9, 20: 2.4}, validation="wwww")
+    write_compare_run(runs, "late", {30: 2.0})
+    write_compare_run(runs, "no_tb", {10: 2.9}, tensorboard=False)
+    return Inputs(root, data, run, ckpt, export, runs, config)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No launcher, no torchrun ranks, no tiktoken file from the caller's environment; datasets offline."""
+    for var in (LAUNCH_DIR_ENV, "TORCHNLQ_TIKTOKEN_FILE", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    return monkeypatch
+
+
+# ==================================================================================================
+# The tests
+# ==================================================================================================
+
+def working_folder(tmp: Path) -> Path:
+    """The row's working directory ({tmp}), one level below the snapshotted folder: '..' is watched too."""
+    work = tmp / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.mark.parametrize("mistake", IN_PROCESS)
+def test_mistake(mistake: Mistake, inputs: Inputs, tmp_path: Path, clean_env: pytest.MonkeyPatch,
+                 capsys: pytest.CaptureFixture[str]) -> None:
+    """One in-process row: exit 2, one ``error:`` line with the fragment, no traceback, nothing written."""
+    work = working_folder(tmp_path)
+    places = inputs.places(work)
+    for name, value in mistake.env:
+        clean_env.setenv(name, fill(value, places))
+    cleanup = mistake.setup(work, inputs) if mistake.setup else None
+    clean_env.chdir(work)
+    roots = (tmp_path, inputs.root, *ENTRIES[mistake.entry].watch)
+    before = snapshot(*roots)
+    capsys.readouterr()
+    try:
+        outcome = run_in_process(mistake.entry, [fill(a, places) for a in mistake.argv], capsys)
+    finally:
+        if cleanup is not None:
+            cleanup()
+    assert_one_clean_line(outcome, fill(mistake.fragment, places))
+    assert_unchanged(before, snapshot(*roots))
+
+
+@dataclass
+class Launched:
+    """A subprocess row in flight: its folder (the parent of its cwd), the snapshot taken before it started,
+    its future outcome."""
+
+    tmp: Path
+    places: dict[str, str]
+    before: Snapshot
+    outcome: concurrent.futures.Future[Outcome]
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> Outcome:
+    proc = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass
+class Launches:
+    """The subprocess rows in flight, and the shared inputs as they were before any of them started."""
+
+    rows: dict[str, Launched]
+    inputs_before: Snapshot
+
+
+@pytest.fixture(scope="module")
+def launched(request: pytest.FixtureRequest, inputs: Inputs,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launches]:
+    """Start every selected subprocess row at once (a few at a time), so their ~3 s starts overlap.
+
+    Each row gets its own folder (cwd) and a cache folder outside it: TORCHNLQ_CACHE, HF_HOME,
+    TIKTOKEN_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR are this test's caches, excluded by design.
+    """
+    selected = {item.callspec.id: item.callspec.params["mistake"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_mistake_in_a_subprocess"}
+    cache = tmp_path_factory.mktemp("subprocess-cache")
+    base_env = script_env(cache)  # this Python first on PATH, OMP_NUM_THREADS=1, TORCHNLQ_CACHE=cache/cache
+    for var, sub in (("HF_HOME", "hf"), ("TIKTOKEN_CACHE_DIR", "tiktoken"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        base_env[var] = str(cache / sub)
+    for var in (LAUNCH_DIR_ENV, "TORCHNLQ_TIKTOKEN_FILE", "NGPU", "NNODES", "LOG_RANK", "STOP_TIMEOUT"):
+        base_env.pop(var, None)
+    inputs_before = snapshot(inputs.root)
+    workers = os.cpu_count() or 2
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        rows: dict[str, Launched] = {}
+        for row_id, mistake in selected.items():
+            tmp = tmp_path_factory.mktemp("mistake")
+            work = working_folder(tmp)
+            places = inputs.places(work)
+            if mistake.setup is not None:
+                mistake.setup(work, inputs)
+            env = {**base_env, **{name: fill(value, places) for name, value in mistake.env}}
+            cmd = [*command(mistake.entry), *(fill(a, places) for a in mistake.argv)]
+            rows[row_id] = Launched(tmp, places, snapshot(tmp), pool.submit(_run, cmd, work, env))
+        yield Launches(rows, inputs_before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def start_the_subprocess_rows_first(request: pytest.FixtureRequest) -> None:
+    """Start the subprocess rows before the in-process ones when both are selected.
+
+    The in-process rows keep one core busy; the processes run on the others meanwhile (on a
+    2-core CI machine this hides most of their cost). Nothing starts under -m "not integration".
+    """
+    if any(getattr(item, "originalname", "") == "test_mistake_in_a_subprocess" for item in request.session.items):
+        request.getfixturevalue("launched")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mistake", SUBPROCESS)
+def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
+    """One row as a real process (started by the ``launched`` fixture): the same rule as in-process."""
+    state = launched.rows[request.node.callspec.id]
+    outcome = state.outcome.result()
+    assert_one_clean_line(outcome, fill(mistake.fragment, state.places))
+    assert_unchanged(state.before, snapshot(state.tmp))
+
+
+@pytest.mark.integration
+def test_subprocess_rows_leave_the_shared_inputs_alone(inputs: Inputs, launched: Launches) -> None:
+    """The processes run side by side: the shared inputs are compared once, after all of them ended."""
+    for state in launched.rows.values():
+        state.outcome.result()
+    assert_unchanged(launched.inputs_before, snapshot(inputs.root))
+
+
+# ----- the table itself --------------------------------------------------------------------------
+
+def _mistakes(params: list[Any]) -> list[Mistake]:
+    return [p.values[0] for p in params]
+
+
+def test_the_catalogue_has_at_least_120_distinct_mistakes() -> None:
+    """Every row is its own mistake (command line and environment), and every entry point has rows."""
+    rows = _mistakes(IN_PROCESS) + _mistakes(SUBPROCESS)
+    keys = [m.key() for m in rows]
+    duplicates = sorted({str(k) for k in keys if keys.count(k) > 1})
+    assert not duplicates, duplicates
+    assert len(set(keys)) >= 120, len(set(keys))
+    ids = [p.id for p in IN_PROCESS + SUBPROCESS]
+    assert len(set(ids)) == len(ids)
+    assert {m.entry for m in rows} == set(ENTRIES), set(ENTRIES) - {m.entry for m in rows}
+    assert {m.entry for m in _mistakes(SUBPROCESS)} >= set(ENTRIES) - {P}  # each script once as a real process
+
+
+# ----- controls: the valid commands the rows break ------------------------------------------------
+
+CONTROLS = [
+    pytest.param(P, list(TRAIN), None, id="preflight-of-TRAIN"),
+    pytest.param("generate.py", ["{ckpt}", "--max-new-tokens", "2", "--prompt", "ab"], None, id="generate"),
+    pytest.param("evaluate.py", ["{ckpt}", "--data", "{data}"], None, id="evaluate"),
+    pytest.param("convert_checkpoint.py", ["{ckpt}", "{tmp}/export"], None, id="convert"),
+    pytest.param("run_suite.py", ["{tmp}/s.toml", "--dry-run"], suite(SUITE), id="suite-dry-run"),
+    pytest.param("compare_runs.py", ["{runs}/a", "{runs}/b", "--baseline", "a", "--out", "{tmp}/cmp"], None, id="compare"),
+    pytest.param("model_summary.py", [], None, id="model-summary"),
+    pytest.param("bench_checkpoint.py", ["--flavor", "debug", "--repeats", "1"], None, id="bench-checkpoint"),
+]
+
+
+@pytest.mark.parametrize(("entry", "argv", "setup"), CONTROLS)
+def test_the_valid_command_works(entry: str, argv: list[str], setup: Setup | None, inputs: Inputs, tmp_path: Path,
+                                 clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The shared inputs and the base commands are valid: a row fails for its own mistake, not theirs."""
+    work = working_folder(tmp_path)
+    places = inputs.places(work)
+    if setup is not None:
+        setup(work, inputs)
+    clean_env.chdir(work)
+    before = snapshot(inputs.root)
+    outcome = run_in_process(entry, [fill(a, places) for a in argv], capsys)
+    assert outcome.code == 0, outcome.err[-3000:]
+    assert "error:" not in outcome.err and "Traceback" not in outcome.err
+    assert_unchanged(before, snapshot(inputs.root))
