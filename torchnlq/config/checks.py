@@ -19,6 +19,7 @@ from typing import Any
 
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import iter_options
+from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import POSITIONS, ModelArgs
@@ -74,6 +75,13 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
         raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
+    v = cfg.validation
+    if v.enabled and v.protocol == "paper" and cfg.training.steps // v.interval >= PAPER_EVALUATION_ROWS:
+        raise ConfigError(
+            f"validation.protocol = 'paper' has {PAPER_EVALUATION_ROWS} rows, one per validation.interval={v.interval} "
+            f"steps, too few for training.steps={cfg.training.steps:,}; raise validation.interval to at least "
+            f"{cfg.training.steps // PAPER_EVALUATION_ROWS + 1} or use validation.protocol = 'fixed'"
+        )
     args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
     if cfg.training.seq_len > args.max_seq_len:
         raise ConfigError(
@@ -95,6 +103,7 @@ def config_warnings(cfg: JobConfig) -> list[str]:
 # Options whose change on resume has no effect, and why (everything they decide happened at step 0).
 NO_EFFECT_ON_RESUME = {
     "training.seed": "the weights were initialised at step 0 and the RNG states come from the checkpoint",
+    "model.init": "the weights were initialised at step 0; a resume loads them from the checkpoint",
 }
 
 

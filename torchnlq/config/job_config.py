@@ -77,7 +77,10 @@ class Query:
         0.5, "residual_mlp: bottleneck width r as a fraction of the model width d.", min=0.0, min_exclusive=True
     )
     half_scale: bool = option(
-        True, "residual_mlp: multiply X + f(X) by 1/2 (the paper); false gives X + f(X)."
+        True,
+        "identity, residual, residual_mlp (the types whose query contains X itself): halve the query, "
+        "Q = X/2, (X + X·W_Q)/2, (X + f(X))/2, as the paper's code (its attention scale 1/(2·sqrt(head_dim)) "
+        "gives the same logits); false gives X, X + X·W_Q, X + f(X) at the usual 1/sqrt(head_dim).",
     )
     fuse_kv: bool = option(
         False,
@@ -116,6 +119,13 @@ class Model:
     rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
     norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
     init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
+    init: str = option(
+        "torchnlq",
+        "Order of the initial random draws (same distributions either way): torchnlq draws each parameter once, "
+        "in module order; paper repeats every draw of the paper's training script (its module constructors, fused "
+        "Q,K,V matrix, nanoGPT's init), so for the same training.seed the initial weights are bitwise its own.",
+        choices=("torchnlq", "paper"),
+    )
     query: Query = section(Query, "The attention query projection.")
 
 
@@ -203,13 +213,20 @@ class Data:
 
 @dataclass
 class Validation:
-    """Fixed validation batches, identical for every model."""
+    """Validation batches, identical for every model: one fixed set, or the paper's row per evaluation."""
 
     enabled: bool = option(True, "Run validation every interval steps and at the end.")
     interval: int = option(50, "Validate every this many steps.", min=1)
     sequences: int = option(64, "Number of fixed validation sequences (2400 in the paper).", min=1)
     micro_batch_size: int | None = option(None, "Sequences per validation forward; unset means training.micro_batch_size.", min=1)
-    seed: int = option(2357, "Seed of the fixed validation offsets.", min=0, max=SEED_MAX)
+    seed: int = option(2357, "Seed of the fixed validation offsets (the paper's protocol: 42).", min=0, max=SEED_MAX)
+    protocol: str = option(
+        "fixed",
+        "fixed: the same sequences at every validation. paper: the paper's code's rows, a fresh row of its seeded "
+        "table at every validation (row = step // interval; with seed 42, interval 1000, 2400 sequences, seq_len "
+        "1024 and OpenWebText, exactly the sequences behind Table 1).",
+        choices=("fixed", "paper"),
+    )
 
 
 @dataclass

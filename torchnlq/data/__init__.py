@@ -10,6 +10,7 @@ from typing import Any
 
 from torchnlq.data.batches import (
     BatchSchedule,
+    PaperValidationRows,
     ValidationSet,
     build_batch_schedule,
     build_validation_set,
@@ -41,6 +42,7 @@ __all__ = [
     "GPT2Tokenizer",
     "TokenFile",
     "Tokenizer",
+    "PaperValidationRows",
     "ValidationSet",
     "build_batch_schedule",
     "build_data",

@@ -160,6 +160,14 @@ def build_batch_schedule(train: TokenFile, training: Training, data: Data, world
     return BatchSchedule(len(train), training.seq_len, training.steps, global_batch, data.seed)
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+# The paper's evaluation tables have 600000 // 1000 rows (Generate_Indices.ipynb): one per
+# evaluation of a run of up to 600k updates at an interval of 1000. The row count is part of
+# the draw (the validation table comes after the train one from the same generator), so it is fixed.
+PAPER_EVALUATION_ROWS = 600
+
+
 class ValidationSet:
     """A fixed set of validation windows, identical for every model and every evaluation.
 
@@ -167,20 +175,29 @@ class ValidationSet:
     (x, y) micro-batches of ``micro_batch_size`` (the last one may be smaller).
     """
 
+    protocol = "fixed"
+
     def __init__(self, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int):
         if len(val) < seq_len + 1:
             raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
         self.val, self.seq_len, self.micro_batch_size, self.seed = val, seq_len, micro_batch_size, seed
         g = torch.Generator().manual_seed(seed)
         self.offsets = torch.randint(len(val) - seq_len, (sequences,), generator=g)
+        self._batches: list[Batch] | None = None
 
     def __len__(self) -> int:
         """Number of micro-batches."""
         return -(-len(self.offsets) // self.micro_batch_size)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         for i in range(0, len(self.offsets), self.micro_batch_size):
             yield read_batch(self.val, self.offsets[i : i + self.micro_batch_size], self.seq_len)
+
+    def batches_at(self, step: int) -> list[Batch]:
+        """The micro-batches to evaluate after ``step``: always the same ones (read once, kept in memory)."""
+        if self._batches is None:
+            self._batches = list(self)
+        return self._batches
 
     def fingerprint(self) -> str:
         """Short sha256 of the validation offsets."""
@@ -190,7 +207,78 @@ class ValidationSet:
         return f"ValidationSet({len(self.offsets)} sequences x {self.seq_len}, {len(self)} micro-batches, seed={self.seed})"
 
 
-def build_validation_set(val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int) -> ValidationSet:
-    """The run's fixed validation set; ``cfg.micro_batch_size`` unset means ``default_micro_batch_size``."""
+class PaperValidationRows:
+    """The paper's validation protocol: a fresh row of a seeded table at every evaluation.
+
+    The paper's index notebook seeds one generator and draws two tables of ``rows x sequences``
+    offsets from it, first the evaluation table of the *train* split (below ``len(train) -
+    seq_len``), then the one of the validation split (below ``len(val) - seq_len``). Its
+    training loop evaluates after every ``interval`` updates: evaluation k reads row k of the
+    validation table, all ``sequences`` columns (2400 = 200 micro-batches of 12). The train
+    table is drawn here only to advance the generator exactly as the notebook does; how many
+    values it consumes depends on its bound, so the train split's length is needed.
+    After step s the row is s // interval (also for a last step between two intervals).
+    """
+
+    protocol = "paper"
+
+    def __init__(
+        self, train_tokens: int, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int,
+        interval: int, rows: int = PAPER_EVALUATION_ROWS,
+    ):
+        if len(val) < seq_len + 1:
+            raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
+        self.val, self.seq_len, self.micro_batch_size = val, seq_len, micro_batch_size
+        self.seed, self.interval, self.rows = seed, interval, rows
+        g = torch.Generator().manual_seed(seed)
+        torch.randint(train_tokens - seq_len, (rows, sequences), generator=g)  # the notebook's eval_train table
+        self.offsets = torch.randint(len(val) - seq_len, (rows, sequences), generator=g)
+
+    def row_at(self, step: int) -> int:
+        """The table row evaluated after ``step``; a step past the table is a UserError."""
+        row = step // self.interval
+        if row >= self.rows:
+            raise UserError(
+                f"validation.protocol = 'paper' has {self.rows} rows, one per validation.interval={self.interval} "
+                f"steps, so it covers steps below {self.rows * self.interval:,} (step {step:,} needs row {row}); "
+                "raise validation.interval or use validation.protocol = 'fixed'"
+            )
+        return row
+
+    def batches_at(self, step: int) -> list[Batch]:
+        """The micro-batches of the row evaluated after ``step`` (read from the token file each time)."""
+        offsets = self.offsets[self.row_at(step)]
+        return [
+            read_batch(self.val, offsets[i : i + self.micro_batch_size], self.seq_len)
+            for i in range(0, len(offsets), self.micro_batch_size)
+        ]
+
+    def __len__(self) -> int:
+        """Micro-batches per evaluation."""
+        return -(-self.offsets.shape[1] // self.micro_batch_size)
+
+    def fingerprint(self) -> str:
+        """Short sha256 of the whole validation table (every row a run may evaluate)."""
+        return _fingerprint(self.offsets)
+
+    def __repr__(self) -> str:
+        return (
+            f"PaperValidationRows({self.rows} rows x {self.offsets.shape[1]} sequences x {self.seq_len}, "
+            f"a row every {self.interval} steps, seed={self.seed})"
+        )
+
+
+def build_validation_set(
+    val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int, train_tokens: int | None = None,
+) -> ValidationSet | PaperValidationRows:
+    """The run's validation batches; ``cfg.micro_batch_size`` unset means ``default_micro_batch_size``.
+
+    ``cfg.protocol = "paper"`` needs ``train_tokens`` (the length of the train split: see
+    :class:`PaperValidationRows`).
+    """
     micro = cfg.micro_batch_size or default_micro_batch_size
+    if cfg.protocol == "paper":
+        if train_tokens is None:
+            raise ValueError("validation.protocol = 'paper' needs the length of the train split")
+        return PaperValidationRows(train_tokens, val, seq_len, cfg.sequences, micro, cfg.seed, cfg.interval)
     return ValidationSet(val, seq_len, cfg.sequences, micro, cfg.seed)

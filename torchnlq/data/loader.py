@@ -1,8 +1,8 @@
 """What the trainer reads: one builder for a run's data, and a loader of a step's micro-batches.
 
 :func:`build_data` opens the token files (generating the synthetic corpus first when
-``data.synthetic`` asks for it), draws the batch schedule and the fixed validation
-set, and returns them as one :class:`RunData`. The trainer asks its
+``data.synthetic`` asks for it), draws the batch schedule and the validation set
+(fixed, or the paper's rows), and returns them as one :class:`RunData`. The trainer asks its
 :class:`TrainLoader` for ``micro_batches(step)`` and never sees offsets or files.
 A benchmark that wants to time the reads wraps the loader (any object with the same
 ``micro_batches`` method) instead of patching module globals.
@@ -14,18 +14,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
-
 from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data.batches import (
+    Batch,
     BatchSchedule,
+    PaperValidationRows,
+    ValidationSet,
     build_batch_schedule,
     build_validation_set,
     open_token_files,
 )
 from torchnlq.data.token_file import TokenFile, read_batch
-
-Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 class MicroBatchSource(Protocol):
@@ -72,9 +71,8 @@ class RunData:
     """A run's data: the training loader, the fixed validation batches and the token files' metadata."""
 
     loader: TrainLoader
-    validation_batches: list[Batch]
-    validation_fingerprint: str
-    validation_micro_batch_size: int
+    #: ``batches_at(step)``: what to evaluate after a step (fixed, or the paper's row of that step).
+    validation: ValidationSet | PaperValidationRows
     meta: dict[str, Any]
     #: Hash of sampled windows of train.bin and val.bin: another corpus of the same size differs.
     content_fingerprint: str
@@ -83,6 +81,16 @@ class RunData:
     def schedule(self) -> BatchSchedule:
         """The pre-drawn schedule behind the loader."""
         return self.loader.schedule
+
+    @property
+    def validation_fingerprint(self) -> str:
+        """Short hash of every validation offset the run may evaluate."""
+        return self.validation.fingerprint()
+
+    @property
+    def validation_micro_batch_size(self) -> int:
+        """Sequences per validation forward."""
+        return self.validation.micro_batch_size
 
     @property
     def train_tokens(self) -> int:
@@ -100,6 +108,6 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     train, val, meta = open_token_files(data, training.seq_len)
     schedule = build_batch_schedule(train, training, data, world_size)
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
-    val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size)
+    val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size, len(train))
     content = f"{train.content_fingerprint()}-{val.content_fingerprint()}"
-    return RunData(loader, list(val_set), val_set.fingerprint(), val_set.micro_batch_size, meta, content)
+    return RunData(loader, val_set, meta, content)

@@ -21,7 +21,7 @@ from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.record import RunRecord, ValidationRecord
 from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
-from torchnlq.data.batches import ValidationSet, open_token_files
+from torchnlq.data.batches import PaperValidationRows, ValidationSet, open_token_files
 from torchnlq.errors import UserError
 from torchnlq.train.validate import evaluate
 
@@ -112,7 +112,10 @@ def evaluate_source(
     seq_len: int | None = None,
     device: str = "cpu",
 ) -> EvalResult:
-    """Loss and perplexity of a checkpoint/export on ``data_dir``'s fixed validation windows."""
+    """Loss and perplexity of a checkpoint/export on ``data_dir``'s validation windows, as its run drew them.
+
+    A run with ``validation.protocol = "paper"`` is evaluated on the paper's row of the checkpoint's step.
+    """
     loaded = as_loaded(source, device)
     settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
     folder = Path(data_dir).expanduser()
@@ -120,11 +123,17 @@ def evaluate_source(
     if tokenizer is None and (folder / fmt.META_NAME).is_file():
         tokenizer = fmt.read_meta(folder)["tokenizer"]  # the model records none: trust the data
     # open_token_files checks the folder is complete and tokenized with the model's tokenizer.
-    _, val, _ = open_token_files(Data(path=str(data_dir), tokenizer=tokenizer or "gpt2"), settings.seq_len)
-    val_set = ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed)
+    train, val, _ = open_token_files(Data(path=str(data_dir), tokenizer=tokenizer or "gpt2"), settings.seq_len)
+    recorded = loaded.record.validation
+    if recorded is not None and recorded.protocol == "paper" and recorded.interval and loaded.record.step is not None:
+        # The run validated on the paper's row of each step: evaluate the row of this checkpoint's step.
+        rows = PaperValidationRows(len(train), val, settings.seq_len, settings.sequences, settings.micro_batch_size,
+                                   settings.seed, recorded.interval)
+        batches = rows.batches_at(loaded.record.step)
+    else:
+        batches = list(ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed))
     model_device = loaded.model.tok_emb.weight.device
-    # A list, as the trainer passes: evaluate() indexes the micro-batches.
-    mean, std = evaluate(loaded.model, list(val_set), model_device, evaluation_autocast(loaded.record, model_device))
+    mean, std = evaluate(loaded.model, batches, model_device, evaluation_autocast(loaded.record, model_device))
     return EvalResult(
         val_loss=mean,
         val_loss_std=std,

@@ -10,6 +10,9 @@ from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.query import query_num_params
 
 POSITIONS = ("learned", "rope")
+#: ``model.init``: the order of the initial draws (:meth:`GPT.init_weights`); "paper" is
+#: :mod:`torchnlq.models.paper_init`.
+INIT_SCHEMES = ("torchnlq", "paper")
 
 
 @dataclass
@@ -19,6 +22,10 @@ class ModelArgs:
     ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` may be left ``None`` and are
     then derived in ``__post_init__`` (n_heads, dim // n_heads, 4 * dim); after
     construction they are always ints. The defaults describe a tiny model.
+
+    ``init`` says how the weights start, not what the model is: it is left out of
+    :meth:`to_dict` (checkpoints hold the weights themselves, and a run's resume
+    fingerprint stays what it was before the option existed).
     """
 
     n_layers: int = 2
@@ -35,6 +42,7 @@ class ModelArgs:
     norm_eps: float = 1e-5
     init_std: float = 0.02
     query: Query = field(default_factory=Query)
+    init: str = "torchnlq"
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -60,6 +68,8 @@ class ModelArgs:
             )
         if self.positions not in POSITIONS:
             raise unknown_choice("model.positions", self.positions, POSITIONS)
+        if self.init not in INIT_SCHEMES:
+            raise unknown_choice("model.init", self.init, INIT_SCHEMES)
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError(
                 f"model.positions='rope' needs an even head_dim, got dim/n_heads = {self.head_dim}; "
@@ -69,12 +79,14 @@ class ModelArgs:
         query_num_params(self.query, self.dim, self.n_heads, self.head_dim)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field (``query`` as a nested dict); :meth:`from_dict` inverts it.
+        """A JSON-ready dict of every field but ``init`` (``query`` as a nested dict); :meth:`from_dict` inverts it.
 
         Derived fields are stored resolved (ints, never None), so the dict
         rebuilds exactly this model even if the derivation rules change later.
         """
-        return asdict(self)
+        d = asdict(self)
+        del d["init"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelArgs:
@@ -93,7 +105,7 @@ class ModelArgs:
         if not isinstance(query, dict):
             raise ConfigError(f"model_args.query must be a JSON object, got {type(query).__name__}")
         for what, known, given in (
-            ("model_args", {f.name for f in fields(cls)}, d),
+            ("model_args", {f.name for f in fields(cls)} - {"init"}, d),
             ("model_args.query", {f.name for f in fields(Query)}, query),
         ):
             unknown = sorted(set(given) - known)

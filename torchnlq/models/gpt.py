@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.paper_init import init_like_paper
 from torchnlq.models.query import QueryProjection, build_query
 from torchnlq.models.rope import RotaryEmbedding, apply_rotary
 
@@ -174,9 +175,10 @@ class Attention(nn.Module):
         if rope is not None:
             q = apply_rotary(q, *rope)
             k = apply_rotary(k, *rope)
-        # Default scale 1/sqrt(head_dim) on q as produced by the query (already halved for
-        # residual_mlp). enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads),
-        # the same grouping as repeat_interleave, without materialising the copies.
+        # Default scale 1/sqrt(head_dim) on q as produced by the query (already halved by the
+        # queries that contain X, under model.query.half_scale: the paper's 1/(2 sqrt(head_dim))).
+        # enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads), the same
+        # grouping as repeat_interleave, without materialising the copies.
         gqa = self.n_kv_heads != self.n_heads
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
@@ -282,7 +284,13 @@ class GPT(nn.Module):
         out-projection and the MLP down-projection of each block N(0, init_std / sqrt(2 n_layers))
         so the residual stream's variance does not grow with depth; norm gains 1;
         RoPE tables recomputed (they are not in checkpoints and are garbage after to_empty).
+        ``args.init = "paper"`` draws the same distributions in the order of the paper's
+        code (:mod:`torchnlq.models.paper_init`); the default draws each parameter once, in
+        module order.
         """
+        if self.args.init == "paper":
+            init_like_paper(self)
+            return
         std = self.args.init_std
         residual_std = std / math.sqrt(2 * self.args.n_layers)
         nn.init.normal_(self.tok_emb.weight, mean=0.0, std=std)

@@ -31,6 +31,13 @@ linear map of X (after at most a per-token scalar) can hand that map to the
 attention module, which computes it in the same matmul as K and V. The query
 says so with ``supports_fuse_kv``, gives the rows with :meth:`kv_fusion_weight`
 and accepts the product in ``forward(x, fused)``; the parameters stay its own.
+
+The identity term (``model.query.half_scale``): every type whose query contains X
+itself (identity, residual, residual_mlp) halves its output when ``half_scale`` is
+set, the default: Q = X/2, (X + X·W_Q)/2, (X + f(X))/2. The paper's code keeps X,
+X + X·W_Q, X + f(X) and passes ``scale = 1/(2·sqrt(head_dim))`` to its attention
+instead; the logits are the same (a factor 1/2 is exact in floating point), and the
+attention here keeps one scale, 1/sqrt(head_dim), for every query type.
 """
 
 from __future__ import annotations
@@ -92,6 +99,11 @@ def ignored_knobs(query_cfg: Query) -> list[str]:
     return [k for k in KNOB_FIELDS if k not in read and getattr(query_cfg, k) != getattr(default, k)]
 
 
+def identity_term_scale(query_cfg: Query) -> float:
+    """The factor on a query that contains X itself: 1/2 with ``half_scale`` (the paper's), else 1."""
+    return 0.5 if query_cfg.half_scale else 1.0
+
+
 def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
     """Parameter count of one query projection, without building a model (also validates the config)."""
     cls = get_query_class(query_cfg.type)
@@ -113,6 +125,11 @@ class QueryProjection(nn.Module):
       ``forward(x, fused)``: the attention's K,V fusion (``model.query.fuse_kv``).
     - ``linear_in_x`` and :meth:`linear_weight`: Q(X) = X·Wᵀ for one matrix W (GPT-2 export).
     - ``has_residual_branch``, :meth:`residual_branch` and :meth:`norm_gains`: diagnostics.
+    - :meth:`fused_qkv_weight` and :meth:`paper_init_linears`: where the paper's code
+      draws the query's weights (``model.init = "paper"``, :mod:`torchnlq.models.paper_init`).
+
+    A type whose query contains X itself (``requires_full_width``) reads ``half_scale``
+    and multiplies its whole output by :func:`identity_term_scale` (see the module doc).
 
     ``supports_fuse_kv`` and ``linear_in_x`` describe what ``forward`` computes, so a
     subclass that overrides ``forward`` does not inherit them: they are False unless its own
@@ -218,6 +235,25 @@ class QueryProjection(nn.Module):
         """W ``[q_dim, dim]`` (fp32, detached) with forward(x) = x·Wᵀ for ``linear_in_x`` types; else None."""
         return None
 
+    def fused_qkv_weight(self) -> torch.Tensor | None:
+        """W_Q ``[q_dim, dim]`` when the paper's code (as GPT-2) keeps it as the first rows of one
+        fused Q,K,V matrix (its ``c_attn``); None (the default) when the query has no such W_Q.
+
+        The paper init draws this weight and the K,V weight as one ``[q_dim + 2·kv_dim, dim]``
+        matrix, as the paper's code does (``linear``, ``residual``).
+        """
+        return None
+
+    def paper_init_linears(self) -> list[torch.Tensor]:
+        """The query's other Linear weights, in the order the paper's code builds and initialises them.
+
+        In the paper's attention module they come after its out-projection (``residual_mlp``:
+        W1 then W2, its ``residual_in`` and ``residual_out``). Default: every ``nn.Linear`` of the
+        query in module order, less :meth:`fused_qkv_weight`.
+        """
+        fused = self.fused_qkv_weight()
+        return [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight is not fused]
+
     def extra_repr(self) -> str:
         knobs = "".join(f", {k}={v!r}" for k, v in self.knob_values.items())
         return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}{knobs}"
@@ -241,39 +277,50 @@ class LinearQuery(QueryProjection):
         """W_Q itself."""
         return self.w_q.weight.detach().float()
 
+    def fused_qkv_weight(self) -> torch.Tensor:
+        """W_Q: the paper's ``c_attn`` holds it above W_K, W_V."""
+        return self.w_q.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_q(x)
 
 
 @register_query("identity")
 class IdentityQuery(QueryProjection):
-    """W_Q = I: the query is X itself (Karbevski & Mijoski); no parameters."""
+    """W_Q = I (Karbevski & Mijoski): the query is X/2 with ``half_scale`` (the paper's code), else X."""
 
+    knobs = ("half_scale",)
     requires_full_width = True
     linear_in_x = True
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.scale = identity_term_scale(cfg)
 
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         return 0
 
     def linear_weight(self) -> torch.Tensor:
-        """I (on the default device: the type has no parameter to take one from)."""
-        return torch.eye(self.dim, dtype=torch.float32)
+        """scale·I (on the default device: the type has no parameter to take one from)."""
+        return torch.eye(self.dim, dtype=torch.float32) * self.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
+        return x * self.scale if self.scale != 1.0 else x
 
 
 @register_query("residual")
 class ResidualQuery(QueryProjection):
-    """The linear residual X + X·W_Q (W_Q: dim -> dim): the paper's linear control."""
+    """The paper's linear control: (X + X·W_Q)/2 with ``half_scale``, else X + X·W_Q (W_Q: dim -> dim)."""
 
+    knobs = ("half_scale",)
     requires_full_width = True
     linear_in_x = True
     has_residual_branch = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.scale = identity_term_scale(cfg)
         self.w_q = nn.Linear(dim, dim, bias=False)
 
     @classmethod
@@ -285,12 +332,17 @@ class ResidualQuery(QueryProjection):
         return self.w_q(x)
 
     def linear_weight(self) -> torch.Tensor:
-        """I + W_Q: x + x·Wᵀ = x·(I + W)ᵀ (summed in fp32: 1 + w would round in bf16)."""
+        """scale·(I + W_Q): x + x·Wᵀ = x·(I + W)ᵀ (summed in fp32: 1 + w would round in bf16)."""
         weight = self.w_q.weight.detach().float()
-        return torch.eye(self.dim, dtype=weight.dtype, device=weight.device) + weight
+        return (torch.eye(self.dim, dtype=weight.dtype, device=weight.device) + weight) * self.scale
+
+    def fused_qkv_weight(self) -> torch.Tensor:
+        """W_Q: the paper's ``c_attn`` holds it above W_K, W_V, as for the linear query."""
+        return self.w_q.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.residual_branch(x)
+        q = x + self.residual_branch(x)
+        return q * self.scale if self.scale != 1.0 else q
 
 
 def _relu_squared(x: torch.Tensor) -> torch.Tensor:
@@ -331,9 +383,7 @@ class ResidualMLPQuery(QueryProjection):
     r = round(bottleneck_ratio * d). With the defaults (rms, gelu, layer,
     ratio 0.5, half_scale) this is the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2):
     W1 + W2 hold exactly the d² parameters of the W_Q it replaces, plus two
-    norm gains. Multiplying by 1/2 here and keeping SDPA's default 1/sqrt(head_dim)
-    scale gives the same logits as the paper's code, which keeps X + f(X)
-    and passes scale = 1/(2 sqrt(head_dim)) instead.
+    norm gains. The 1/2 is ``half_scale``, as for every query containing X (module doc).
     """
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
@@ -345,7 +395,7 @@ class ResidualMLPQuery(QueryProjection):
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
         self.rank = self.bottleneck_width(cfg, dim)
         self.act = ACTIVATIONS[cfg.activation]
-        self.scale = 0.5 if cfg.half_scale else 1.0
+        self.scale = identity_term_scale(cfg)
         self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
         self.w1 = nn.Linear(dim, self.rank, bias=False)
         self.w2 = nn.Linear(self.rank, dim, bias=False)

@@ -76,6 +76,7 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         rope_theta=cfg.rope_theta,
         norm_eps=cfg.norm_eps,
         init_std=cfg.init_std,
+        init=cfg.init,
         query=copy.deepcopy(cfg.query),  # the model must not change if the config object is edited later
     )
 

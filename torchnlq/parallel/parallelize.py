@@ -56,16 +56,18 @@ __all__ = [
 ]
 
 
-def apply_compile(model: nn.Module, fullgraph: bool = True) -> nn.Module:
+def apply_compile(model: nn.Module, fullgraph: bool = True, backend: str = "inductor") -> nn.Module:
     """``torch.compile`` each block of ``model.layers`` in place.
 
     ``Module.compile`` compiles the block's ``__call__`` without wrapping it in an
     ``OptimizedModule`` (which would add ``_orig_mod.`` to every key); names and
     ``state_dict`` keys stay those of the eager model. All blocks share one code
     object, so dynamo compiles once and reuses the graph for the other blocks.
+    ``backend`` is inductor for training; the graph-break tests trace with a cheaper
+    one (dynamo's graph breaks and recompiles do not depend on the backend).
     """
     for block in model.layers:
-        block.compile(fullgraph=fullgraph)
+        block.compile(fullgraph=fullgraph, backend=backend)
     return model
 
 
@@ -143,7 +145,10 @@ def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh
 
     The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for
     bit, whatever the device and world size: initialising on the CPU makes the
-    init independent of the hardware (CUDA's generator draws other numbers).
+    init independent of the hardware (CUDA's generator draws other numbers). Every
+    path runs ``GPT.init_weights``, so ``args.init = "paper"`` (the paper's code's
+    draws, which it too makes on the CPU) holds for sharded runs as well: rank 0 draws
+    the full model and broadcasts it.
     The global RNG is left untouched, so every rank keeps the same RNG state.
 
     Memory: on CPU without a mesh nothing extra (init in place). Otherwise rank 0

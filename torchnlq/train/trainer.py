@@ -105,9 +105,9 @@ class Trainer:
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
         self.validator = Validator(
-            cfg.validation, self.data.validation_batches, self.device, self.autocast, self.rank, self.world_size
+            cfg.validation, self.data.validation, self.device, self.autocast, self.rank, self.world_size
         )
-        self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation_batches[0][0])
+        self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
         self.metrics = MetricsLogger(
             self.logger,
             self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main else None,
@@ -165,6 +165,7 @@ class Trainer:
             validation=ValidationRecord(
                 seed=cfg.validation.seed, sequences=cfg.validation.sequences,
                 micro_batch_size=data.validation_micro_batch_size, fingerprint=data.validation_fingerprint,
+                protocol=cfg.validation.protocol, interval=cfg.validation.interval,
             ),
             name=cfg.job.name,
             steps=tcfg.steps,

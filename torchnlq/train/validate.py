@@ -6,6 +6,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -65,18 +66,26 @@ def evaluate(
     return values.mean().item(), std
 
 
+class ValidationSource(Protocol):
+    """What to evaluate after a step: a fixed set, or the paper's row of that step (torchnlq.data.batches)."""
+
+    def batches_at(self, step: int) -> Sequence[Batch]:
+        """The (x, y) micro-batches to evaluate after ``step``."""
+        ...
+
+
 class Validator:
-    """The run's fixed validation batches, when to evaluate them, and the last result.
+    """The run's validation batches, when to evaluate them, and the last result.
 
     ``due(step, last)`` is its own schedule: every ``validation.interval`` steps and at
     the last step, when validation is enabled. All ranks call :meth:`run` together.
     """
 
     def __init__(
-        self, cfg: Validation, batches: Sequence[Batch], device: torch.device,
+        self, cfg: Validation, source: ValidationSource, device: torch.device,
         autocast: Callable[[], contextlib.AbstractContextManager], rank: int = 0, world_size: int = 1,
     ) -> None:
-        self.cfg, self.batches, self.device = cfg, batches, device
+        self.cfg, self.source, self.device = cfg, source, device
         self.autocast, self.rank, self.world_size = autocast, rank, world_size
         self.last_loss: float | None = None
 
@@ -88,6 +97,7 @@ class Validator:
         """Evaluate ``model`` after ``step``; return (mean loss, std of the micro-batch losses, seconds taken)."""
         start = time.perf_counter()
         pause_point("validation", step)
-        mean, std = evaluate(model, self.batches, self.device, self.autocast, self.rank, self.world_size)
+        batches = self.source.batches_at(step)
+        mean, std = evaluate(model, batches, self.device, self.autocast, self.rank, self.world_size)
         self.last_loss = mean
         return mean, std, time.perf_counter() - start
