@@ -17,35 +17,43 @@ if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
 fi
 case " $* " in *" --help "*|*" -h "*) exec "$PYTHON" -m torchnlq.train --help ;; esac
 
-# Keep caches inside the outputs folder rather than scattered over $HOME and /tmp.
+fail() { echo "error: $*" >&2; exit 2; }
+NGPU="${NGPU:-1}"
+LOG_RANK="${LOG_RANK:-0}"
+[[ "$NGPU" =~ ^[1-9][0-9]*$ ]] || fail "NGPU='$NGPU' must be a positive integer"
+[[ "$LOG_RANK" =~ ^[0-9]+(,[0-9]+)*$ ]] || fail "LOG_RANK='$LOG_RANK' must be a rank or a comma-separated list of ranks, e.g. 0 or 0,1"
+if [ -n "${STOP_TIMEOUT:-}" ] && ! [[ "$STOP_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+  fail "STOP_TIMEOUT='$STOP_TIMEOUT' must be a positive number of seconds"
+fi
+multinode=""
+if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
+  [[ "$NNODES" =~ ^[1-9][0-9]*$ ]] || fail "NNODES='$NNODES' must be a positive integer"
+  [ -n "${RDZV_ENDPOINT:-}" ] || fail "NNODES=$NNODES needs RDZV_ENDPOINT=host:port (the first node's address) on every node"
+  multinode=1
+fi
+
+# Keep caches inside the outputs folder rather than scattered over $HOME and /tmp. The folder is
+# made by the trainer once the config is checked (a mistake leaves nothing behind), or below.
 CACHE="${TORCHNLQ_CACHE:-$PWD/outputs/.cache}"
-mkdir -p "$CACHE/tmp"
+[ ! -e "$CACHE" ] || [ -d "$CACHE" ] || fail "TORCHNLQ_CACHE='$CACHE' is a file; point it at a folder (or unset it)"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}"
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$CACHE/tiktoken}"
 export HF_HOME="${HF_HOME:-$CACHE/hf}"
 export TMPDIR="${TMPDIR_OVERRIDE:-$CACHE/tmp}"
+export TORCHNLQ_MAKE_TMPDIR=1  # torchnlq.train makes $TMPDIR after its config checks
 
-NGPU="${NGPU:-1}"
-LOG_RANK="${LOG_RANK:-0}"
-if ! [[ "$NGPU" =~ ^[1-9][0-9]*$ ]]; then
-  echo "error: NGPU='$NGPU' must be a positive integer" >&2; exit 2
-fi
-if [ "$NGPU" = 1 ] && [ -z "${NNODES:-}" ]; then
+if [ "$NGPU" = 1 ] && [ -z "$multinode" ]; then
   exec "$PYTHON" -m torchnlq.train "$CONFIG_FILE" "$@"
 fi
 # Config and data mistakes as one line here, rather than inside torchrun's multi-rank report.
 "$PYTHON" -m torchnlq.train --preflight "$CONFIG_FILE" "$@" || exit $?
+mkdir -p "$TMPDIR"
 rdzv=(--standalone)
-if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
-  rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT=host:port for multi-node}")
+if [ -n "$multinode" ]; then
+  rdzv=(--nnodes "$NNODES" --node-rank "${NODE_RANK:-0}" --rdzv-backend c10d --rdzv-endpoint "$RDZV_ENDPOINT")
 fi
 stop=()
-if [ -n "${STOP_TIMEOUT:-}" ]; then
-  if ! [[ "$STOP_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
-    echo "error: STOP_TIMEOUT='$STOP_TIMEOUT' must be a positive number of seconds" >&2; exit 2
-  fi
-  stop=(--shutdown-timeout "$STOP_TIMEOUT")
-fi
+[ -z "${STOP_TIMEOUT:-}" ] || stop=(--shutdown-timeout "$STOP_TIMEOUT")
 # torchrun's launcher, ending in one error: line (or the resume hint after a signal): torchnlq/train/launch.py
 exec "$PYTHON" -m torchnlq.train.launch "${rdzv[@]}" --nproc_per_node "$NGPU" \
   "${stop[@]}" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \

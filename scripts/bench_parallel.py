@@ -6,7 +6,6 @@ Usage: python scripts/bench_parallel.py [--layers 4] [--dim 256] [--heads 4] [--
                                         [--batch 8] [--seq 256] [--steps 5] [--threads 1] [--no-compile]
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -15,14 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from torchnlq.benchmarks.activation_memory import format_table, run_bench
-from torchnlq.cli import run_cli
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import ActivationCheckpoint, Query
 from torchnlq.errors import UserError
 from torchnlq.models import ModelArgs
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)

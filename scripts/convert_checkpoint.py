@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained) "
         "or a Hugging Face GPT-2 folder (transformers.GPT2LMHeadModel.from_pretrained).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Loss and perplexity of a torchnlq checkpoint or export on fixed validation sequences.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -5,13 +5,12 @@ Usage: python scripts/gen_config_docs.py [--check]   (a test fails when the file
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import run_cli
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.checks import registry_choices
 from torchnlq.config.render import markdown_reference
 
@@ -19,7 +18,7 @@ BEGIN, END = "<!-- BEGIN GENERATED OPTIONS -->", "<!-- END GENERATED OPTIONS -->
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description="Rewrite the generated options table of docs/configs.md.")
+    parser = ArgumentParser(description="Rewrite the generated options table of docs/configs.md.")
     parser.add_argument("--check", action="store_true", help="only check: exit 1 when the file is stale, write nothing")
     opts = parser.parse_args(argv)
     path = Path(__file__).resolve().parents[1] / "docs" / "configs.md"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Sample a continuation of a prompt from a torchnlq checkpoint or export.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

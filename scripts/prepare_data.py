@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import run_cli  # noqa: E402  (imports no datasets: HF_HOME is set below first)
+from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402  (imports no datasets: HF_HOME is set below first)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Tokenize a Hugging Face dataset or local files into uint16 token files (train.bin, val.bin, meta.json).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

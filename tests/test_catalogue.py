@@ -285,47 +285,7 @@ RESUMABLE = copy_of("{run}", "resume/run")
 #: The copy, and another trainer on it: this process holds its lock file until the row is done.
 BUSY = both(RESUMABLE, hold_run_lock("{tmp}/resume/run"))
 
-# Reasons of the known violations (xfail rows), one per cause.
-ARGPARSE = (
-    "argparse's usage error: a 'usage: ...' block plus 'PROG: error: ...' (several lines, none starting with "
-    "'error:'), exit 2. The one-line rule needs one ArgumentParser subclass whose error() raises UserError, "
-    "shared by every script: its place is torchnlq/cli.py"
-)
-DEVICE_TYPE = (
-    "torchnlq/checkpoint/load.py resolve_device accepts any torch device type and checks CUDA only: "
-    "'mps'/'xpu' end in a NotImplementedError/AssertionError traceback from torch, 'meta' in a DCP UserWarning "
-    "plus 'could not read checkpoint ... Default process group has not been initialized'"
-)
-META_FIELDS = (
-    "torchnlq/data/token_format.py read_meta checks only the 'tokenizer' entry; torchnlq/data/batches.py "
-    "_check_token_ids then reads meta['vocab_size'] unchecked: KeyError / TypeError traceback"
-)
-DATA_PATH_FILE = (
-    "torchnlq/data/batches.py open_token_files tests data.path with is_dir() and says it 'does not exist' "
-    "when it is a file: one line, but a wrong diagnosis"
-)
-SYNTHETIC_ON_FILE = (
-    "torchnlq/data/synthetic.py ensure_synthetic_corpus mkdir()s data.path unchecked: FileExistsError traceback "
-    "when it is a file"
-)
-DUMP_FOLDER_FILE = (
-    "torchnlq/train/trainer.py Trainer.__init__ mkdir()s job.dump_folder/job.name unchecked, after the data and "
-    "model are built: NotADirectoryError traceback when job.dump_folder is a file"
-)
-RDZV = (
-    "run_train.sh reads ${RDZV_ENDPOINT:?...}: bash prints 'run_train.sh: line N: RDZV_ENDPOINT: set ...' "
-    "(no 'error:') and exits 1"
-)
-LOG_RANK = (
-    "run_train.sh passes LOG_RANK unchecked to torchrun's --local-ranks-filter: ValueError traceback from "
-    "torch.distributed.run, exit 1"
-)
-CACHE_FILE = "run_train.sh: 'mkdir -p $TORCHNLQ_CACHE/tmp' fails under set -e: 'mkdir: cannot create directory', exit 1"
-DEFAULT_CACHE = (
-    "run_train.sh creates ./outputs/.cache/tmp (its default TORCHNLQ_CACHE) before it checks anything, so every "
-    "mistake run from a fresh folder leaves outputs/.cache/tmp behind"
-)
-
+# A known violation would be a row with ``xfail="<reason>"`` (strict); none are left.
 
 # ==================================================================================================
 # The catalogue, in-process rows: what happens when I get X wrong
@@ -474,7 +434,7 @@ IN_PROCESS = [
         "parallelism.dp_replicate=2 does not divide the world size 1"),
     row(T, "dp-shard-above-the-world-size", [*TRAIN, "--parallelism.dp_shard=2"], "parallelism.dp_shard=2 = 2 != world size 1"),
     row(T, "dump-folder-is-a-file", [*TRAIN, "--job.dump_folder={tmp}/notes.txt"], "notes.txt",
-        setup=write({"notes.txt": "mine"}), xfail=DUMP_FOLDER_FILE),
+        setup=write({"notes.txt": "mine"})),
     # ---------------------------------------------------------------- run_train.sh: the data folder
     row(T, "data-folder-missing", [*TRAIN, "--data.path={tmp}/nowhere"],
         "data.path '{tmp}/nowhere' does not exist; prepare it with: python scripts/prepare_data.py"),
@@ -484,10 +444,10 @@ IN_PROCESS = [
         setup=token_folder("nometa", drop=["meta.json"])),
     row(T, "data-without-val-bin", [*TRAIN, "--data.path={tmp}/noval"], "data.path '{tmp}/noval' lacks val.bin",
         setup=token_folder("noval", drop=["val.bin"])),
-    row(T, "data-path-is-a-file", [*TRAIN, "--data.path={tmp}/notes.txt"], "is not a folder",
-        setup=write({"notes.txt": "mine"}), xfail=DATA_PATH_FILE),
+    row(T, "data-path-is-a-file", [*TRAIN, "--data.path={tmp}/notes.txt"], "is a file, not a data folder",
+        setup=write({"notes.txt": "mine"})),
     row(T, "synthetic-corpus-over-a-file", [*TRAIN, "--data.synthetic=true", "--data.path={tmp}/notes.txt"], "notes.txt",
-        setup=write({"notes.txt": "mine"}), xfail=SYNTHETIC_ON_FILE),
+        setup=write({"notes.txt": "mine"})),
     row(T, "token-ids-above-the-vocabulary", [*TRAIN, "--data.path={tmp}/big"], "train.bin holds token id 300",
         setup=token_folder("big", train=BYTES_300)),
     row(T, "recorded-token-id-above-the-vocabulary", [*TRAIN, "--data.path={tmp}/recorded"], "train.bin holds token id 999",
@@ -508,9 +468,9 @@ IN_PROCESS = [
     row(T, "meta-json-other-dtype", [*TRAIN, "--data.path={tmp}/u32"], "holds uint32 tokens; torchnlq reads uint16 only",
         setup=token_folder("u32", meta=_set("dtype", "uint32"))),
     row(T, "meta-json-without-vocab-size", [*TRAIN, "--data.path={tmp}/novocab"], "vocab_size",
-        setup=token_folder("novocab", meta=_drop("vocab_size")), xfail=META_FIELDS),
+        setup=token_folder("novocab", meta=_drop("vocab_size"))),
     row(T, "meta-json-vocab-size-not-a-number", [*TRAIN, "--data.path={tmp}/many"], "vocab_size",
-        setup=token_folder("many", meta=_set("vocab_size", "many")), xfail=META_FIELDS),
+        setup=token_folder("many", meta=_set("vocab_size", "many"))),
     row(T, "data-of-another-tokenizer", [*TRAIN, "--data.tokenizer=gpt2"],
         "was tokenized with 'byte' (meta.json) but data.tokenizer is 'gpt2'"),
     row(T, "vocab-size-below-the-data", [*TRAIN, "--model.vocab_size=100"],
@@ -541,8 +501,8 @@ IN_PROCESS = [
     row(P, "run-folder-in-use", RESUME, f"is in use by process {os.getpid()}", setup=BUSY),
     # ---------------------------------------------------------------- prepare_data.py
     row("prepare_data.py", "out-not-given", ["--files", "{tmp}/src/a.txt", "--tokenizer", "byte"], "--out",
-        setup=write(DOCS), xfail=ARGPARSE),
-    row("prepare_data.py", "unknown-tokenizer", ["--out", "{tmp}/tokens", "--tokenizer", "bpe"], "bpe", xfail=ARGPARSE),
+        setup=write(DOCS)),
+    row("prepare_data.py", "unknown-tokenizer", ["--out", "{tmp}/tokens", "--tokenizer", "bpe"], "bpe"),
     row("prepare_data.py", "input-file-missing", [*PREPARE, "--files", "{tmp}/src/missing.txt"],
         "input file(s) not found: {tmp}/src/missing.txt", setup=write(DOCS)),
     row("prepare_data.py", "input-is-a-folder", [*PREPARE, "--files", "{tmp}/src"], "--files names a folder: {tmp}/src",
@@ -612,8 +572,8 @@ IN_PROCESS = [
                                                   "--cache-dir", "{tmp}/src/b.txt"],
         "--cache-dir '{tmp}/src/b.txt' exists and is not a folder", setup=write(DOCS)),
     # ---------------------------------------------------------------- convert_checkpoint.py
-    row("convert_checkpoint.py", "output-folder-not-given", ["{ckpt}"], "OUT", xfail=ARGPARSE),
-    row("convert_checkpoint.py", "unknown-dtype", ["{ckpt}", "{tmp}/out", "--dtype", "int8"], "int8", xfail=ARGPARSE),
+    row("convert_checkpoint.py", "output-folder-not-given", ["{ckpt}"], "OUT"),
+    row("convert_checkpoint.py", "unknown-dtype", ["{ckpt}", "{tmp}/out", "--dtype", "int8"], "int8"),
     row("convert_checkpoint.py", "checkpoint-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist"),
     row("convert_checkpoint.py", "run-folder-for-a-checkpoint", ["{run}", "{tmp}/out"],
         "(it looks like a run folder: pass one of {run}/checkpoints/step-N)"),
@@ -655,8 +615,8 @@ IN_PROCESS = [
         "is not a torchnlq export (a Hugging Face folder?)",
         setup=write({"hf/config.json": '{"model_type": "gpt2"}', "hf/model.safetensors": "x"})),
     # ---------------------------------------------------------------- generate.py
-    row("generate.py", "checkpoint-not-given", [], "CKPT_OR_EXPORT", xfail=ARGPARSE),
-    row("generate.py", "max-new-tokens-not-a-number", ["{ckpt}", "--max-new-tokens", "ten"], "ten", xfail=ARGPARSE),
+    row("generate.py", "checkpoint-not-given", [], "CKPT_OR_EXPORT"),
+    row("generate.py", "max-new-tokens-not-a-number", ["{ckpt}", "--max-new-tokens", "ten"], "ten"),
     row("generate.py", "checkpoint-missing", ["{tmp}/nowhere"], "'{tmp}/nowhere' does not exist"),
     row("generate.py", "run-folder-for-a-checkpoint", ["{run}"], "it looks like a run folder"),
     row("generate.py", "negative-max-new-tokens", ["{ckpt}", "--max-new-tokens", "-1"], "--max-new-tokens=-1 must be at least 0"),
@@ -670,7 +630,7 @@ IN_PROCESS = [
     row("generate.py", "cuda-without-a-gpu", ["{ckpt}", "--device", "cuda"], "no CUDA device is visible; use --device cpu",
         needs_no_cuda=True),
     row("generate.py", "unknown-device", ["{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
-    row("generate.py", "device-this-torch-lacks", ["{ckpt}", "--device", "mps"], "mps", xfail=DEVICE_TYPE),
+    row("generate.py", "device-this-torch-lacks", ["{ckpt}", "--device", "mps"], "mps"),
     row("generate.py", "prompt-longer-than-the-context", ["{ckpt}", "--prompt", "x" * 300],
         "the prompt has 300 tokens but the model's context is max_seq_len=256"),
     row("generate.py", "gpt2-model-without-its-tiktoken-file", ["{tmp}/gpt2", "--tiktoken-file", "{tmp}/gpt2.tiktoken"],
@@ -682,7 +642,7 @@ IN_PROCESS = [
     row("generate.py", "tokenizer-larger-than-the-model", ["{tmp}/small"], "tokenizer byte has 257 tokens but the model only 200",
         setup=checkpoint("small", vocab_size=200)),
     # ---------------------------------------------------------------- evaluate.py
-    row("evaluate.py", "data-not-given", ["{ckpt}"], "--data", xfail=ARGPARSE),
+    row("evaluate.py", "data-not-given", ["{ckpt}"], "--data"),
     row("evaluate.py", "data-folder-missing", ["{ckpt}", "--data", "{tmp}/nowhere"], "data.path '{tmp}/nowhere' does not exist"),
     row("evaluate.py", "checkpoint-for-the-data", ["{ckpt}", "--data", "{ckpt}"], "lacks meta.json, train.bin, val.bin"),
     row("evaluate.py", "zero-sequences", ["{ckpt}", "--data", "{data}", "--sequences", "0"], "--sequences=0 must be at least 1"),
@@ -702,7 +662,7 @@ IN_PROCESS = [
         "val.bin has 10 tokens, fewer than one sequence of seq_len+1=33",
         setup=token_folder("short", val=np.full(10, 65, dtype=np.uint16))),
     row("evaluate.py", "device-this-torch-lacks", ["{ckpt}", "--data", "{data}", "--device", "meta"], "meta",
-        xfail=DEVICE_TYPE),
+        ),
     # ---------------------------------------------------------------- run_suite.py
     row("run_suite.py", "suite-file-not-given", [], "give the suite file first"),
     row("run_suite.py", "option-before-the-suite-file", ["--dry-run", "{tmp}/s.toml"], "give the suite file first",
@@ -756,7 +716,7 @@ IN_PROCESS = [
     row("run_suite.py", "data-folder-missing", ["{tmp}/s.toml", "--data.path={tmp}/nowhere"],
         "run 'run': data.path '{tmp}/nowhere' does not exist", setup=suite(SUITE)),
     # ---------------------------------------------------------------- compare_runs.py
-    row("compare_runs.py", "baseline-not-given", ["{runs}/a"], "--baseline", xfail=ARGPARSE),
+    row("compare_runs.py", "baseline-not-given", ["{runs}/a"], "--baseline"),
     row("compare_runs.py", "run-folder-missing", ["{tmp}/nowhere", "--baseline", "{runs}/a"],
         "'{tmp}/nowhere' is neither a run folder (with run_info.json) nor a folder of runs"),
     row("compare_runs.py", "empty-folder-of-runs", ["{tmp}/empty", "--baseline", "{runs}/a"],
@@ -821,7 +781,7 @@ IN_PROCESS = [
     row("bench_attention.py", "negative-batch", ["--dim", "32", "--heads", "4", "--batch", "-1"], "(got -1, "),
     row("bench_attention.py", "cuda-without-a-gpu", [*ATTENTION, "--device", "cuda"], "--device cuda asked for but no CUDA device",
         needs_no_cuda=True),
-    row("bench_attention.py", "unknown-autocast", [*ATTENTION, "--autocast", "fp16"], "fp16", xfail=ARGPARSE),
+    row("bench_attention.py", "unknown-autocast", [*ATTENTION, "--autocast", "fp16"], "fp16"),
     # ---------------------------------------------------------------- bench_loader.py
     row("bench_loader.py", "shapes-not-pairs", ["--shapes", "12by1024"], "--shapes: expected pairs like 12x1024,1x1024"),
     row("bench_loader.py", "zero-in-a-shape", ["--shapes", "0x64", "--tokens", "1000"], "every --shapes size must be at least 1"),
@@ -837,7 +797,7 @@ IN_PROCESS = [
     # ---------------------------------------------------------------- bench_checkpoint.py
     row("bench_checkpoint.py", "flavor-typo", ["--flavor", "gpt_smal"], "--flavor: unknown 'gpt_smal'; did you mean 'gpt_small'?"),
     row("bench_checkpoint.py", "zero-repeats", ["--flavor", "debug", "--repeats", "0"], "--repeats must be at least 1, got 0"),
-    row("bench_checkpoint.py", "option-spelled-flavour", ["--flavour", "debug"], "--flavour", xfail=ARGPARSE),
+    row("bench_checkpoint.py", "option-spelled-flavour", ["--flavour", "debug"], "--flavour"),
     # ---------------------------------------------------------------- bench_parallel.py
     row("bench_parallel.py", "unknown-query", ["--query", "mlp"], "model.query.type: unknown 'mlp'"),
     row("bench_parallel.py", "heads-do-not-divide-dim", ["--heads", "3"], "model.n_heads=3 does not divide model.dim=256"),
@@ -845,8 +805,8 @@ IN_PROCESS = [
     row("bench_parallel.py", "zero-threads", ["--threads", "0"], "--threads must be at least 1, got 0"),
     row("bench_parallel.py", "zero-seq", ["--seq", "0"], "--seq must be at least 1, got 0"),
     # ---------------------------------------------------------------- gen_config_docs.py
-    row("gen_config_docs.py", "option-typo", ["--chek"], "--chek", xfail=ARGPARSE),
-    row("gen_config_docs.py", "file-argument", ["docs/configs.md"], "docs/configs.md", xfail=ARGPARSE),
+    row("gen_config_docs.py", "option-typo", ["--chek"], "--chek"),
+    row("gen_config_docs.py", "file-argument", ["docs/configs.md"], "docs/configs.md"),
 ]
 
 # ==================================================================================================
@@ -860,13 +820,13 @@ SUBPROCESS = [
     row(T, "STOP_TIMEOUT-not-a-number", list(TRAIN), "STOP_TIMEOUT='soon' must be a positive number of seconds",
         env={"NGPU": "2", "STOP_TIMEOUT": "soon"}),
     row(T, "config-file-missing-in-a-process", ["missing.toml"], "config file 'missing.toml' not found"),
-    row(T, "NNODES-without-RDZV_ENDPOINT", list(TRAIN), "RDZV_ENDPOINT", env={"NNODES": "2"}, xfail=RDZV),
-    row(T, "LOG_RANK-not-a-number", list(TRAIN), "LOG_RANK", env={"NGPU": "2", "LOG_RANK": "first"}, xfail=LOG_RANK),
+    row(T, "NNODES-without-RDZV_ENDPOINT", list(TRAIN), "RDZV_ENDPOINT", env={"NNODES": "2"}),
+    row(T, "LOG_RANK-not-a-number", list(TRAIN), "LOG_RANK", env={"NGPU": "2", "LOG_RANK": "first"}),
     row(T, "TORCHNLQ_CACHE-is-a-file", ["missing.toml"], "TORCHNLQ_CACHE", setup=write({"notes.txt": "mine"}),
-        env={"TORCHNLQ_CACHE": "{tmp}/notes.txt"}, xfail=CACHE_FILE),
+        env={"TORCHNLQ_CACHE": "{tmp}/notes.txt"}),
     # An empty TORCHNLQ_CACHE is unset for run_train.sh: its default, ./outputs/.cache, inside the snapshot.
     row(T, "mistake-with-the-default-cache", ["missing.toml"], "config file 'missing.toml' not found",
-        env={"TORCHNLQ_CACHE": ""}, xfail=DEFAULT_CACHE),
+        env={"TORCHNLQ_CACHE": ""}),
     # ---------------------------------------------------------------- run_train.sh with NGPU=2: the preflight, then torchrun
     row(T, "NGPU=2-data-mistake", [*TRAIN, "--data.path={tmp}/big"], "train.bin holds token id 300",
         setup=token_folder("big", train=BYTES_300), env={"NGPU": "2"}),
@@ -889,7 +849,7 @@ SUBPROCESS = [
     row("bench_loader.py", "tokens-infinite", ["--tokens", "inf"], "--tokens must be a finite number of tokens, got inf"),
     row("bench_checkpoint.py", "negative-repeats", ["--flavor", "debug", "--repeats", "-1"], "--repeats must be at least 1, got -1"),
     row("bench_parallel.py", "negative-batch", ["--batch", "-1"], "--batch must be at least 1, got -1"),
-    row("gen_config_docs.py", "unknown-option", ["--write"], "--write", xfail=ARGPARSE),
+    row("gen_config_docs.py", "unknown-option", ["--write"], "--write"),
 ]
 
 

@@ -10,6 +10,7 @@ stop on a signal is handed over the same way, so the launcher can exit 0 with th
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
@@ -34,6 +35,18 @@ def tell_launcher(kind: str, text: str) -> bool:
     except OSError:
         return False
     return True
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with torchnlq's one-line mistakes: a bad command line raises :class:`UserError`.
+
+    argparse's own report is a usage block and a ``prog: error:`` line on stderr; under
+    :func:`run_cli` this parser's mistakes are one ``error: ...`` line (naming ``--help``
+    for the usage) and exit code 2 like every other mistake.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:

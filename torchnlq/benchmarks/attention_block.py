@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from torchnlq.cli import ArgumentParser
 from torchnlq.benchmarks.timing import (
     DeviceTimer,
     describe_machine,
@@ -128,7 +129,7 @@ def format_attention_results(results: list[AttentionResult], opts: argparse.Name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Time one attention block per query type (fwd, fwd+bwd).")
+    parser = ArgumentParser(description="Time one attention block per query type (fwd, fwd+bwd).")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--dim", type=int, default=768)

@@ -16,7 +16,6 @@ the measured rows are in docs/performance.md, "Data loader alone").
 
 from __future__ import annotations
 
-import argparse
 import math
 import mmap
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from torchnlq.cli import ArgumentParser
 from torchnlq.benchmarks.timing import (
     describe_machine,
     machine_info,
@@ -95,7 +95,7 @@ def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str
 
 def main(argv: list[str]) -> int:
     """Entry point of scripts/bench_loader.py: one table, warm and cold, per micro-batch shape."""
-    parser = argparse.ArgumentParser(description="Time read_batch on a large token memmap.")
+    parser = ArgumentParser(description="Time read_batch on a large token memmap.")
     parser.add_argument("--file", help="an existing train.bin (default: a random file in a temporary folder)")
     parser.add_argument("--tokens", type=float, default=1e9, help="size of the random file in tokens (2 bytes each)")
     parser.add_argument("--shapes", default="12x1024,1x1024", help="micro-batch x seq_len pairs, comma-separated")

@@ -9,7 +9,6 @@ training), and a load.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from torchnlq.cli import ArgumentParser
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint, Model
@@ -71,7 +71,7 @@ def bench(flavor: str, repeats: int, folder: Path) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     """``scripts/bench_checkpoint.py [--flavor debug gpt_small] [--repeats 3]``: print a Markdown table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flavor", nargs="+", default=["debug", "gpt_small"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)

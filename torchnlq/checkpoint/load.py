@@ -70,6 +70,8 @@ def resolve_device(name: str) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise UserError(f"unknown device '{name}'; use cpu, cuda, cuda:N or auto") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"device '{name}' is not supported by torchnlq's tools; use cpu, cuda, cuda:N or auto")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device '{name}' asked for but no CUDA device is visible; use --device cpu")
     return device

@@ -41,6 +41,11 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
     shorter than one ``seq_len + 1`` window.
     """
     folder = Path(cfg.path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise UserError(
+            f"data.path '{cfg.path}' is a file, not a data folder; point data.path at the folder that holds "
+            "train.bin, val.bin and meta.json"
+        )
     if cfg.synthetic and not fmt.is_complete(folder):
         ensure_synthetic_corpus(folder)
     if not folder.is_dir():

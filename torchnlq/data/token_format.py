@@ -102,6 +102,11 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
         raise UserError(f"'{path}' is not readable JSON ({e}); prepare the data folder again") from e
     if not isinstance(meta, dict) or "tokenizer" not in meta:
         raise UserError(f"'{path}' has no 'tokenizer' entry; prepare the data folder again")
+    for key in ("vocab_size", "eot_id"):  # read as integers by every consumer (ids are checked against them)
+        if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
+            raise UserError(f"'{path}' has {key}={meta[key]!r}, not a token count; prepare the data folder again")
+    if "vocab_size" not in meta:
+        raise UserError(f"'{path}' has no 'vocab_size' entry; prepare the data folder again")
     return meta
 
 

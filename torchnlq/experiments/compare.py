@@ -19,7 +19,6 @@ validation fingerprints differ are refused unless ``--allow-different-data``.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchnlq.cli import run_cli
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -280,7 +279,7 @@ def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path,
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="compare_runs.py", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="compare_runs.py", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run folders, or folders of run folders (e.g. a suite's dump folder)")
     p.add_argument("--baseline", required=True, help="the baseline run: its folder or its name among RUN")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from torchnlq.cli import run_cli
@@ -21,16 +23,29 @@ def preflight(args: list[str]) -> int:
     from torchnlq.config.checks import check_data_fits_model, check_job_config
     from torchnlq.data.batches import open_token_files
 
+    from torchnlq.train.run_lock import RunLock, check_run_folder
+
     cfg = load_job_config(args)
     model_args = check_job_config(cfg)
+    check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
     _, _, meta = open_token_files(cfg.data, cfg.training.seq_len)
     check_data_fits_model(meta, model_args)
     run_dir = Path(cfg.job.dump_folder) / cfg.job.name
     if run_dir.is_dir():  # another trainer on this run: one line here, not a torchrun report
-        from torchnlq.train.run_lock import RunLock
-
         RunLock(run_dir).check_free()
     return 0
+
+
+def _make_tmpdir() -> None:
+    """Create run_train.sh's $TMPDIR (in its cache folder) now that the run is known to start.
+
+    run_train.sh only names the folder, so that a mistake leaves no cache folder behind; Python's
+    ``tempfile`` fell back to the system's while it was missing, and is told to look again.
+    """
+    folder = os.environ.get("TMPDIR")
+    if os.environ.get("TORCHNLQ_MAKE_TMPDIR") == "1" and folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        tempfile.tempdir = None
 
 
 def main(args: list[str]) -> int:
@@ -48,7 +63,9 @@ def main(args: list[str]) -> int:
     from torchnlq.train.trainer import Trainer
 
     try:
-        Trainer(cfg).train()
+        trainer = Trainer(cfg)
+        _make_tmpdir()
+        trainer.train()
     finally:
         destroy_distributed()
     return 0

@@ -43,6 +43,21 @@ LOCK_FILE = ".lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 
+def check_run_folder(run_dir: Path | str) -> None:
+    """UserError (one line) when ``run_dir`` cannot become a folder: it, or a folder above it, is a file.
+
+    Asked before any data or model is built, so the mistake costs nothing and creates nothing.
+    """
+    for path in (Path(run_dir), *Path(run_dir).parents):
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(
+                    f"run folder {run_dir} cannot be created: {path} is a file; "
+                    "set job.dump_folder (and job.name) to a folder"
+                )
+            return
+
+
 class RunLock:
     """The exclusive lock of one run folder; ``acquire()`` (or ``with RunLock(d):``), then ``release()``.
 

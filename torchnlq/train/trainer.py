@@ -45,7 +45,7 @@ from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import MetricsLogger, peak_tflops, setup_logging
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
-from torchnlq.train.run_lock import RunLock
+from torchnlq.train.run_lock import RunLock, check_run_folder
 from torchnlq.train.validate import Validator, cross_entropy
 
 
@@ -73,6 +73,7 @@ class Trainer:
         self.cfg = cfg
         tcfg = cfg.training
         self.model_args = check_job_config(cfg)  # before anything is created
+        check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
         self.dist = init_distributed(tcfg.device)
         self.device, self.rank, self.world_size = self.dist.device, self.dist.rank, self.dist.world_size
         self.is_main = self.rank == 0
