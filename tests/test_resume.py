@@ -151,7 +151,7 @@ def test_export_at_end_loads_with_equal_logits(tmp_path: Path) -> None:
 
     trainer = train(tmp_path, "exp", steps=4, checkpoint__export_at_end=True)
     model = torchnlq.load_pretrained(tmp_path / "outputs/exp/export")
-    x = trainer.validator.batches[0][0]
+    x = trainer.data.validation.batches_at(trainer.step)[0][0]
     with torch.no_grad():
         assert torch.equal(model(x), trainer.model.eval()(x))
     with pytest.raises(UserError, match="export_at_end"):
