@@ -93,11 +93,17 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
 
 def config_warnings(cfg: JobConfig) -> list[str]:
     """Settings that are legal but do nothing in this run (logged by the trainer, printed by the summary)."""
+    warnings = []
     ignored = ignored_knobs(cfg.model.query)
-    if not ignored:
-        return []
-    keys = ", ".join(f"model.query.{k}" for k in ignored)
-    return [f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect"]
+    if ignored:
+        keys = ", ".join(f"model.query.{k}" for k in ignored)
+        warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
+    if cfg.training.compile_loss and cfg.training.loss_chunk_tokens:
+        warnings.append(
+            "training.compile_loss compiles the full-logits loss, but training.loss_chunk_tokens="
+            f"{cfg.training.loss_chunk_tokens} computes it in chunks; it has no effect (set loss_chunk_tokens = 0 to use it)"
+        )
+    return warnings
 
 
 # Options whose change on resume has no effect, and why (everything they decide happened at step 0).

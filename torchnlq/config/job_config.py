@@ -160,7 +160,15 @@ class Training:
         "a run that cannot take a finite step is diverged, not unlucky.",
         min=1,
     )
-    compile_loss: bool = option(False, "Also torch.compile the LM head + cross-entropy (only with compile = true).")
+    compile_loss: bool = option(
+        False, "Also torch.compile the LM head + cross-entropy (only with compile = true and loss_chunk_tokens = 0)."
+    )
+    loss_chunk_tokens: int = option(
+        4096,
+        "LM head + cross-entropy this many tokens at a time, never holding the full [tokens, vocab] logits in training "
+        "(same loss and gradients; docs/performance.md); 0 computes the full logits, then the loss.",
+        min=0,
+    )
 
 
 @dataclass

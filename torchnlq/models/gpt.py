@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.lm_loss import DEFAULT_CHUNK_TOKENS, linear_cross_entropy
 from torchnlq.models.paper_init import init_like_paper
 from torchnlq.models.query import QueryProjection, build_query
 from torchnlq.models.rope import RotaryEmbedding, apply_rotary
@@ -304,12 +305,20 @@ class GPT(nn.Module):
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None, targets: torch.Tensor | None = None,
+        loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    ) -> torch.Tensor:
         """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len.
 
         With a ``cache``, ``tokens`` continue the cached sequence: they take positions
         ``cache.pos .. cache.pos + T - 1`` (learned or RoPE), attend to every cached
         position, and the cache advances by T. The training path passes no cache.
+
+        With ``targets`` ([B, T] token ids), the mean cross-entropy instead (an fp32 scalar),
+        through the head ``loss_chunk_tokens`` tokens at a time so that the whole logits are
+        never held (``models/lm_loss.py``). It is computed here, in the model's own forward,
+        so that FSDP has gathered the head's weight when it runs.
         """
         seq_len = tokens.shape[1]
         start = 0 if cache is None else cache.pos
@@ -332,6 +341,8 @@ class GPT(nn.Module):
             cache.pos += seq_len
         x = self.ln_f(x)
         weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        if targets is not None:
+            return linear_cross_entropy(x, weight, targets, chunk_tokens=loss_chunk_tokens)
         return F.linear(x, weight)
 
     def num_params(self, non_embedding: bool = False) -> int:

@@ -281,7 +281,11 @@ class Trainer:
             set_gradient_sync(self.model, micro == tcfg.grad_accum_steps - 1)  # reduce once per step
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with self.autocast():
-                loss = self.loss_fn(self.model(x), y) / tcfg.grad_accum_steps
+                if tcfg.loss_chunk_tokens:  # head + loss a chunk at a time, inside the model's forward
+                    loss = self.model(x, targets=y, loss_chunk_tokens=tcfg.loss_chunk_tokens)
+                else:
+                    loss = self.loss_fn(self.model(x), y)
+                loss = loss / tcfg.grad_accum_steps
             loss.backward()
             loss_sum += loss.detach()
         grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm)  # 0: measure only
