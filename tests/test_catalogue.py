@@ -315,6 +315,11 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
 IN_PROCESS = [
     # ---------------------------------------------------------------- run_train.sh: the TOML file
     row(T, "config-file-missing", ["missing.toml", *TRAIN], "config file 'missing.toml' not found"),
+    row(T, "loss-chunk-negative", [*TRAIN, "--training.loss_chunk_tokens=-1"], "training.loss_chunk_tokens"),
+    row(T, "validation-protocol-unknown", [*TRAIN, "--validation.protocol=papr"], "paper"),
+    row(T, "model-init-unknown", [*TRAIN, "--model.init=nanogpt"], "model.init"),
+    row(T, "paper-rows-too-few-for-the-run", [*TRAIN, "--validation.protocol=paper", "--validation.interval=1",
+        "--training.steps=600"], "raise validation.interval to at least 2"),
     row(T, "config-file-is-a-folder", ["configs", *TRAIN], "config file 'configs' is a folder", setup=folders("configs")),
     row(T, "toml-syntax-error", ["syntax.toml", *TRAIN], "is not valid TOML",
         setup=write({"syntax.toml": "[training\nsteps = 3\n"})),

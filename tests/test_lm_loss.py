@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.train import run_train, scalars, tiny_args, tiny_config
 
 from torchnlq.config.job_config import Query
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.models.lm_loss import linear_cross_entropy
-
-from helpers.train import run_train, scalars, tiny_args, tiny_config
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -95,3 +94,11 @@ def test_fsdp_and_compile_take_the_same_steps_with_either_loss(tmp_path: Path) -
         losses[name] = scalars(tmp_path / f"outputs/{name}/tb")["loss/train"]
     for step, value in losses["full"].items():
         assert losses["chunked"][step] == pytest.approx(value, rel=1e-6), step
+
+
+def test_compile_loss_with_the_chunked_loss_is_a_warning(tmp_path: Path) -> None:
+    from torchnlq.config.checks import config_warnings
+
+    warned = config_warnings(tiny_config(tmp_path, training__compile_loss=True))
+    assert any("training.compile_loss" in w and "no effect" in w for w in warned)
+    assert config_warnings(tiny_config(tmp_path, training__compile_loss=True, training__loss_chunk_tokens=0)) == []

@@ -101,7 +101,8 @@ def config_warnings(cfg: JobConfig) -> list[str]:
     if cfg.training.compile_loss and cfg.training.loss_chunk_tokens:
         warnings.append(
             "training.compile_loss compiles the full-logits loss, but training.loss_chunk_tokens="
-            f"{cfg.training.loss_chunk_tokens} computes it in chunks; it has no effect (set loss_chunk_tokens = 0 to use it)"
+            f"{cfg.training.loss_chunk_tokens} computes it in chunks; it has no effect "
+            "(set loss_chunk_tokens = 0 to use it)"
         )
     return warnings
 
