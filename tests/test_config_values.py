@@ -102,3 +102,17 @@ def test_a_stop_without_checkpoints_does_not_promise_a_resume(tmp_path: Path) ->
     assert trainer.step == 3
     assert "nothing was saved" in log and "run the same command to resume" not in log
     assert not (tmp_path / "outputs" / "nockpt" / "checkpoints").exists()
+
+
+def test_runs_that_cannot_do_what_they_look_like_warn_before_they_start(tmp_path) -> None:
+    from torchnlq.config.checks import config_warnings
+
+    assert config_warnings(tiny_config(tmp_path)) == []  # warmup 2 of 12 steps, 16 validation sequences
+    warmup = config_warnings(tiny_config(tmp_path, lr_schedule__warmup_steps=12))
+    # lr x steps / (warmup + 1) = 3e-3 x 12 / 13: the peak the schedule reaches, written out here.
+    assert any("never reaches optimizer.lr=0.003" in w and f"{3e-3 * 12 / 13:.3g}" in w for w in warmup), warmup
+    # 4 steps x 4 sequences x 2 micro-batches = 32 sequences of training between validations;
+    # 120 forward-only sequences cost about 40 of them.
+    slow = config_warnings(tiny_config(tmp_path, validation__sequences=120))
+    assert any("each validation (120 sequences) takes longer" in w for w in slow), slow
+    assert config_warnings(tiny_config(tmp_path, validation__sequences=90)) == []

@@ -91,6 +91,31 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
     return args
 
 
+# A forward pass costs about a third of a training step's forward + backward per token.
+FORWARD_SHARE_OF_A_STEP = 1 / 3
+
+
+def schedule_warnings(cfg: JobConfig) -> list[str]:
+    """Runs that cannot do what they look like: a warmup as long as the run, validation dwarfing training."""
+    t, s, v = cfg.training, cfg.lr_schedule, cfg.validation
+    warnings = []
+    if s.warmup_steps >= t.steps:
+        peak = cfg.optimizer.lr * t.steps / (s.warmup_steps + 1)
+        warnings.append(
+            f"lr_schedule.warmup_steps={s.warmup_steps} is not shorter than training.steps={t.steps}: the learning "
+            f"rate never reaches optimizer.lr={cfg.optimizer.lr:g} (it ends at {peak:.3g}); lower warmup_steps"
+        )
+    if v.enabled:
+        between = min(v.interval, t.steps) * t.micro_batch_size * t.grad_accum_steps  # sequences per process
+        if v.sequences * FORWARD_SHARE_OF_A_STEP > between:
+            warnings.append(
+                f"each validation ({v.sequences} sequences) takes longer than the {min(v.interval, t.steps)} training "
+                f"steps before it ({between} sequences per process); lower validation.sequences or raise "
+                "validation.interval"
+            )
+    return warnings
+
+
 def config_warnings(cfg: JobConfig) -> list[str]:
     """Settings that are legal but do nothing in this run (logged by the trainer, printed by the summary)."""
     warnings = []
@@ -98,6 +123,7 @@ def config_warnings(cfg: JobConfig) -> list[str]:
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)
         warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
+    warnings += schedule_warnings(cfg)
     if cfg.training.compile_loss and cfg.training.loss_chunk_tokens:
         warnings.append(
             "training.compile_loss compiles the full-logits loss, but training.loss_chunk_tokens="

@@ -46,7 +46,8 @@ class EvalResult:
         """The report, one ``name: value`` per line."""
         return [
             f"val_loss: {self.val_loss:.6f}",
-            f"val_loss_std: {self.val_loss_std:.6f}",
+            f"val_loss_std: {self.val_loss_std:.6f}" if math.isfinite(self.val_loss_std)
+            else "val_loss_std: n/a (one micro-batch)",
             f"perplexity: {self.perplexity:.6f}",
             f"sequences: {self.sequences}",
             f"tokens: {self.tokens}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import sys
 import time
@@ -150,9 +151,11 @@ class MetricsLogger:
 
     def log_validation(self, step: int, mean: float, std: float, seconds: float) -> None:
         """Write the validation line and scalars."""
-        self.logger.info(f"step {step:>6}/{self.total_steps}  val_loss {mean:.4f} ± {std:.4f}  ({seconds:.1f}s)")
+        spread = f" ± {std:.4f}" if math.isfinite(std) else ""  # one micro-batch has no spread to show
+        self.logger.info(f"step {step:>6}/{self.total_steps}  val_loss {mean:.4f}{spread}  ({seconds:.1f}s)")
         self.scalar("loss/val", mean, step)
-        self.scalar("loss/val_std", std, step)
+        if math.isfinite(std):
+            self.scalar("loss/val_std", std, step)
 
     def close(self) -> None:
         """Flush and close the TensorBoard writer."""

@@ -62,7 +62,7 @@ def evaluate(
         dist.all_gather(gathered, losses)
     # Rank q's chunk holds its first min(per_rank, remaining) results; the rest is padding.
     values = torch.cat([g[: max(0, min(per_rank, len(batches) - q * per_rank))] for q, g in enumerate(gathered)]).cpu()
-    std = values.std().item() if len(values) > 1 else 0.0
+    std = values.std().item() if len(values) > 1 else math.nan  # one micro-batch: no spread
     return values.mean().item(), std
 
 
