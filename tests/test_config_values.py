@@ -88,15 +88,15 @@ def test_run_info_is_strict_json_when_the_validation_loss_is_nan(tmp_path: Path)
 @pytest.mark.integration
 def test_a_stop_without_checkpoints_does_not_promise_a_resume(tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(tmp_path, "nockpt", steps=12, checkpoint__enabled=False))
-    real_loss, sent = trainer.loss_fn, []
+    real_loss, sent = trainer.micro_batch_loss, []
 
-    def loss_fn(logits, targets):
+    def loss_fn(x, y):
         if trainer.step + 1 == 3 and not sent:
             sent.append(True)
             signal.raise_signal(signal.SIGTERM)
-        return real_loss(logits, targets)
+        return real_loss(x, y)
 
-    trainer.loss_fn = loss_fn
+    trainer.micro_batch_loss = loss_fn
     trainer.train()
     log = (tmp_path / "outputs" / "nockpt" / "train.log").read_text()
     assert trainer.step == 3

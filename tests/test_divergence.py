@@ -18,9 +18,9 @@ pytestmark = pytest.mark.integration  # each test runs the trainer for a few ste
 def test_too_many_skipped_updates_in_a_row_stop_the_run(tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(tmp_path, "nan", steps=12, checkpoint__interval=2, training__on_nonfinite="skip",
                                   training__max_consecutive_skips=3))
-    real = trainer.loss_fn
+    real = trainer.micro_batch_loss
     # From step 5 on every loss is NaN: steps 5, 6, 7 are skipped, and the third in a row stops the run.
-    trainer.loss_fn = lambda logits, y: real(logits, y) * (float("nan") if trainer.step >= 4 else 1.0)
+    trainer.micro_batch_loss = lambda x, y: real(x, y) * (float("nan") if trainer.step >= 4 else 1.0)
     with pytest.raises(TrainingDiverged, match=r"3 updates in a row had a non-finite loss"):
         trainer.train()
     assert trainer.skipped_steps == 3

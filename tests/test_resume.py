@@ -109,13 +109,13 @@ def test_initial_load_path_loads_weights_only(tmp_path: Path) -> None:
 
 
 def _poison_step(trainer: Trainer, bad_step: int) -> None:
-    real = trainer.loss_fn
+    real = trainer.micro_batch_loss
 
-    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = real(logits, y)
+    def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = real(x, y)
         return loss * float("nan") if trainer.step + 1 == bad_step else loss
 
-    trainer.loss_fn = loss_fn
+    trainer.micro_batch_loss = loss_fn
 
 
 def test_nonfinite_loss_stops_and_saves_nothing_bad(tmp_path: Path) -> None:

@@ -180,17 +180,17 @@ def test_a_signal_on_a_checkpoint_step_stops_there_with_one_save(tmp_path: Path)
         real_save(record, model, optimizer)
 
     trainer.checkpointer.save = save
-    real_loss = trainer.loss_fn
+    real_loss = trainer.micro_batch_loss
 
     sent: list[int] = []
 
-    def loss_fn(logits, targets):
+    def loss_fn(x, y):
         if trainer.step + 1 == 4 and not sent:  # the signal arrives during step 4, a checkpoint step
             sent.append(4)  # once: a second SIGTERM falls back to the default action (kill)
             signal.raise_signal(signal.SIGTERM)
-        return real_loss(logits, targets)
+        return real_loss(x, y)
 
-    trainer.loss_fn = loss_fn
+    trainer.micro_batch_loss = loss_fn
     trainer.train()
     assert trainer.step == 4 and saves == [4]
     assert list_checkpoints(tmp_path / "outputs" / "sig" / "checkpoints") == [4]

@@ -267,6 +267,13 @@ class Trainer:
 
     # ----- the loop ---------------------------------------------------------------------------
 
+    def micro_batch_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The token-mean cross-entropy of one micro-batch (the seam tests use to inject a loss)."""
+        chunk = self.cfg.training.loss_chunk_tokens
+        if chunk:  # head + loss a chunk at a time, inside the model's forward
+            return self.model(x, targets=y, loss_chunk_tokens=chunk)
+        return self.loss_fn(self.model(x), y)
+
     def train_step(self) -> tuple[float, float]:
         """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm).
 
@@ -281,11 +288,7 @@ class Trainer:
             set_gradient_sync(self.model, micro == tcfg.grad_accum_steps - 1)  # reduce once per step
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with self.autocast():
-                if tcfg.loss_chunk_tokens:  # head + loss a chunk at a time, inside the model's forward
-                    loss = self.model(x, targets=y, loss_chunk_tokens=tcfg.loss_chunk_tokens)
-                else:
-                    loss = self.loss_fn(self.model(x), y)
-                loss = loss / tcfg.grad_accum_steps
+                loss = self.micro_batch_loss(x, y) / tcfg.grad_accum_steps
             loss.backward()
             loss_sum += loss.detach()
         grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm)  # 0: measure only
