@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train a model:  ./run_train.sh [CONFIG.toml] [--section.key value ...]
+# Train a model:  ./run_train.sh [CONFIG.toml | --job.config_file CONFIG.toml] [--section.key value ...] [--print-config | --help]
 # No CONFIG: train_configs/debug_model.toml, the offline CPU debug run.
 # Environment:
 #   NGPU=N      processes on this node (default 1); N > 1 launches torchrun
@@ -12,10 +12,18 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 
 CONFIG_FILE="${CONFIG_FILE:-$ROOT/train_configs/debug_model.toml}"
+given=""
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
-  CONFIG_FILE="$1"; shift
+  CONFIG_FILE="$1"; given=1; shift
 fi
-case " $* " in *" --help "*|*" -h "*) exec "$PYTHON" -m torchnlq.train --help ;; esac
+config=("$CONFIG_FILE")
+for arg in "$@"; do  # --job.config_file PATH (torchtitan's spelling) names the config instead
+  case "$arg" in --job.config_file|--job.config_file=*) [ -n "$given" ] || config=() ;; esac  # both: Python says so
+done
+# Help and the resolved config are printed by one process, whatever NGPU says.
+for arg in "$@"; do
+  case "$arg" in --help|-h|--print-config) exec "$PYTHON" -m torchnlq.train "${config[@]}" "$@" ;; esac
+done
 
 fail() { echo "error: $*" >&2; exit 2; }
 NGPU="${NGPU:-1}"
@@ -43,10 +51,10 @@ export TMPDIR="${TMPDIR_OVERRIDE:-$CACHE/tmp}"
 export TORCHNLQ_MAKE_TMPDIR=1  # torchnlq.train makes $TMPDIR after its config checks
 
 if [ "$NGPU" = 1 ] && [ -z "$multinode" ]; then
-  exec "$PYTHON" -m torchnlq.train "$CONFIG_FILE" "$@"
+  exec "$PYTHON" -m torchnlq.train "${config[@]}" "$@"
 fi
 # Config and data mistakes as one line here, rather than inside torchrun's multi-rank report.
-"$PYTHON" -m torchnlq.train --preflight "$CONFIG_FILE" "$@" || exit $?
+"$PYTHON" -m torchnlq.train --preflight "${config[@]}" "$@" || exit $?
 mkdir -p "$TMPDIR"
 rdzv=(--standalone)
 if [ -n "$multinode" ]; then
@@ -57,4 +65,4 @@ stop=()
 # torchrun's launcher, ending in one error: line (or the resume hint after a signal): torchnlq/train/launch.py
 exec "$PYTHON" -m torchnlq.train.launch "${rdzv[@]}" --nproc_per_node "$NGPU" \
   "${stop[@]}" --local-ranks-filter "$LOG_RANK" --role rank --tee 3 \
-  -m torchnlq.train "$CONFIG_FILE" "$@"
+  -m torchnlq.train "${config[@]}" "$@"

@@ -59,7 +59,7 @@ def test_file_then_overrides_in_order(tmp_path: Path) -> None:
         (["--steps=3"], "--section.key"),
         (["--training.steps"], "needs a value"),
         (["does_not_exist.toml"], "not found"),
-        (["a.toml", "b.toml"], "unexpected argument"),
+        (["a.toml", "b.toml"], "two config files given"),
     ],
 )
 def test_bad_overrides_are_one_line_errors(args: list[str], fragment: str) -> None:
@@ -155,3 +155,46 @@ def test_registry_backed_options_list_the_registries_names() -> None:
     for name, registry in expected.items():
         assert f"--{name}\n      " in text
         assert "one of " + "|".join(registry) in text.split(f"--{name}\n", 1)[1].split("\n", 1)[0]
+
+
+def test_job_config_file_is_the_positional_config(tmp_path: Path) -> None:
+    path = write(tmp_path, '[job]\nname = "from_file"\n[training]\nsteps = 7\n')
+    positional = load_job_config([path, "--training.steps=9"])
+    assert load_job_config(["--job.config_file", path, "--training.steps=9"]) == positional
+    assert load_job_config([f"--job.config_file={path}", "--training.steps=9"]) == positional
+    assert (positional.job.name, positional.training.steps) == ("from_file", 9)
+    with pytest.raises(ConfigError, match="two config files given"):
+        load_job_config([path, "--job.config_file", path])
+    with pytest.raises(ConfigError, match="--job.config_file needs a TOML file"):
+        load_job_config(["--job.config_file"])
+
+
+def test_help_with_a_config_shows_the_values_it_sets(tmp_path: Path) -> None:
+    path = write(tmp_path, '[job]\nname = "mine"\n[optimizer]\nlr = 0.0123\n')
+    cfg = load_job_config([path, "--training.steps=77"])
+    text = help_text(cfg, source=path)
+
+    def entry(name: str) -> str:  # the lines of one option, up to the next option
+        return text.split(f"  --{name}\n", 1)[1].split("\n  --", 1)[0]
+
+    assert 'this config: "mine"' in entry("job.name")
+    assert "this config: 0.0123" in entry("optimizer.lr") and "[default: 0.0006" in entry("optimizer.lr")
+    assert "this config: 77" in entry("training.steps")
+    assert "this config" not in entry("training.seq_len")  # left at its default
+    assert "this config" not in help_text()
+
+
+@pytest.mark.integration
+def test_run_train_print_config_and_help_write_nothing(tmp_path: Path) -> None:
+    from helpers.train import run_train
+
+    config = REPO_ROOT / "train_configs" / "gpt_small_res_gelu.toml"
+    printed = run_train(tmp_path, config, "--training.steps", "40", "--print-config", timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    # The printed TOML is the config the command line describes, and it loads back to the same thing.
+    expected = load_job_config([str(config), "--training.steps", "40"])
+    assert load_job_config([write(tmp_path, printed.stdout, "printed.toml")]) == expected
+    assert "warning: lr_schedule.warmup_steps=2000 is not shorter than training.steps=40" in printed.stderr
+    helped = run_train(tmp_path, "--job.config_file", config, "--help", timeout=120)
+    assert helped.returncode == 0 and 'this config: "gpt_small_res_gelu"' in helped.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["printed.toml"]  # no run folder, no cache

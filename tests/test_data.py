@@ -239,7 +239,7 @@ def test_open_token_files_ok(tmp_path):
 
 def test_open_token_files_errors(tmp_path):
     missing = tmp_path / "nope"
-    with pytest.raises(UserError, match=r"data.path '.*nope' does not exist; prepare it with: python scripts/prepare_data.py --out"):
+    with pytest.raises(UserError, match=r"data.path '.*nope' does not exist; prepare it with: \S*python scripts/prepare_data.py --out"):
         open_token_files(Data(path=str(missing), tokenizer="byte"), 8)
     folder = write_token_folder(tmp_path / "d", np.arange(1000) % 256, np.arange(100) % 256)
     with pytest.raises(UserError, match=r"val.bin has 100 tokens, fewer than one sequence of seq_len\+1=101"):

@@ -8,7 +8,10 @@ to fix it.
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -30,3 +33,23 @@ def unknown_choice(key: str, value: str, choices: Sequence[str]) -> ConfigError:
     match = closest(value, choices)
     hint = f"; did you mean {match!r}?" if match else ""
     return ConfigError(f"{key}: unknown {value!r}{hint} (choices: {', '.join(sorted(choices))})")
+
+
+def script_command(args: str) -> str:
+    """``python ARGS`` spelled so that it works when pasted into the user's shell.
+
+    run_train.sh installs torchnlq into ``.venv`` without activating it in the user's
+    shell, where a bare ``python scripts/...`` cannot import torchnlq. A hint printed
+    from such an unactivated virtual environment therefore names its interpreter
+    (``.venv/bin/python``, relative to the working directory when it lies below it).
+    """
+    in_venv = sys.prefix != sys.base_prefix
+    activated = os.environ.get("VIRTUAL_ENV") and Path(os.environ["VIRTUAL_ENV"]).resolve() == Path(sys.prefix).resolve()
+    if not in_venv or activated:
+        return f"python {args}"
+    python = Path(sys.prefix) / "bin" / "python"
+    try:
+        python = python.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"{python} {args}"

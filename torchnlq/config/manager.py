@@ -25,10 +25,15 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 
+# The config path as an option, as torchtitan spells it (not a field: it names where the fields come from).
+CONFIG_FILE_OPTION = "job.config_file"
+
+
 def load_job_config(args: list[str]) -> JobConfig:
     """Build the config from ``[CONFIG.toml] [--section.key value | --section.key=value ...]``.
 
-    The TOML file (optional) is applied first, then the overrides in order.
+    The TOML file (optional; also ``--job.config_file CONFIG.toml``) is applied first,
+    then the overrides in order.
     """
     path, overrides = _split_args(args)
     cfg = JobConfig()
@@ -82,20 +87,35 @@ def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None
         arg = args[i]
         if arg.startswith("--"):
             key = arg[2:]
+            raw: str | None
             if "=" in key:
                 key, raw = key.split("=", 1)
-                overrides.append((key, raw))
             elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                overrides.append((key, args[i + 1]))
+                raw = args[i + 1]
                 i += 1
             else:
-                overrides.append((key, None))  # bare flag: "true" for booleans
-        elif path is None:
-            path = arg
+                raw = None  # bare flag: "true" for booleans
+            if key == CONFIG_FILE_OPTION:  # torchtitan's spelling of the config path
+                if not raw:
+                    raise ConfigError(f"--{CONFIG_FILE_OPTION} needs a TOML file, e.g. --{CONFIG_FILE_OPTION} "
+                                      "train_configs/debug_model.toml")
+                path = _one_path(path, raw)
+            else:
+                overrides.append((key, raw))
         else:
-            raise ConfigError(f"unexpected argument '{arg}': give one config file, then --section.key value overrides")
+            path = _one_path(path, arg)
         i += 1
     return path, overrides
+
+
+def _one_path(path: str | None, new: str) -> str:
+    """The config path, given once (positionally or as --job.config_file)."""
+    if path is not None:
+        raise ConfigError(
+            f"two config files given ('{path}' and '{new}'): pass one, either first or as --{CONFIG_FILE_OPTION}, "
+            "then --section.key value overrides (a variant config can extend another: extends = \"base.toml\")"
+        )
+    return new
 
 
 def _fields(section: Any) -> dict[str, dataclasses.Field]:

@@ -60,6 +60,7 @@ def to_toml(cfg: JobConfig) -> str:
 
 
 Choices = Mapping[str, Sequence[str]]
+_NOT_GIVEN = object()  # help_text without a config: no "this config" values
 
 
 def _choices(name: str, f: dataclasses.Field, registries: Choices | None) -> Sequence[Any] | None:
@@ -69,7 +70,8 @@ def _choices(name: str, f: dataclasses.Field, registries: Choices | None) -> Seq
     return (registries or {}).get(name)
 
 
-def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None) -> str:
+def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None, given: Any = _NOT_GIVEN) -> str:
+    """The option's doc, its built-in default and rules, and the value the given config sets when it differs."""
     meta = f.metadata
     extra = []
     if choices:
@@ -80,27 +82,37 @@ def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None) -
         extra.append(f"<= {meta['max']}")
     default = "unset" if value is None else _toml_value(value)
     rules = f"; {', '.join(extra)}" if extra else ""
-    return f"{meta.get('doc', '')} [default: {default}{rules}]"
+    text = f"{meta.get('doc', '')} [default: {default}{rules}]"
+    if given is not _NOT_GIVEN and given != value:
+        text += f"\n      this config: {'unset' if given is None else _toml_value(given)}"
+    return text
 
 
-def help_text(cfg: JobConfig | None = None, registries: Choices | None = None) -> str:
+def help_text(cfg: JobConfig | None = None, registries: Choices | None = None, source: str | None = None) -> str:
     """The ``--help`` text: usage, then every option with its doc, default and allowed values.
 
+    With ``cfg`` (the config a command line resolves to, named ``source`` in the header),
+    each option whose value there differs from the built-in default shows that value too.
     ``registries`` maps registry-backed option names to their allowed names.
     """
-    cfg = cfg or JobConfig()
+    defaults = JobConfig()
+    given = dict((name, value) for name, _, value in iter_options(cfg)) if cfg is not None else {}
     out = [
         "usage: ./run_train.sh [CONFIG.toml] [--section.key VALUE | --section.key=VALUE ...]",
+        "       ./run_train.sh --job.config_file CONFIG.toml [...]   (the same, as torchtitan spells it)",
+        "       ./run_train.sh [CONFIG.toml] [...] --print-config      (print the resolved TOML and exit)",
         "",
-        "Without CONFIG, runs train_configs/debug_model.toml. Options (defaults shown are the built-in ones):",
+        "Without CONFIG, runs train_configs/debug_model.toml. Options (built-in defaults; "
+        + (f"'this config' is what {source} sets):" if cfg is not None else "pass a CONFIG to see its values):"),
     ]
     section = None
-    for name, f, value in iter_options(cfg):
+    for name, f, value in iter_options(defaults):
         head = name.rsplit(".", 1)[0]
         if head != section:
             section = head
             out.append(f"\n[{head}]")
-        out.append(f"  --{name}\n      {_describe(f, value, _choices(name, f, registries))}")
+        choices = _choices(name, f, registries)
+        out.append(f"  --{name}\n      {_describe(f, value, choices, given.get(name, _NOT_GIVEN))}")
     return "\n".join(out)
 
 

@@ -22,12 +22,12 @@ from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.synthetic import ensure_synthetic_corpus
 from torchnlq.data.token_file import TokenFile, read_batch
-from torchnlq.errors import UserError
+from torchnlq.errors import UserError, script_command
 
 
 def _prepare_hint(folder: Path, tokenizer: str) -> str:
     return (
-        f"prepare it with: python scripts/prepare_data.py --out {folder} --tokenizer {tokenizer} "
+        f"prepare it with: {script_command(f'scripts/prepare_data.py --out {folder} --tokenizer {tokenizer}')} "
         "(see docs/data.md), or set data.synthetic = true for the offline debug corpus"
     )
 

@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         usage = "usage: python scripts/model_summary.py [CONFIG.toml] [--section.key VALUE ...]"
         print(usage + "\n\nPrints the model's shapes, parameter counts and FLOPs per token (built on meta, no memory).")
         print("The config options are those of ./run_train.sh:\n")
-        print(help_text(registries=registry_choices()).split("\n", 2)[2])
+        text = help_text(registries=registry_choices())
+        print(text[text.index("Without CONFIG"):])
         return 0
     try:
         from torchnlq.config.manager import load_job_config

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
-from torchnlq.config.render import help_text
+from torchnlq.config.render import help_text, to_toml
+
+PRINT_CONFIG = "--print-config"
 
 
 def preflight(args: list[str]) -> int:
@@ -48,13 +50,35 @@ def _make_tmpdir() -> None:
         tempfile.tempdir = None
 
 
-def main(args: list[str]) -> int:
-    """Parse the config and train; ``--help``/``-h`` prints every option instead."""
-    if "--help" in args or "-h" in args:
-        from torchnlq.config.checks import registry_choices
+def show_help(args: list[str]) -> int:
+    """Every option with its default; with a config on the command line, also the values it sets."""
+    from torchnlq.config.checks import registry_choices
 
-        print(help_text(registries=registry_choices()))
-        return 0
+    rest = [a for a in args if a not in ("--help", "-h")]
+    cfg = load_job_config(rest) if rest else None
+    source = " ".join(rest)
+    print(help_text(cfg, registries=registry_choices(), source=f"'{source}'" if cfg else None))
+    return 0
+
+
+def print_config(args: list[str]) -> int:
+    """Print the resolved config as TOML (what the run would save as config.toml) and exit; writes nothing."""
+    from torchnlq.config.checks import check_job_config, config_warnings
+
+    cfg = load_job_config(args)
+    check_job_config(cfg)  # the same checks as a run: a config that cannot run is an error here too
+    for warning in config_warnings(cfg):
+        print(f"warning: {warning}", file=sys.stderr)
+    print(to_toml(cfg), end="")
+    return 0
+
+
+def main(args: list[str]) -> int:
+    """Parse the config and train; ``--help``/``-h`` prints every option, ``--print-config`` the resolved TOML."""
+    if "--help" in args or "-h" in args:
+        return show_help(args)
+    if PRINT_CONFIG in args:
+        return print_config([a for a in args if a != PRINT_CONFIG])
     if "--preflight" in args:
         return preflight([a for a in args if a != "--preflight"])
     cfg = load_job_config(args)
