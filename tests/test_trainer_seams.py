@@ -295,3 +295,27 @@ def test_prepared_folders_record_the_largest_id_and_opening_checks_it(tmp_path: 
     (folder / fmt.META_NAME).write_text(json.dumps(meta))
     with pytest.raises(UserError, match=r"train.bin holds token id 400"):
         open_token_files(Data(path=str(folder), tokenizer="byte"), 16)
+
+
+def test_the_header_shows_the_settings_that_decide_whether_a_run_works(tmp_path: Path) -> None:
+    cfg = tiny_config(tmp_path, "head", steps=12, lr_schedule__warmup_steps=3, optimizer__lr=2e-3,
+                      activation_checkpoint__mode="full")
+    trainer = Trainer(cfg)
+    trainer.train()
+    log = (tmp_path / "outputs" / "head" / "train.log").read_text()
+    settings = next(line for line in log.splitlines() if "| compile " in line)
+    sequences = sum(len(x) for x, _ in trainer.data.validation.batches_at(0))
+    for part in ("steps 12 |", "lr 0.002 -> ", "warmup 3 steps", "precision fp32 (cpu)", "compile off",
+                 "activation checkpointing full", f"validation every {cfg.validation.interval} steps "
+                 f"({sequences:,} fixed sequences)"):
+        assert part in settings, (part, settings)
+
+
+def test_a_long_validation_reports_its_progress(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "slowval", steps=2, validation__sequences=16,
+                                  validation__micro_batch_size=2))
+    lines: list[str] = []
+    trainer.validator.report, trainer.validator.report_every = lines.append, 0.0  # report after every forward
+    trainer.validator.run(trainer.model, 1)
+    # 8 micro-batches: a line after each but the last, counting up to 7 of 8.
+    assert [line.split(",")[0] for line in lines] == [f"validating: {i}/8 micro-batches" for i in range(1, 8)]

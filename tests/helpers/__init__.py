@@ -11,7 +11,10 @@ Tests import them as ``from helpers.train import run_train``: pytest puts tests/
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# The optional sample data (GPT-2 ranks, Tiny Shakespeare, WikiText-2): $TORCHNLQ_SHARED_DATA, else
+# ../shared/data beside the checkout. Tests that need a file skip without it.
+SHARED_DATA = Path(os.environ.get("TORCHNLQ_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data")

@@ -108,6 +108,8 @@ class Trainer:
         self.validator = Validator(
             cfg.validation, self.data.validation, self.device, self.autocast, self.rank, self.world_size
         )
+        if self.is_main:
+            self.validator.report = self.logger.info
         self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
         self.metrics = MetricsLogger(
             self.logger,
@@ -258,6 +260,23 @@ class Trainer:
             f"| params {a.num_params():,} (non-embedding {a.num_params(non_embedding=True):,}) "
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
             f"batch fingerprint {schedule.fingerprint()}"
+        )
+        self.logger.info(self._settings_line())
+
+    def _settings_line(self) -> str:
+        """The settings that decide whether a run can work: schedule, precision, compile, checkpointing."""
+        cfg, t = self.cfg, self.cfg.training
+        ac = cfg.activation_checkpoint.mode
+        compiled = "per block" if t.compile else "off"
+        if t.compile and t.compile_loss:
+            compiled += " + loss"
+        validation = (f"every {cfg.validation.interval} steps ({self.validator.describe()})"
+                      if cfg.validation.enabled else "off")
+        return (
+            f"steps {t.steps:,} | lr {cfg.optimizer.lr:g} -> {cfg.lr_schedule.min_lr:g}, warmup "
+            f"{cfg.lr_schedule.warmup_steps:,} steps | {cfg.optimizer.name} wd {cfg.optimizer.weight_decay:g} | "
+            f"precision {t.mixed_precision if self.device.type == 'cuda' else 'fp32 (cpu)'} | compile {compiled} | "
+            f"activation checkpointing {ac} | validation {validation}"
         )
 
     def write_run_info(self, finished: bool) -> None:

@@ -17,6 +17,8 @@ from torchnlq.config.job_config import Validation
 from torchnlq.pause_points import pause_point
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+# A validation longer than this reports its progress at this interval (seconds).
+PROGRESS_EVERY_S = 10.0
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -32,6 +34,7 @@ def evaluate(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     rank: int = 0,
     world_size: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[float, float]:
     """Mean and standard deviation of the micro-batch losses (the paper's report).
 
@@ -40,6 +43,7 @@ def evaluate(
     process over the same batches. Every rank runs the same number of forwards
     (FSDP needs every rank in each all-gather): a short chunk repeats its first
     batch and drops that result. The model's train/eval mode is restored.
+    ``progress(done, total)`` is called after each of this rank's forwards.
     """
     per_rank = math.ceil(len(batches) / world_size)
     mine = list(range(rank * per_rank, min((rank + 1) * per_rank, len(batches))))
@@ -54,6 +58,8 @@ def evaluate(
                 loss = cross_entropy(model(x), y)
             if slot < len(mine):
                 losses[slot] = loss.double()
+            if progress is not None:
+                progress(slot + 1, per_rank)
     finally:
         model.train(was_training)
     gathered = [losses]
@@ -88,6 +94,15 @@ class Validator:
         self.cfg, self.source, self.device = cfg, source, device
         self.autocast, self.rank, self.world_size = autocast, rank, world_size
         self.last_loss: float | None = None
+        self.last_seconds: float | None = None  # how long the last validation took (for the ETA)
+        self.report: Callable[[str], None] | None = None  # progress lines of a long validation (rank 0)
+        self.report_every = PROGRESS_EVERY_S
+
+    def describe(self) -> str:
+        """What one validation evaluates, for the run's header."""
+        sequences = sum(len(x) for x, _ in self.source.batches_at(0))
+        which = "the paper's row of each step" if self.cfg.protocol == "paper" else "fixed"
+        return f"{sequences:,} {which} sequences"
 
     def due(self, step: int, last: bool) -> bool:
         """Whether to validate after ``step`` (1-based updates done)."""
@@ -98,6 +113,22 @@ class Validator:
         start = time.perf_counter()
         pause_point("validation", step)
         batches = self.source.batches_at(step)
-        mean, std = evaluate(model, batches, self.device, self.autocast, self.rank, self.world_size)
-        self.last_loss = mean
-        return mean, std, time.perf_counter() - start
+        mean, std = evaluate(model, batches, self.device, self.autocast, self.rank, self.world_size,
+                             progress=self._progress_reporter(start))
+        self.last_loss, self.last_seconds = mean, time.perf_counter() - start
+        return mean, std, self.last_seconds
+
+    def _progress_reporter(self, start: float) -> Callable[[int, int], None] | None:
+        """A callback that reports every ``report_every`` seconds, so a long validation is not silence."""
+        if self.report is None:
+            return None
+        last = [start]
+
+        def progress(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] >= self.report_every and done < total:
+                last[0] = now
+                left = (now - start) / done * (total - done)
+                self.report(f"validating: {done}/{total} micro-batches, {now - start:.0f}s so far, ~{left:.0f}s left")
+
+        return progress
