@@ -755,6 +755,10 @@ IN_PROCESS = [
         "is inside the run folder '{runs}/b' being compared"),
     # ---------------------------------------------------------------- model_summary.py
     row("model_summary.py", "config-file-missing", ["nowhere.toml"], "config file 'nowhere.toml' not found"),
+    row("model_summary.py", "processes-not-a-number", ["--processes", "two"], "--processes expects a positive integer, got 'two'"),
+    row("model_summary.py", "processes-zero", ["--processes=0"], "--processes expects a positive integer, got '0'"),
+    row("model_summary.py", "processes-without-a-value", ["--processes"], "--processes needs a value"),
+    row("model_summary.py", "card-gib-not-finite", ["--card-gib=nan"], "--card-gib expects a positive number, got 'nan'"),
     row("model_summary.py", "toml-syntax-error", ["{tmp}/syntax.toml"], "is not valid TOML",
         setup=write({"syntax.toml": "[model\n"})),
     row("model_summary.py", "unknown-key", ["--model.dimm=64"], "unknown key 'model.dimm' in model; did you mean 'dim'?"),

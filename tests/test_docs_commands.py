@@ -29,12 +29,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import iter_options
 from torchnlq.errors import script_command
-
-from helpers import REPO_ROOT
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 COMMAND_START = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:python |\./run_train\.sh|\./run_tests\.sh|tensorboard |source )")

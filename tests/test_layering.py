@@ -66,9 +66,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",
         "torchnlq.parallel", "torchnlq.checkpoint", "torchnlq.errors", "torchnlq.cli", "torchnlq.pause_points",
     ),
+    # parallel: model_summary.py reports the memory estimate (parallel/memory_estimate.py).
     "torchnlq.inference": (
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",
-        "torchnlq.checkpoint", "torchnlq.train", "torchnlq.errors", "torchnlq.cli",
+        "torchnlq.checkpoint", "torchnlq.train", "torchnlq.errors", "torchnlq.cli", "torchnlq.parallel",
     ),
     "torchnlq.experiments": (
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",

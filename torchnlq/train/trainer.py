@@ -35,6 +35,7 @@ from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.errors import UserError
 from torchnlq.models import GPT
 from torchnlq.parallel.dist import build_mesh, init_distributed
+from torchnlq.parallel.memory_estimate import estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import (
     clip_grad_norm,
     materialize_and_init,
@@ -262,6 +263,21 @@ class Trainer:
             f"batch fingerprint {schedule.fingerprint()}"
         )
         self.logger.info(self._settings_line())
+        self._log_memory_estimate()
+
+    def _log_memory_estimate(self) -> None:
+        """The estimated peak memory per process; on CUDA, a warning when it does not fit the device."""
+        try:
+            estimate = estimate_memory(self.cfg, self.model_args, self.world_size, self.device.type)
+        except Exception as e:  # noqa: BLE001 - an estimate must never stop a run that may well fit
+            self.logger.info(f"memory estimate unavailable ({type(e).__name__}: {e})")
+            return
+        self.logger.info(f"memory estimate {estimate.describe()}")
+        if self.device.type == "cuda":
+            capacity = torch.cuda.get_device_properties(self.device).total_memory
+            warning = fit_warning(estimate, capacity, torch.cuda.get_device_name(self.device))
+            if warning:
+                self.logger.warning(f"warning: {warning}")
 
     def _settings_line(self) -> str:
         """The settings that decide whether a run can work: schedule, precision, compile, checkpointing."""

@@ -1,0 +1,225 @@
+"""How much memory one process of a run needs, estimated without allocating it.
+
+The estimate runs one training step of the real model, with the config's activation
+checkpointing, loss path and optimizer, on *fake* tensors (``FakeTensorMode``: shapes,
+dtypes and devices, no data) and counts the bytes a real allocator would hold: every
+tensor an op creates is added when it is made and removed when its last Python or
+autograd reference dies. So the figure follows the code, whatever a query type or a
+checkpointing mode saves for backward; nothing is a hand-written activation formula.
+
+What it is and is not:
+
+* the step is the eager one: ``torch.compile`` fuses elementwise ops and usually holds
+  less (compiled figures in docs/performance.md);
+* bf16 on CUDA is simulated with the CPU autocast, whose op list differs from CUDA's in
+  a few ops; fake CPU tensors also pick the CPU attention kernel (flash-style, like CUDA's);
+* FSDP over N processes divides the weights, gradients and optimizer state by N and adds
+  the all-gathered weights of two blocks; the activations are those of one micro-batch on
+  one process (every process holds its own);
+* allocator caching and fragmentation are not modelled (CUDA typically reserves 5-10% more
+  than it allocates): compare with the allocator's peak *allocated* figure, as bench.py does.
+
+docs/performance.md has the estimate against measured peaks at several shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
+from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
+
+GIB = 2**30
+# The memory of the default profile's card (an RTX 5090); model_summary.py reports against it.
+DEFAULT_CARD_GIB = 32.0
+# Leave this share of a card free for the allocator's cache, CUDA context and fragmentation.
+HEADROOM = 0.125
+# torchao's 8-bit AdamW: one byte per state element plus one fp32 scale per block of this size,
+# for tensors of at least MIN_8BIT_NUMEL elements (smaller ones keep fp32 states).
+ADAMW8BIT_BLOCK = 256
+MIN_8BIT_NUMEL = 4096
+
+
+class LiveBytes(TorchDispatchMode):
+    """Counts the bytes of the tensors ops create, as an allocator would hold them: (live, peak).
+
+    A storage is counted once however many views share it, and freed when the last tensor
+    viewing it dies (autograd keeps the Python object of a tensor it saved alive, so saved
+    activations stay counted until backward releases them).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._refs: dict[int, int] = {}
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self._refs[key] -= 1
+        if self._refs[key] == 0:
+            del self._refs[key]
+            self.live -= nbytes
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                key, nbytes = storage._cdata, storage.nbytes()
+                if key not in self._refs:
+                    self._refs[key] = 0
+                    self.live += nbytes
+                    self.peak = max(self.peak, self.live)
+                self._refs[key] += 1
+                weakref.finalize(t, self._release, key, nbytes)
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per process. ``step`` is what one training step adds above the state held between steps."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    step: int  # activations, the loss path and temporaries, at their peak (gradients not included)
+    world_size: int
+    precision: str
+
+    @property
+    def total(self) -> int:
+        """The peak of a step: weights + optimizer state + gradients + what the step adds."""
+        return self.weights + self.optimizer + self.gradients + self.step
+
+    def describe(self) -> str:
+        """One line: the total and its parts, in GiB (MiB below 1 GiB)."""
+        scale, unit = (GIB, "GiB") if self.total >= GIB else (2**20, "MiB")
+        parts = (f"weights {self.weights / scale:.2f} + gradients {self.gradients / scale:.2f} + optimizer "
+                 f"{self.optimizer / scale:.2f} + activations and temporaries {self.step / scale:.2f}")
+        shard = f", sharded over {self.world_size} processes" if self.world_size > 1 else ""
+        return f"{self.total / scale:.2f} {unit} per process ({parts}; {self.precision}{shard})"
+
+
+def fit_warning(estimate: MemoryEstimate, capacity_bytes: int, where: str) -> str | None:
+    """A warning with what to change when ``estimate`` does not fit ``capacity_bytes`` with headroom; else None."""
+    usable = capacity_bytes * (1 - HEADROOM)
+    if estimate.total <= usable:
+        return None
+    return (
+        f"memory estimate {estimate.total / GIB:.1f} GiB per process exceeds {usable / GIB:.1f} GiB "
+        f"({100 * (1 - HEADROOM):.0f}% of {where}'s {capacity_bytes / GIB:.0f} GiB): lower "
+        "training.micro_batch_size (and raise grad_accum_steps to keep the batch), set "
+        "activation_checkpoint.mode = \"selective\" or \"full\", or shard over more processes (NGPU)"
+    )
+
+
+def _fake_model(model: nn.Module, fake: Any, dtype: torch.dtype | None) -> None:
+    """Replace a meta model's parameters and buffers by fake CPU tensors (tied weights stay tied)."""
+    made: dict[int, nn.Parameter] = {}
+    with fake:
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is None:
+                    continue
+                if id(p) not in made:
+                    data = torch.empty(p.shape, dtype=dtype or p.dtype, device="cpu")
+                    made[id(p)] = nn.Parameter(data, requires_grad=p.requires_grad)
+                module._parameters[name] = made[id(p)]
+            for name, b in list(module._buffers.items()):
+                if b is not None:
+                    module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
+
+
+def _optimizer_state_bytes(cfg: JobConfig, params: list[nn.Parameter]) -> int:
+    """AdamW: two fp32 states per element; 8-bit AdamW: two bytes plus a scale per block."""
+    if cfg.optimizer.name == "adamw8bit":
+        total = 0
+        for p in params:
+            n = p.numel()
+            total += 2 * (n + 4 * math.ceil(n / ADAMW8BIT_BLOCK)) if n >= MIN_8BIT_NUMEL else 8 * n
+        return total
+    return sum(8 * p.numel() for p in params)
+
+
+def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, param_dtype: torch.dtype | None,
+                   drop_grads: bool) -> tuple[int, int]:
+    """(bytes of the parameters, peak bytes one step allocates above the state held before it).
+
+    ``drop_grads``: every gradient is freed as soon as it is complete (FSDP reduce-scatters it into
+    a shard, counted separately); otherwise gradients accumulate over the micro-batches as in one process.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t = cfg.training
+    with torch.device("meta"):
+        model = GPT(args)
+    apply_activation_checkpointing(model, cfg.activation_checkpoint)
+    fake = FakeTensorMode()
+    _fake_model(model, fake, param_dtype)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if drop_grads:
+        for p in params:
+            p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+    with fake:
+        tokens = torch.zeros(t.micro_batch_size, t.seq_len, dtype=torch.long)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast_bf16 else contextlib.nullcontext
+    optimizer = None if drop_grads else torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    if optimizer is not None:  # its states, so that the step below measures only the update's temporaries
+        with fake:
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    counter = LiveBytes()
+    with fake, counter:
+        for _ in range(min(t.grad_accum_steps, 2)):  # the second micro-batch runs with gradients held
+            with autocast():
+                if t.loss_chunk_tokens:
+                    loss = model(tokens, targets=tokens, loss_chunk_tokens=t.loss_chunk_tokens)
+                else:
+                    loss = F.cross_entropy(model(tokens).float().flatten(0, 1), tokens.flatten())
+            loss.backward()
+            del loss
+        if optimizer is not None:
+            if t.max_norm:
+                torch.nn.utils.clip_grad_norm_(params, t.max_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return sum(p.numel() * p.element_size() for p in params), counter.peak
+
+
+def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device_type: str = "cuda") -> MemoryEstimate:
+    """The peak memory per process of a training step of ``cfg`` on ``world_size`` processes of ``device_type``.
+
+    ``args`` is the model the config builds (``check_job_config(cfg)``). Precision follows the
+    trainer: bf16 autocast (one process) or bf16 FSDP compute (several) on CUDA with
+    ``mixed_precision = "bf16"``; fp32 otherwise (the CPU always trains in fp32).
+    """
+    bf16 = device_type == "cuda" and cfg.training.mixed_precision == "bf16"
+    precision = "bf16" if bf16 else "fp32"
+    with torch.device("meta"):
+        params = [p for p in GPT(args).parameters() if p.requires_grad]
+    master = sum(4 * p.numel() for p in params)  # fp32 weights and gradients in every mode
+    optimizer = _optimizer_state_bytes(cfg, params)
+    if world_size == 1:
+        _, peak = _simulate_step(cfg, args, autocast_bf16=bf16, param_dtype=None, drop_grads=False)
+        # The simulated peak includes the gradients (allocated during backward): report them apart.
+        return MemoryEstimate(master, master, optimizer, max(peak - master, 0), world_size, precision)
+    compute_dtype = torch.bfloat16 if bf16 else torch.float32
+    compute_bytes, peak = _simulate_step(cfg, args, autocast_bf16=False, param_dtype=compute_dtype, drop_grads=True)
+    # FSDP holds the all-gathered weights of about two blocks at a time (the current one and the prefetched one).
+    gathered = 2 * compute_bytes // max(args.n_layers, 1)
+    shard = lambda n: math.ceil(n / world_size)  # noqa: E731
+    return MemoryEstimate(shard(master), shard(master), shard(optimizer), peak + gathered, world_size, precision)
