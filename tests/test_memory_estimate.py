@@ -96,3 +96,16 @@ def test_model_summary_reports_the_estimate_and_warns_when_it_does_not_fit(capsy
     assert 0 < gib < 32 and "warning: memory" not in out.err
     assert main([config, "--model.n_layers=2", "--card-gib", str(gib / 2)]) == 0
     assert "warning: memory estimate" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_every_shipped_config_fits_a_32_gb_card_with_headroom() -> None:
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.parallel.memory_estimate import DEFAULT_CARD_GIB
+
+    from helpers import REPO_ROOT
+
+    for path in sorted((REPO_ROOT / "train_configs").glob("*.toml")):
+        cfg = load_job_config([str(path)])
+        estimate = estimate_memory(cfg, check_job_config(cfg), 1, "cuda")
+        assert fit_warning(estimate, int(DEFAULT_CARD_GIB * GIB), "a 32 GiB card") is None, (path.name, estimate.describe())

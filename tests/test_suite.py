@@ -273,7 +273,12 @@ def test_cli_dry_run_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_shipped_suites_load(suite: Path) -> None:
     loaded = load_suite(suite)
     assert loaded.baseline.startswith("baseline")
-    assert len({r.name for r in loaded.runs}) == len(loaded.runs) >= 7
+    assert len({r.name for r in loaded.runs}) == len(loaded.runs) >= 2
+    from torchnlq.config.checks import check_job_config
+    from torchnlq.config.manager import load_job_config
+
+    for run in loaded.runs:  # every run's command line is a config that can run
+        check_job_config(load_job_config(list(run.argv())))
 
 
 def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None:
