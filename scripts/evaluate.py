@@ -3,7 +3,8 @@
 
 Uses the run's own fixed validation windows (its seq_len, validation seed and
 micro-batch size, recorded in the checkpoint), so on the same data the loss
-equals the val_loss training logged at that step.
+equals the val_loss training logged at that step. The data is tokenized already:
+no tokenizer file (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE) is needed, for any model.
 
 Example:
     python scripts/evaluate.py outputs/run/checkpoints/step-5000 --data data/openwebtext

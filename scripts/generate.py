@@ -4,10 +4,13 @@
 Examples:
     python scripts/generate.py outputs/run/checkpoints/step-5000 --prompt "To be" --max-new-tokens 50
     python scripts/generate.py exports/run-5000 --prompt "Once" --temperature 0        # greedy
-    python scripts/generate.py exports/run-5000 --prompt "The" --tiktoken-file ../shared/data/gpt2.tiktoken
+    python scripts/generate.py old-checkpoint --prompt "The" --tiktoken-file ../shared/data/gpt2.tiktoken
 
 Prints the prompt followed by the continuation on stdout; a note on stderr
-says when sampling stopped early (end-of-text or a full context).
+says when sampling stopped early (end-of-text or a full context). The tokenizer
+is the one the checkpoint or export carries (a gpt2 checkpoint's tokenizer.tiktoken,
+an export's vocab.json); --tiktoken-file is needed only for a gpt2 model saved
+without it (before torchnlq carried it, or by a run that could not find it).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1337, help="sampling seed: the same seed gives the same text")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--tiktoken-file", default=None,
-                   help="local GPT-2 .tiktoken ranks file for gpt2 models offline (default: $TORCHNLQ_TIKTOKEN_FILE)")
+                   help="GPT-2 .tiktoken ranks file, used instead of the ones the checkpoint or export carries; "
+                   "needed only for a gpt2 model that carries none (default then: $TORCHNLQ_TIKTOKEN_FILE)")
     return p
 
 

@@ -80,12 +80,15 @@ def test_safetensors_round_trip_is_exact(tmp_path, name):
     model = tiny_model(**CONFIGS[name])
     write_checkpoint(tmp_path / "ckpt", model)
     out = export_safetensors(tmp_path / "ckpt", tmp_path / "export")
-    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json"]
+    assert sorted(os.listdir(out)) == ["config.json", "merges.txt", "model.safetensors", "special_tokens_map.json",
+                                       "tokenizer.json", "tokenizer_config.json", "vocab.json"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
     config = json.loads((out / "config.json").read_text())
     assert config["format"] == "torchnlq-safetensors" and config["torchnlq_version"] == torchnlq.__version__
     assert config["seq_len"] == SEQ_LEN and config["validation"] == VALIDATION and config["step"] == 7
-    assert json.loads((out / "tokenizer_config.json").read_text()) == BYTE_TOKENIZER
+    assert config["tokenizer"] == BYTE_TOKENIZER  # the description; tokenizer_config.json is Hugging Face's
+    hf_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert hf_config["tokenizer_class"] == "GPT2Tokenizer" and hf_config["model_max_length"] == model.args.max_seq_len
     rebuilt = torchnlq.load_pretrained(out)
     assert rebuilt.args == model.args and not rebuilt.training
     torch.testing.assert_close(logits(rebuilt), logits(model), rtol=0, atol=0)
@@ -126,6 +129,42 @@ def test_export_refuses_existing_folder_unless_overwrite(tmp_path):
     assert (tmp_path / "e" / "model.safetensors").is_file()
     with pytest.raises(UserError, match="unknown dtype 'fp8'"):
         export_safetensors(tmp_path / "ckpt", tmp_path / "f", dtype="fp8")
+
+
+def old_format_export(export, description=BYTE_TOKENIZER, in_config=True):
+    """Turn a new export into one written before the tokenizer files: tokenizer_config.json = the description."""
+    for name in ("vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer.json"):
+        (export / name).unlink()
+    (export / "tokenizer_config.json").write_text(json.dumps(description))
+    if not in_config:  # the oldest exports: the description only in tokenizer_config.json
+        config = json.loads((export / "config.json").read_text())
+        del config["tokenizer"]
+        (export / "config.json").write_text(json.dumps(config))
+    return export
+
+
+@pytest.mark.parametrize("in_config", [True, False])
+def test_an_export_of_the_old_format_still_loads(tmp_path, in_config):
+    model = tiny_model()
+    write_checkpoint(tmp_path / "ckpt", model)
+    old = old_format_export(export_safetensors(tmp_path / "ckpt", tmp_path / "old"), in_config=in_config)
+    loaded = load_model(old)
+    assert loaded.tokenizer == BYTE_TOKENIZER
+    torch.testing.assert_close(logits(loaded.model), logits(model), rtol=0, atol=0)
+    # Converted again, it gets the tokenizer files; the old folder may be replaced (only export files).
+    again = export_safetensors(old, tmp_path / "new")
+    assert (again / "vocab.json").is_file() and load_model(again).tokenizer == BYTE_TOKENIZER
+    export_safetensors(tmp_path / "ckpt", old, overwrite=True)
+    assert (old / "vocab.json").is_file()
+
+
+def test_export_without_a_recorded_tokenizer_reads_its_tokenizer_files(tmp_path):
+    write_checkpoint(tmp_path / "ckpt", tiny_model())
+    out = export_safetensors(tmp_path / "ckpt", tmp_path / "e")
+    config = json.loads((out / "config.json").read_text())
+    del config["tokenizer"]
+    (out / "config.json").write_text(json.dumps(config))
+    assert load_model(out).tokenizer == BYTE_TOKENIZER  # from vocab.json: the 256 bytes and end-of-text
 
 
 # ---------------------------------------------------------------- errors
@@ -268,7 +307,7 @@ def test_convert_checkpoint_script(tmp_path, capsys):
     write_checkpoint(tmp_path / "ckpt", model)
     assert script.run_cli(script.main, [str(tmp_path / "ckpt"), str(tmp_path / "out"), "--dtype", "bf16"]) == 0
     assert "wrote" in capsys.readouterr().out
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bf16"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["dtype"] == "bfloat16"  # torch's name, as HF
     assert script.run_cli(script.main, [str(tmp_path / "missing"), str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1

@@ -117,7 +117,7 @@ def test_run_export_is_written_and_replaced_as_export_at_end_does(run, tmp_path,
     first = (run / "export" / "config.json").read_text()
     keep = {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("outputs/run/export")}
     export_safetensors(ckpt, run / "export", dtype="bf16", overwrite=True)
-    assert json.loads((run / "export" / "config.json").read_text())["dtype"] == "bf16" != json.loads(first)["dtype"]
+    assert json.loads((run / "export" / "config.json").read_text())["dtype"] == "bfloat16" != json.loads(first)["dtype"]
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("outputs/run/export")} == keep
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.toml", "export", "train.log"]  # no temps
     # The script: an existing export needs --overwrite; an HF export is replaced by a safetensors one and back.
@@ -126,7 +126,8 @@ def test_run_export_is_written_and_replaced_as_export_at_end_does(run, tmp_path,
     assert (run / "export" / "torchnlq_export.json").is_file()
     assert convert.run_cli(convert.main, [str(ckpt), str(run / "export"), "--overwrite"]) == 0
     assert sorted(p.name for p in (run / "export").iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer_config.json"
+        "config.json", "merges.txt", "model.safetensors", "special_tokens_map.json", "tokenizer.json",
+        "tokenizer_config.json", "vocab.json",
     ]
     capsys.readouterr()
 

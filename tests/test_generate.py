@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 
 import pytest
 import torch
@@ -167,6 +168,14 @@ def test_gpt2_tokenizer_with_a_recorded_toy_ranks_file(tmp_path):
     other.write_bytes(other.read_bytes() + b"IA== 300\n")  # the same merges plus one: another sha256
     with pytest.raises(UserError, match="pass that file with --tiktoken-file"):
         generate_text(ckpt, "the", 1, tiktoken_file=str(other))
+    # A checkpoint that carries its ranks (as the trainer's do) needs no file at all.
+    (ckpt / "tokenizer.tiktoken").write_bytes(ranks.read_bytes())
+    assert generate_text(ckpt, "the thing", 0) == (text, result)
+    with pytest.raises(UserError, match="pass that file with --tiktoken-file"):  # the flag still overrides
+        generate_text(ckpt, "the", 1, tiktoken_file=str(other))
+    (ckpt / "tokenizer.tiktoken").write_bytes(other.read_bytes())  # not the recorded file
+    with pytest.raises(UserError, match=r"tokenizer.tiktoken' is corrupt \(sha256"):
+        generate_text(ckpt, "the", 1)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -186,6 +195,20 @@ def test_evaluate_equals_direct_evaluate(tmp_path):
     assert (from_export.val_loss, from_export.val_loss_std) == expected
     other = evaluate_source(tmp_path / "ckpt", data, sequences=4, micro_batch_size=2, seed=1, seq_len=8)
     assert other.tokens == 32 and other.val_loss != result.val_loss
+
+
+def test_evaluate_needs_no_tokenizer_file_but_checks_the_ranks(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE", raising=False)
+    data = write_byte_data(tmp_path / "data")
+    meta = json.loads((data / "meta.json").read_text())
+    meta.update(tokenizer="gpt2", tokenizer_info={"name": "gpt2", "tiktoken_sha256": "a" * 64})
+    (data / "meta.json").write_text(json.dumps(meta))
+    gpt2 = {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}
+    write_checkpoint(tmp_path / "ckpt", tiny_model(), tokenizer=gpt2)  # no ranks anywhere: not needed
+    assert evaluate_source(tmp_path / "ckpt", data).sequences == VALIDATION["sequences"]
+    write_checkpoint(tmp_path / "other", tiny_model(), tokenizer={**gpt2, "tiktoken_sha256": "b" * 64})
+    with pytest.raises(UserError, match=r"tokenized with .tiktoken ranks of sha256 aaaa.* but the model with bbbb"):
+        evaluate_source(tmp_path / "other", data)
 
 
 def test_evaluate_script_and_errors(tmp_path, capsys):

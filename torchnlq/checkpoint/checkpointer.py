@@ -6,8 +6,10 @@ FQN-keyed state and a checkpoint loads at any world size), the step and tokens
 seen (the run's :class:`~torchnlq.checkpoint.record.RunRecord`, in
 :data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
 RNG states (``rng-rank{r}.pt``: tensors and plain values, read with
-``weights_only=True``). The data position needs no state: the batch of
-step s is a pure function of s. Reading a checkpoint runs no code from it: DCP's
+``weights_only=True``), and for a gpt2 run the tokenizer's ranks
+(``tokenizer.tiktoken``, a copy of the recorded ``.tiktoken`` file: the checkpoint is
+sampled from and exported without the user's ranks file). The data position needs no
+state: the batch of step s is a pure function of s. Reading a checkpoint runs no code from it: DCP's
 ``.metadata`` and shards are read through :mod:`torchnlq.checkpoint.safe_reader`.
 
 Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to
@@ -42,6 +44,7 @@ from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
+from torchnlq.data.hf_tokenizer import TOKENIZER_RANKS_FILE, find_gpt2_ranks
 from torchnlq.errors import UserError
 from torchnlq.pause_points import pause_point
 
@@ -237,7 +240,9 @@ class CorruptCheckpoint(UserError):
 class Checkpointer:
     """Saves, prunes and loads the run's checkpoints; one per process, all ranks call every method."""
 
-    def __init__(self, cfg: Checkpoint, run_dir: Path, rank: int, logger: logging.Logger) -> None:
+    def __init__(
+        self, cfg: Checkpoint, run_dir: Path, rank: int, logger: logging.Logger, tiktoken_file: str | None = None
+    ) -> None:
         self.cfg = cfg
         self.folder = run_dir / "checkpoints"
         self.rank = rank
@@ -248,6 +253,11 @@ class Checkpointer:
             # A separate gloo group keeps background-save collectives off the training group.
             self._async_group = dist.new_group(backend="gloo")
         self.last_save_blocked_s = 0.0
+        # The tokenizer every checkpoint carries (rank 0 writes it): where to look, and what was found.
+        self.tiktoken_file = tiktoken_file  # data.tiktoken_file
+        self._tokenizer_source: Path | None = None  # the checkpoint this run resumed or started from
+        self._ranks: bytes | None = None
+        self._ranks_looked_up = False
 
     # ----- saving ---------------------------------------------------------------------------
 
@@ -272,6 +282,7 @@ class Checkpointer:
         torch.save(rng_state(), partial / f"rng-rank{self.rank}.pt")
         if self.rank == 0:
             write_meta(partial, record.to_meta())
+            self._write_tokenizer(partial, record.tokenizer)
         if self.cfg.async_mode:
             future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
             self._pending = (future, partial, final, step)
@@ -280,6 +291,34 @@ class Checkpointer:
             pause_point("save", step)  # fault tests: shards written, not yet complete
             self._finish(partial, final, step)
         self.last_save_blocked_s = time.perf_counter() - start
+
+    def _write_tokenizer(self, partial: Path, tokenizer: dict[str, Any]) -> None:
+        """Put the gpt2 ranks into the checkpoint, so generate.py and exports need no --tiktoken-file.
+
+        Looked up once, at the first save (:func:`find_gpt2_ranks`: data.tiktoken_file, the checkpoint
+        the run resumed from, $TORCHNLQ_TIKTOKEN_FILE, tiktoken's cache). Training never fails for
+        them: a run whose ranks are nowhere offline warns once and saves checkpoints without.
+        The byte tokenizer needs no file.
+        """
+        if tokenizer.get("name") != "gpt2":
+            return
+        if not self._ranks_looked_up:
+            self._ranks_looked_up = True
+            # A damaged copy in the resumed checkpoint must not hide a good file elsewhere: then look again without it.
+            sources = [self._tokenizer_source, None] if self._tokenizer_source is not None else [None]
+            for source in sources:
+                try:
+                    self._ranks = find_gpt2_ranks(tokenizer, source, self.tiktoken_file)
+                    break
+                except UserError as e:
+                    error = e
+            else:
+                self.logger.warning(
+                    f"warning: checkpoints will not carry the gpt2 tokenizer ({error}); generate.py and exports "
+                    "of them will need the ranks file"
+                )
+        if self._ranks is not None:
+            (partial / TOKENIZER_RANKS_FILE).write_bytes(self._ranks)
 
     def wait(self) -> None:
         """Block until a background save is written, then make it visible (rename, prune)."""
@@ -333,6 +372,7 @@ class Checkpointer:
         """
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
+        self._tokenizer_source = path  # its tokenizer ranks, if it carries them, go on into this run's checkpoints
         model_only = optimizer is None
         rng_file = path / f"rng-rank{self.rank}.pt"
         # Read (and check) before anything is loaded; a new rank after a world-size change keeps its seed.
@@ -362,6 +402,7 @@ class Checkpointer:
         """
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
+        self._tokenizer_source = Path(path)
         model_sd, _ = get_state_dict(model, [])
         state = {MODEL_KEY: model_sd}
         try:

@@ -1,4 +1,4 @@
-"""Export a model to a safetensors folder (``model.safetensors`` + ``config.json`` + ``tokenizer_config.json``).
+"""Export a model to a safetensors folder (``model.safetensors`` + ``config.json`` + Hugging Face tokenizer files).
 
 The folder is what :func:`torchnlq.checkpoint.load.load_model` reads back; it is written
 into a temporary sibling and renamed into place, so a reader never sees half an export.
@@ -29,6 +29,7 @@ from torchnlq.checkpoint.metadata import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
+from torchnlq.data.hf_tokenizer import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.paths import is_within, protected_folders
 
@@ -37,8 +38,13 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # The torchnlq-specific file of a Hugging Face export (torchnlq.checkpoint.hf_gpt2): it marks the folder as ours.
 HF_EXPORT_FILE = "torchnlq_export.json"
+# The Hugging Face tokenizer files every export carries (torchnlq.data.hf_tokenizer).
+HF_TOKENIZER_FILES = frozenset({"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer.json"})
+# The self-contained transformers model code of a --format hf export (torchnlq/hf/modeling_torchnlq.py).
+HF_MODELING_FILE = "modeling_torchnlq.py"
 # Every file an export writes; a folder holding anything else is not replaced by ``overwrite``.
-EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_FILE})
+EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_FILE, HF_MODELING_FILE,
+                          "generation_config.json", *HF_TOKENIZER_FILES})
 
 
 def is_previous_export(folder: Path) -> bool:
@@ -188,7 +194,12 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 def export_safetensors(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
-    """Write ``out_dir`` with model.safetensors, config.json and tokenizer_config.json; return its path.
+    """Write ``out_dir`` with model.safetensors, config.json and the tokenizer files; return its path.
+
+    The tokenizer's description is config.json's ``tokenizer``; the Hugging Face tokenizer files
+    (tokenizer_config.json, vocab.json, merges.txt, special_tokens_map.json, tokenizer.json) come
+    from :func:`torchnlq.data.hf_tokenizer.write_hf_tokenizer_files`, so the export carries its
+    tokenizer (a gpt2 model whose ranks are found nowhere offline is a UserError).
 
     A tied LM head is the token embedding itself: the state dict holds it once
     (``tok_emb.weight``, no ``lm_head.weight``) and ``tie_embeddings`` in the
@@ -202,20 +213,23 @@ def export_safetensors(
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
     check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
-    state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
     run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
     config = {
         **run_meta,
         "format": EXPORT_FORMAT,
         "format_version": FORMAT_VERSION,
         "torchnlq_version": __version__,
-        "dtype": dtype,
+        # The torch name (float32, bfloat16, float16): transformers reads config.json's "dtype" as one, and
+        # AutoTokenizer.from_pretrained(export) loads config.json before the tokenizer files.
+        "dtype": str(target).removeprefix("torch."),
         "source": str(loaded.path),
         "model_args": loaded.args.to_dict(),
         "tokenizer": loaded.tokenizer,
     }
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
+        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
-        write_json(tmp / TOKENIZER_FILE, loaded.tokenizer)
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
     return Path(out_dir).expanduser()

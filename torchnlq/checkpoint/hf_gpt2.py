@@ -32,6 +32,7 @@ from torchnlq.checkpoint.export import (
 )
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import FORMAT_KEYS
+from torchnlq.data.hf_tokenizer import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -136,12 +137,14 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 def export_hf_gpt2(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
-    """Write a Hugging Face GPT-2 folder (config.json, model.safetensors); return its path.
+    """Write a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); return its path.
 
     Raises UserError saying why for a model GPT-2 cannot represent exactly.
     ``torchnlq_export.json`` keeps the tokenizer description and run metadata
-    (Hugging Face ignores it). No tokenizer files are written: GPT-2 BPE models
-    load the stock ``gpt2`` tokenizer; a byte-level model has none in HF.
+    (Hugging Face ignores it). The tokenizer files
+    (:func:`torchnlq.data.hf_tokenizer.write_hf_tokenizer_files`) make
+    ``AutoTokenizer.from_pretrained(out_dir)`` encode text to the model's ids, for
+    GPT-2 BPE and for the byte tokenizer alike.
     """
     from safetensors.torch import save_file
 
@@ -153,7 +156,6 @@ def export_hf_gpt2(
     if reason:
         raise UserError(reason)
     check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
-    state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
     extra = {
         **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
         "torchnlq_version": __version__,
@@ -162,6 +164,9 @@ def export_hf_gpt2(
         "source": str(loaded.path),
     }
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
+        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         write_json(tmp / HF_EXPORT_FILE, extra)
         write_json(tmp / "config.json", gpt2_config(loaded.args, loaded.tokenizer, target))

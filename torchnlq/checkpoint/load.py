@@ -5,8 +5,14 @@ Two on-disk forms hold a model:
 * a **checkpoint**: a DCP folder ``<run>/checkpoints/step-N`` whose state dict has
   the model under ``"model"`` (next to optimizer and train state, ignored here)
   plus ``torchnlq.json`` (see :mod:`torchnlq.checkpoint.metadata`);
-* an **export**: ``model.safetensors`` + ``config.json`` + ``tokenizer_config.json``,
+* an **export**: ``model.safetensors`` + ``config.json`` + Hugging Face tokenizer files,
   written by :func:`torchnlq.checkpoint.export.export_safetensors`; small, single-file weights, no DCP.
+
+Both carry their tokenizer (:mod:`torchnlq.data.hf_tokenizer`): a gpt2 checkpoint its
+``tokenizer.tiktoken`` ranks, an export its ``vocab.json``
+(:func:`torchnlq.data.hf_tokenizer.tokenizer_from_folder` rebuilds it).
+Exports written before the tokenizer files held torchnlq's description in ``tokenizer_config.json``;
+they still load.
 
 :func:`load_model` accepts either and returns the same :class:`LoadedModel`;
 ``meta`` has the same keys for both (``step``, ``seq_len``, ``validation``, ...),
@@ -34,6 +40,7 @@ from torchnlq.checkpoint.metadata import (
     read_meta,
 )
 from torchnlq.checkpoint.record import RunRecord
+from torchnlq.data.hf_tokenizer import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -220,6 +227,21 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
     model = empty_model(args, device)
     check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
     model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
-    if not record.tokenizer and (path / TOKENIZER_FILE).is_file():
-        record.tokenizer = _read_tokenizer_config(path / TOKENIZER_FILE)
+    if not record.tokenizer:
+        record.tokenizer = _export_tokenizer_description(path)
     return LoadedModel(model, args, record.tokenizer, config, path, "export", record)
+
+
+def _export_tokenizer_description(path: Path) -> dict[str, Any]:
+    """The tokenizer of an export whose config.json records none (torchnlq's exports all record one).
+
+    An export written before the Hugging Face tokenizer files kept torchnlq's description (a
+    ``name``) in tokenizer_config.json; a newer one has Hugging Face's there, and its tokenizer
+    files say which tokenizer it is.
+    """
+    if (path / TOKENIZER_FILE).is_file():
+        d = _read_tokenizer_config(path / TOKENIZER_FILE)
+        if isinstance(d.get("name"), str):
+            return d
+    tokenizer = tokenizer_from_folder(path)
+    return tokenizer.describe() if tokenizer is not None else {}

@@ -6,6 +6,9 @@ under the top-level key :data:`MODEL_KEY` (plain FQNs of the unwrapped model,
 e.g. ``model.layers.0.attn.kv.weight``), and the folder holds a small JSON file,
 :data:`META_FILE`, that says how to rebuild the model without the run's config:
 ``{"step", "model_args", "tokenizer", "seq_len", "validation", "data_fingerprint", ...}``.
+A gpt2 run's checkpoint also carries its tokenizer: ``tokenizer.tiktoken``, the ``.tiktoken``
+ranks whose sha256 ``tokenizer`` records (:data:`torchnlq.data.hf_tokenizer.TOKENIZER_RANKS_FILE`;
+named there, not here, so that this module stays free of torch and the data package).
 The folder is renamed into place only once complete, so a ``step-N`` folder
 that exists is a loadable checkpoint.
 """
@@ -26,6 +29,7 @@ EXPORT_FORMAT = "torchnlq-safetensors"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# Hugging Face's tokenizer config; exports before the tokenizer files held torchnlq's description here.
 TOKENIZER_FILE = "tokenizer_config.json"
 # Keys of config.json that describe the file itself, not the run it came from.
 FORMAT_KEYS = ("format", "format_version", "torchnlq_version", "dtype", "source")

@@ -4,7 +4,8 @@ The loss is computed on the same fixed validation windows training uses: a
 :class:`~torchnlq.data.batches.ValidationSet` drawn with the checkpoint's
 ``seq_len`` and its ``validation`` seed and micro-batch size, through the
 trainer's own :func:`torchnlq.train.validate.evaluate`. On the same data folder
-the result therefore equals the ``val_loss`` the run logged at that step.
+the result therefore equals the ``val_loss`` the run logged at that step. No tokenizer
+files are needed (the data is tokenized already), so evaluation works offline for every model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -93,6 +95,23 @@ def resolve_settings(
     return ValidationSettings(int(seq_len), int(sequences), int(micro), int(seed))
 
 
+def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_dir: str | Path) -> None:
+    """UserError when the model and the data both record their .tiktoken file's sha256 and the two differ.
+
+    Evaluation needs no tokenizer files (the data is already tokenized), but ids of another
+    vocabulary under the same name would give a meaningless loss. Either side may not know
+    (a model or data folder made with tiktoken's download records none): then nothing is compared.
+    """
+    model_sha = tokenizer.get("tiktoken_sha256")
+    info = data_meta.get("tokenizer_info")
+    data_sha = info.get("tiktoken_sha256") if isinstance(info, dict) else None
+    if model_sha and data_sha and model_sha != data_sha:
+        raise UserError(
+            f"data '{data_dir}' was tokenized with .tiktoken ranks of sha256 {data_sha[:16]}... but the model with "
+            f"{model_sha[:16]}...; evaluate on data prepared with the model's ranks"
+        )
+
+
 def evaluation_autocast(record: RunRecord, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
     """The autocast the run validated under: bf16 on CUDA when it computed in bf16, else none (fp32).
 
@@ -124,7 +143,9 @@ def evaluate_source(
     if tokenizer is None and (folder / fmt.META_NAME).is_file():
         tokenizer = fmt.read_meta(folder)["tokenizer"]  # the model records none: trust the data
     # open_token_files checks the folder is complete and tokenized with the model's tokenizer.
-    train, val, _ = open_token_files(Data(path=str(data_dir), tokenizer=tokenizer or "gpt2"), settings.seq_len)
+    data_cfg = Data(path=str(data_dir), tokenizer=tokenizer or "gpt2")
+    train, val, data_meta = open_token_files(data_cfg, settings.seq_len)
+    check_same_ranks(loaded.tokenizer, data_meta, data_dir)
     recorded = loaded.record.validation
     if recorded is not None and recorded.protocol == "paper" and recorded.interval and loaded.record.step is not None:
         # The run validated on the paper's row of each step: evaluate the row of this checkpoint's step.

@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from torchnlq.checkpoint.export import export_source
 from torchnlq.checkpoint.load import LoadedModel, as_loaded
 from torchnlq.config.job_config import SEED_MAX
+from torchnlq.data.hf_tokenizer import tokenizer_from_folder
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT, KVCache
@@ -118,15 +120,24 @@ def generate_tokens(
     return Generation(list(prompt), new, stop)
 
 
-def tokenizer_from_description(desc: dict[str, Any], tiktoken_file: str | None = None) -> Tokenizer:
+def tokenizer_from_description(
+    desc: dict[str, Any], tiktoken_file: str | None = None, source: str | Path | None = None
+) -> Tokenizer:
     """Rebuild the tokenizer a model was trained with from its ``describe()`` dict.
 
-    gpt2 needs the standard GPT-2 ranks file, unless the run recorded another
-    file's sha256 (a toy vocabulary in tests): then it needs that very file.
+    ``source`` is the checkpoint or export folder the model came from: what it carries
+    (a checkpoint's ranks file, an export's vocab.json) is used first, so a gpt2 model needs
+    nothing else. ``tiktoken_file`` overrides it. Otherwise gpt2 needs the standard GPT-2
+    ranks file, unless the run recorded another file's sha256 (a toy vocabulary in tests):
+    then it needs that very file.
     """
     name = desc.get("name")
     if not name:
         raise UserError("the model records no tokenizer (no 'tokenizer' in its metadata); it cannot encode a prompt")
+    if source is not None and not tiktoken_file:
+        carried = tokenizer_from_folder(source, desc)
+        if carried is not None:
+            return carried
     recorded = desc.get("tiktoken_sha256")
     if name == "gpt2" and recorded and recorded != GPT2_TIKTOKEN_SHA256:
         tokenizer = build_tokenizer(name, tiktoken_file, expected_hash=None)
@@ -149,10 +160,13 @@ def generate_text(
     device: str = "cpu",
     tiktoken_file: str | None = None,
 ) -> tuple[str, Generation]:
-    """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation)."""
+    """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation).
+
+    The tokenizer is the one the checkpoint or export carries; ``tiktoken_file`` overrides it.
+    """
     check_sampling(max_new_tokens, temperature, top_k, seed)
     loaded = as_loaded(source, device)
-    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file)
+    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file, export_source(loaded))
     if tokenizer.vocab_size > loaded.args.vocab_size:
         raise UserError(
             f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "

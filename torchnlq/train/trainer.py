@@ -93,7 +93,8 @@ class Trainer:
         self._consecutive_skips = 0
 
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
-        self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"))
+        self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"),
+                                         tiktoken_file=cfg.data.tiktoken_file)
         resumed_from = self._restore()
         changes = self._resume_changes() if resumed_from else []
         # The run can start: only now does it get a folder, its lock (before any file: one trainer per
@@ -155,6 +156,9 @@ class Trainer:
         cfg, tcfg, data = self.cfg, self.cfg.training, self.data
         meta = data.meta
         tokenizer = {k: meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in meta} | {"name": meta["tokenizer"]}
+        ranks_sha = (meta.get("tokenizer_info") or {}).get("tiktoken_sha256")
+        if isinstance(ranks_sha, str):  # which .tiktoken ranks the data was made with: checkpoints carry that file
+            tokenizer["tiktoken_sha256"] = ranks_sha
         # What the model computes in: bf16 on CUDA (autocast, or FSDP's bf16 parameters), fp32 on a CPU.
         precision = "bf16" if self.device.type == "cuda" and tcfg.mixed_precision == "bf16" else "fp32"
         return RunRecord(

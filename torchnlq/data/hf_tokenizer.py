@@ -1,0 +1,448 @@
+"""Hugging Face tokenizer files for torchnlq's tokenizers, made offline, and the way back.
+
+:func:`write_hf_tokenizer_files` writes the files ``transformers.AutoTokenizer.from_pretrained``
+reads for a GPT-2-style byte-level BPE tokenizer: ``vocab.json``, ``merges.txt``,
+``tokenizer_config.json``, ``special_tokens_map.json`` and ``tokenizer.json`` (the fast
+tokenizer). They are derived from tiktoken ranks, never from transformers:
+
+* a token's vocab.json key is its bytes through GPT-2's byte-to-unicode table, its id is its rank;
+* merges are recovered by rank: a multi-byte token of rank r is the merge of the two parts that
+  byte-pair encoding of its own bytes with only the ranks below r ends with.
+
+The byte tokenizer gets the same files with ids = byte values, no merges, and end-of-text 256.
+
+A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`, a byte-identical copy
+of the ``.tiktoken`` file whose sha256 the run recorded), an export carries vocab.json; both
+lead back to a torchnlq :class:`~torchnlq.data.tokenizer.Tokenizer` with the same ids
+(:func:`tokenizer_from_folder`). Every file is read as text or JSON, never unpickled, and a
+damaged one is a one-line UserError naming it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from torchnlq.data.tokenizer import (
+    ENDOFTEXT,
+    GPT2_EOT_ID,
+    GPT2_PATTERN,
+    GPT2_TIKTOKEN_SHA256,
+    TIKTOKEN_FILE_ENV,
+    ByteTokenizer,
+    GPT2Tokenizer,
+    Tokenizer,
+)
+from torchnlq.errors import UserError
+
+#: The GPT-2 ranks a checkpoint carries (tiktoken's ``base64 rank`` text).
+TOKENIZER_RANKS_FILE = "tokenizer.tiktoken"
+VOCAB_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+HF_TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+FAST_TOKENIZER_FILE = "tokenizer.json"
+# tiktoken caches a download under sha1(its URL) in its cache folder; r50k_base holds the GPT-2 ranks.
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+_FIX = f"set {TIKTOKEN_FILE_ENV} to the model's .tiktoken ranks file (GPT-2's: e.g. ../shared/data/gpt2.tiktoken)"
+
+
+# ---------------------------------------------------------------- byte-level alphabet
+
+
+@cache
+def byte_to_char() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (byte-level BPE's alphabet).
+
+    Bytes that are printable Latin-1 characters (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand
+    for themselves; the other 68 take the characters from U+0100 on, in byte order, so that no
+    token string holds a space or a control character.
+    """
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {b: chr(b) for b in printable}
+    others = (b for b in range(256) if b not in table)
+    table.update({b: chr(0x100 + i) for i, b in enumerate(others)})
+    return table
+
+
+@cache
+def char_to_byte() -> dict[str, int]:
+    """The inverse of :func:`byte_to_char`."""
+    return {c: b for b, c in byte_to_char().items()}
+
+
+def token_string(token: bytes) -> str:
+    """A token's vocab.json key: its bytes through the byte-level alphabet."""
+    table = byte_to_char()
+    return "".join(table[b] for b in token)
+
+
+# ---------------------------------------------------------------- tiktoken ranks
+
+
+def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
+    """tiktoken ``base64 rank`` lines -> {token bytes: rank}; anything else is a UserError naming ``where``."""
+    ranks: dict[bytes, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            b64, rank_text = line.split()
+            token, rank = base64.b64decode(b64, validate=True), int(rank_text)
+        except (ValueError, binascii.Error):
+            raise UserError(f"'{where}' is corrupt (line {n} is not 'base64 rank'); {_FIX}") from None
+        if not token or rank < 0 or token in ranks:
+            raise UserError(f"'{where}' is corrupt (line {n}: an empty, negative or repeated token); {_FIX}")
+        ranks[token] = rank
+    if len(set(ranks.values())) != len(ranks):
+        raise UserError(f"'{where}' is corrupt (two tokens share a rank); {_FIX}")
+    return ranks
+
+
+def ranks_text(ranks: Mapping[bytes, int]) -> bytes:
+    """The ``.tiktoken`` text of ``ranks``, in rank order (the layout of tiktoken's own files)."""
+    return b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in sorted(ranks.items(), key=lambda kv: kv[1]))
+
+
+def _bpe_parts(token: bytes, below: int, ranks: Mapping[bytes, int]) -> list[bytes]:
+    """Byte-pair encode ``token`` using only the ranks below ``below`` (tiktoken's merge rule)."""
+    parts = [token[i : i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        best, best_rank = -1, below
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1], below)
+            if rank < best_rank:
+                best, best_rank = i, rank
+        if best < 0:
+            break
+        parts[best : best + 2] = [parts[best] + parts[best + 1]]
+    return parts
+
+
+def recover_merges(ranks: Mapping[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merges of a byte-level BPE, in rank order, from its ranks alone.
+
+    A token of two or more bytes is the merge of the two parts its own bytes reach under the
+    lower ranks. A token that does not come out as exactly two parts is never produced by
+    byte-pair encoding, so it gets no merge (GPT-2 has none such).
+    """
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) > 1:
+            parts = _bpe_parts(token, rank, ranks)
+            if len(parts) == 2:
+                merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _check_byte_level(ranks: Mapping[bytes, int], where: str | Path) -> None:
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise UserError(
+            f"'{where}' lacks the single byte {missing[0]:#04x}: not a byte-level BPE (every byte must be a token); "
+            f"{_FIX}"
+        )
+    if GPT2_EOT_ID in ranks.values():
+        raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {_FIX}")
+
+
+# ---------------------------------------------------------------- where the ranks come from
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def expected_sha256(tokenizer_description: Mapping[str, Any]) -> str:
+    """The sha256 the model's ranks file must have: the recorded one, else GPT-2's (r50k_base)."""
+    return tokenizer_description.get("tiktoken_sha256") or GPT2_TIKTOKEN_SHA256
+
+
+def _read_checked(path: Path, expected: str, what: str) -> bytes:
+    """A ranks file whose sha256 must be ``expected``; ``what`` says where its name came from."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{what} '{path}' is unreadable ({e.strerror or e}); {_FIX}") from None
+    digest = _sha256(data)
+    if digest != expected:
+        raise UserError(
+            f"{what} '{path}' has sha256 {digest[:16]}..., not the model's ranks {expected[:16]}...; {_FIX}"
+        )
+    return data
+
+
+def _tiktoken_cache_file() -> Path | None:
+    """Where tiktoken keeps a downloaded r50k_base (None when its cache is turned off)."""
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if folder is None:
+        folder = os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not folder:  # an empty TIKTOKEN_CACHE_DIR turns tiktoken's cache off
+        return None
+    return Path(folder, hashlib.sha1(R50K_URL.encode()).hexdigest())
+
+
+def _carried_file(folder: Path) -> Path:
+    """Which file of ``folder`` :func:`carried_ranks` read: the checkpoint's ranks file, else vocab.json."""
+    ranks = folder / TOKENIZER_RANKS_FILE
+    return ranks if ranks.is_file() else folder / VOCAB_FILE
+
+
+def carried_ranks(folder: str | Path, tokenizer_description: Mapping[str, Any]) -> bytes | None:
+    """The GPT-2 ranks text a checkpoint or export folder carries, or None when it carries none.
+
+    A checkpoint's :data:`TOKENIZER_RANKS_FILE` must have the recorded sha256; an export's
+    vocab.json is turned back into ranks (it is the export's tokenizer by definition).
+    """
+    folder = Path(folder)
+    path = folder / TOKENIZER_RANKS_FILE
+    if path.is_file():
+        expected = expected_sha256(tokenizer_description)
+        data = path.read_bytes()
+        if _sha256(data) != expected:
+            raise UserError(
+                f"'{path}' is corrupt (sha256 {_sha256(data)[:16]}..., the model recorded {expected[:16]}...); "
+                f"pass the model's .tiktoken file with --tiktoken-file (generate.py), or delete it and {_FIX}"
+            )
+        return data
+    if (folder / VOCAB_FILE).is_file():
+        return ranks_text(ranks_from_vocab(folder / VOCAB_FILE, tokenizer_description))
+    return None
+
+
+def find_gpt2_ranks(
+    tokenizer_description: Mapping[str, Any], source: str | Path | None = None, tiktoken_file: str | None = None
+) -> bytes:
+    """The ``.tiktoken`` text of a gpt2 model's ranks, found offline; UserError saying how to fix it otherwise.
+
+    In order: ``tiktoken_file``; what the ``source`` folder carries (:func:`carried_ranks`);
+    $TORCHNLQ_TIKTOKEN_FILE; tiktoken's cached r50k_base. A file named by the user or the
+    environment must have the recorded sha256 (GPT-2's when none is recorded).
+    """
+    return _locate_gpt2_ranks(tokenizer_description, source, tiktoken_file)[0]
+
+
+def _locate_gpt2_ranks(
+    tokenizer_description: Mapping[str, Any], source: str | Path | None, tiktoken_file: str | None
+) -> tuple[bytes, Path]:
+    """:func:`find_gpt2_ranks`, and the file the ranks were read from (for error messages)."""
+    expected = expected_sha256(tokenizer_description)
+    if tiktoken_file:
+        path = Path(tiktoken_file).expanduser()
+        return _read_checked(path, expected, "tiktoken file"), path
+    if source is not None:
+        found = carried_ranks(source, tokenizer_description)
+        if found is not None:
+            return found, _carried_file(Path(source))
+    env = os.environ.get(TIKTOKEN_FILE_ENV)
+    if env:
+        path = Path(env).expanduser()
+        return _read_checked(path, expected, TIKTOKEN_FILE_ENV), path
+    cached = _tiktoken_cache_file()
+    if cached is not None and cached.is_file() and expected == GPT2_TIKTOKEN_SHA256:
+        data = cached.read_bytes()
+        if _sha256(data) == expected:  # a damaged cache entry is tiktoken's to replace, not an error here
+            return data, cached
+    where = f"'{source}' carries none and they" if source is not None else "they"
+    which = "" if expected == GPT2_TIKTOKEN_SHA256 else f" (a .tiktoken file of sha256 {expected[:16]}...)"
+    raise UserError(f"the gpt2 tokenizer needs its BPE ranks{which}: {where} were not found offline; {_FIX}")
+
+
+# ---------------------------------------------------------------- writing the Hugging Face files
+
+
+def _byte_vocab() -> tuple[dict[str, int], list[tuple[str, str]], int]:
+    vocab = {c: b for b, c in sorted(byte_to_char().items())}
+    return vocab, [], ByteTokenizer.eot_id
+
+
+def _bpe_vocab(ranks: Mapping[bytes, int], where: str | Path) -> tuple[dict[str, int], list[tuple[str, str]], int]:
+    _check_byte_level(ranks, where)
+    vocab = {token_string(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])}
+    merges = [(token_string(a), token_string(b)) for a, b in recover_merges(ranks)]
+    return vocab, merges, GPT2_EOT_ID
+
+
+def _special_token(eot: int) -> dict[str, Any]:
+    # normalized/lstrip/rstrip as GPT-2's own files have them; "special" keeps it out of decode(skip_special_tokens).
+    return {"id": eot, "content": ENDOFTEXT, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": True, "special": True}
+
+
+def _fast_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]], eot: int) -> dict[str, Any]:
+    """tokenizer.json as the tokenizers library serialises a GPT-2 byte-level BPE."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [_special_token(eot)],
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        # GPT-2's post-processor only trims offsets: no BOS/EOS is added to an encoding.
+        "post_processor": {**byte_level, "add_prefix_space": True, "trim_offsets": False},
+        "decoder": {**byte_level, "add_prefix_space": True},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+            "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "vocab": {**vocab, ENDOFTEXT: eot},
+            "merges": [list(m) for m in merges],
+        },
+    }
+
+
+def _tokenizer_config(eot: int, model_max_length: int) -> dict[str, Any]:
+    special = {k: v for k, v in _special_token(eot).items() if k != "id"}
+    return {
+        "tokenizer_class": "GPT2Tokenizer",
+        "model_max_length": int(model_max_length),
+        "add_prefix_space": False,
+        "add_bos_token": False,
+        # Off, so that decode gives back exactly the text (the cleanup rewrites " n't" and " ,").
+        "clean_up_tokenization_spaces": False,
+        "errors": "replace",
+        "bos_token": ENDOFTEXT,
+        "eos_token": ENDOFTEXT,
+        "unk_token": ENDOFTEXT,
+        "added_tokens_decoder": {str(eot): special},
+    }
+
+
+def _write_json(path: Path, obj: Any, compact: bool = False) -> None:
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) if compact else json.dumps(
+        obj, ensure_ascii=False, indent=2)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def write_hf_tokenizer_files(
+    tokenizer_description: dict, folder: Path, model_max_length: int, source: Path | None = None
+) -> None:
+    """Write Hugging Face GPT-2-style tokenizer files for the described tokenizer into ``folder``.
+
+    ``vocab.json``, ``merges.txt``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
+    ``tokenizer.json``: ``AutoTokenizer.from_pretrained(folder)`` then encodes text to torchnlq's
+    ids. gpt2 takes its ranks from ``source`` (a checkpoint or an export that carries them), else
+    from $TORCHNLQ_TIKTOKEN_FILE or tiktoken's cache (:func:`find_gpt2_ranks`); a model whose ranks
+    cannot be found offline is a UserError. A description without a name writes nothing.
+    """
+    name = tokenizer_description.get("name")
+    if not name:
+        return  # a model made in Python without a tokenizer: nothing to describe
+    folder = Path(folder)
+    if name == "byte":
+        vocab, merges, eot = _byte_vocab()
+    elif name == "gpt2":
+        text, where = _locate_gpt2_ranks(tokenizer_description, source, None)
+        vocab, merges, eot = _bpe_vocab(parse_ranks(text, where), where)
+    else:
+        raise UserError(f"unknown tokenizer '{name}' in the model's metadata; torchnlq knows gpt2 and byte")
+    _write_json(folder / VOCAB_FILE, {**vocab, ENDOFTEXT: eot}, compact=True)
+    (folder / MERGES_FILE).write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8"
+    )
+    _write_json(folder / HF_TOKENIZER_CONFIG_FILE, _tokenizer_config(eot, model_max_length))
+    _write_json(folder / SPECIAL_TOKENS_FILE, {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT})
+    _write_json(folder / FAST_TOKENIZER_FILE, _fast_tokenizer(vocab, merges, eot), compact=True)
+
+
+# ---------------------------------------------------------------- reading them back
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))  # JSON, never unpickled
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
+    if not isinstance(vocab, dict) or not all(type(v) is int and v >= 0 for v in vocab.values()):
+        raise UserError(f"'{path}' is corrupt (not a JSON object of token ids); export the model again")
+    return vocab
+
+
+def ranks_from_vocab(path: Path, tokenizer_description: Mapping[str, Any] | None = None) -> dict[bytes, int]:
+    """A GPT-2-style vocab.json -> tiktoken ranks (end-of-text left out: tiktoken adds it as special)."""
+    vocab = _read_vocab(path)
+    table = char_to_byte()
+    ranks: dict[bytes, int] = {}
+    for text, rank in vocab.items():
+        if text == ENDOFTEXT:
+            if rank != GPT2_EOT_ID:
+                raise UserError(f"'{path}' gives {ENDOFTEXT} id {rank}, not {GPT2_EOT_ID}; export the model again")
+            continue
+        if not text or any(c not in table for c in text):
+            raise UserError(f"'{path}' is corrupt (token {text[:20]!r} is not byte-level BPE); export the model again")
+        ranks[bytes(table[c] for c in text)] = rank
+    if len(set(ranks.values())) != len(ranks):
+        raise UserError(f"'{path}' is corrupt (two tokens share an id); export the model again")
+    _check_byte_level(ranks, path)
+    recorded = (tokenizer_description or {}).get("vocab_size")
+    size = max(max(ranks.values()), GPT2_EOT_ID) + 1
+    if isinstance(recorded, int) and recorded != size:
+        raise UserError(
+            f"'{path}' holds {size} ids but the model records vocab_size {recorded}; export the model again"
+        )
+    return ranks
+
+
+class CarriedGPT2Tokenizer(GPT2Tokenizer):
+    """GPT-2 BPE from ranks a model folder carries (no ranks file of the user's needed)."""
+
+    def __init__(self, text: bytes, where: str | Path) -> None:
+        # Not GPT2Tokenizer.__init__: there is no file of the user's to open or check.
+        import tiktoken
+
+        self.path = str(where)
+        self.expected_hash = None
+        self.file_sha256 = _sha256(text)
+        self._text = text
+        ranks = parse_ranks(text, where)
+        _check_byte_level(ranks, where)
+        self._enc = tiktoken.Encoding(
+            name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: GPT2_EOT_ID}
+        )
+        self.vocab_size = self._enc.n_vocab
+
+    # The ranks travel with a pickled copy: the folder may be gone when it is unpickled.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"text": self._text, "where": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["text"], state["where"])  # type: ignore[misc]
+
+
+def _is_byte_vocab(vocab: dict[str, int]) -> bool:
+    return vocab == {**{c: b for b, c in byte_to_char().items()}, ENDOFTEXT: ByteTokenizer.eot_id}
+
+
+def tokenizer_from_folder(
+    folder: str | Path, tokenizer_description: Mapping[str, Any] | None = None
+) -> Tokenizer | None:
+    """The torchnlq tokenizer a checkpoint or export folder carries (same ids), or None when it carries none.
+
+    With a description, its name decides (byte needs no file and reads none); without one, the
+    files do: a carried ranks file is gpt2, a vocab.json of the 256 bytes plus end-of-text is the
+    byte tokenizer, any other vocab.json is gpt2 BPE.
+    """
+    folder = Path(folder)
+    desc = dict(tokenizer_description or {})
+    name = desc.get("name")
+    if name is None:
+        if (folder / TOKENIZER_RANKS_FILE).is_file():
+            name = "gpt2"
+        elif (folder / VOCAB_FILE).is_file():
+            name = "byte" if _is_byte_vocab(_read_vocab(folder / VOCAB_FILE)) else "gpt2"
+    if name == "byte":
+        return ByteTokenizer()
+    if name != "gpt2":
+        return None
+    text = carried_ranks(folder, desc)
+    if text is None:
+        return None
+    return CarriedGPT2Tokenizer(text, _carried_file(folder))
