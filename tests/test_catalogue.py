@@ -296,6 +296,11 @@ P = "run_train.sh NGPU=2"  # with NGPU > 1 run_train.sh first runs python -m tor
 BYTES_300 = np.full(600, 300, dtype=np.uint16)  # token ids the byte tokenizer (257 ids) does not have
 
 
+# A gpt2-tokenized checkpoint of a tiny model that carries no BPE ranks (as checkpoints before 0.2 did).
+GPT2_CKPT = checkpoint("gpt2", meta={"tokenizer": {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}},
+                       n_layers=1, dim=8, n_heads=2, vocab_size=50304, max_seq_len=16)
+
+
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     """An edit of a JSON dict: set the dotted ``path`` to ``value``."""
 
@@ -626,8 +631,19 @@ IN_PROCESS = [
     row("convert_checkpoint.py", "hugging-face-folder-for-a-checkpoint", ["{tmp}/hf", "{tmp}/out"],
         "is not a torchnlq export (a Hugging Face folder?)",
         setup=write({"hf/config.json": '{"model_type": "gpt2"}', "hf/model.safetensors": "x"})),
+    row("convert_checkpoint.py", "gpt2-checkpoint-whose-carried-ranks-are-damaged", ["{tmp}/gpt2", "{tmp}/out"],
+        "tokenizer.tiktoken' is corrupt (sha256", setup=both(GPT2_CKPT, write({"gpt2/tokenizer.tiktoken": "damaged"}))),
+    row("convert_checkpoint.py", "gpt2-checkpoint-without-ranks-offline", ["{tmp}/gpt2", "{tmp}/out"],
+        "the gpt2 tokenizer needs its BPE ranks: '{tmp}/gpt2' carries none and they were not found offline",
+        setup=GPT2_CKPT),
     # ---------------------------------------------------------------- generate.py
     row("generate.py", "checkpoint-not-given", [], "CKPT_OR_EXPORT"),
+    row("generate.py", "gpt2-checkpoint-whose-carried-ranks-are-damaged", ["{tmp}/gpt2"],
+        "tokenizer.tiktoken' is corrupt (sha256", setup=both(GPT2_CKPT, write({"gpt2/tokenizer.tiktoken": "damaged"}))),
+    row("generate.py", "export-whose-vocab-json-is-corrupt", ["{tmp}/export"], "vocab.json' is corrupt",
+        setup=copy_of("{export}", "export", lambda f: (
+            edit_json("config.json", _set("tokenizer", {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}))(f),
+            overwrite("vocab.json", "{not json")(f)))),
     row("generate.py", "max-new-tokens-not-a-number", ["{ckpt}", "--max-new-tokens", "ten"], "ten"),
     row("generate.py", "checkpoint-missing", ["{tmp}/nowhere"], "'{tmp}/nowhere' does not exist"),
     row("generate.py", "run-folder-for-a-checkpoint", ["{run}"], "it looks like a run folder"),
