@@ -296,9 +296,15 @@ P = "run_train.sh NGPU=2"  # with NGPU > 1 run_train.sh first runs python -m tor
 BYTES_300 = np.full(600, 300, dtype=np.uint16)  # token ids the byte tokenizer (257 ids) does not have
 
 
-# A gpt2-tokenized checkpoint of a tiny model that carries no BPE ranks (as checkpoints before 0.2 did).
-GPT2_CKPT = checkpoint("gpt2", meta={"tokenizer": {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}},
-                       n_layers=1, dim=8, n_heads=2, vocab_size=50304, max_seq_len=16)
+def gpt2_checkpoint(name: str = "gpt2") -> Setup:
+    """A gpt2-tokenized checkpoint of a tiny model that carries no BPE ranks (as older checkpoints)."""
+    return checkpoint(name, meta={"tokenizer": {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}},
+                      n_layers=1, dim=8, n_heads=2, vocab_size=50304, max_seq_len=16)
+
+
+# Hugging Face GPT-2 folders that torchnlq must refuse to read (upcycle.py, initial_load_path).
+HF_CONFIG = '{"model_type": "gpt2", "n_embd": 32, "n_head": 2, "n_layer": 1, "vocab_size": 320, "n_positions": 64}'
+HF_PICKLED = write({"hf/config.json": HF_CONFIG, "hf/pytorch_model.bin": "not unpickled"})
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -386,6 +392,17 @@ IN_PROCESS = [
         setup=write({"three.toml": "extends = 3\n"})),
     row(T, "two-config-files", ["first.toml", "second.toml", *TRAIN], "two config files given ('first.toml' and 'second.toml')",
         setup=write({"first.toml": "[job]\n", "second.toml": "[job]\n"})),
+    row(T, "mlp-activation-unknown", [*TRAIN, "--model.mlp_activation=relu"], "model.mlp_activation"),
+    row(T, "anchored-layers-outside-the-model", [*TRAIN, "--model.query.type=anchored", "--model.query.layers=5"],
+        "names blocks outside 0..0"),
+    row(T, "bias-with-the-fused-projection", [*TRAIN, "--model.bias=true", "--model.query.type=residual_mlp",
+        "--model.query.fuse_kv=true"], "without biases"),
+    row(T, "initial-load-of-an-export-with-its-optimizer", [*TRAIN, "--checkpoint.initial_load_path={export}",
+        "--checkpoint.initial_load_model_only=false"], "is an export: it holds weights, no optimizer state"),
+    row(T, "initial-load-of-an-export-of-another-shape", [*TRAIN, "--checkpoint.initial_load_path={export}",
+        "--model.bias=true"], "was saved with model.bias=None but this run has model.bias=True"),
+    row(T, "initial-load-of-a-pickled-hugging-face-folder", [*TRAIN, "--checkpoint.initial_load_path={tmp}/hf"],
+        "which torchnlq does not unpickle", setup=HF_PICKLED),
     row(T, "config-file-option-without-a-file", [*TRAIN, "--job.config_file"], "--job.config_file needs a TOML file"),
     row(T, "config-file-option-and-a-positional-config", ["first.toml", "--job.config_file", "second.toml", *TRAIN],
         "two config files given ('first.toml' and 'second.toml')",
@@ -631,15 +648,48 @@ IN_PROCESS = [
     row("convert_checkpoint.py", "hugging-face-folder-for-a-checkpoint", ["{tmp}/hf", "{tmp}/out"],
         "is not a torchnlq export (a Hugging Face folder?)",
         setup=write({"hf/config.json": '{"model_type": "gpt2"}', "hf/model.safetensors": "x"})),
-    row("convert_checkpoint.py", "gpt2-checkpoint-whose-carried-ranks-are-damaged", ["{tmp}/gpt2", "{tmp}/out"],
-        "tokenizer.tiktoken' is corrupt (sha256", setup=both(GPT2_CKPT, write({"gpt2/tokenizer.tiktoken": "damaged"}))),
+    row("convert_checkpoint.py", "gpt2-checkpoint-whose-carried-ranks-are-damaged", ["{tmp}/damaged", "{tmp}/out"],
+        "tokenizer.tiktoken' is corrupt (sha256",
+        setup=both(gpt2_checkpoint("damaged"), write({"damaged/tokenizer.tiktoken": "damaged"}))),
     row("convert_checkpoint.py", "gpt2-checkpoint-without-ranks-offline", ["{tmp}/gpt2", "{tmp}/out"],
         "the gpt2 tokenizer needs its BPE ranks: '{tmp}/gpt2' carries none and they were not found offline",
-        setup=GPT2_CKPT),
+        setup=gpt2_checkpoint()),
+    # ---------------------------------------------------------------- bench_inference.py
+    row("bench_inference.py", "zero-batch", ["--batch", "0"], "--batch must be at least 1, got 0"),
+    row("bench_inference.py", "heads-do-not-divide-dim", ["--heads", "5"], "--heads 5 must divide --dim 768"),
+    row("bench_inference.py", "kv-heads-do-not-divide-heads", ["--kv-heads", "5"], "--kv-heads 5 must divide --heads 12"),
+    row("bench_inference.py", "json-is-a-folder", ["--json", "{tmp}"], "is a folder; name a file"),
+    row("bench_inference.py", "unknown-variant", ["--variants", "quadratic"], "invalid choice: 'quadratic'"),
+    row("bench_inference.py", "cuda-without-a-gpu", ["--device", "cuda"], "no CUDA device is visible", needs_no_cuda=True),
+    # ---------------------------------------------------------------- upcycle.py
+    row("upcycle.py", "source-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist or is not a folder"),
+    row("upcycle.py", "data-folder-for-a-model", ["{data}", "{tmp}/out"], "is neither a Hugging Face GPT-2 folder"),
+    row("upcycle.py", "layers-outside-the-model", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--layers", "1-3"],
+        "names blocks outside 0..0"),
+    row("upcycle.py", "layers-not-indices", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--layers", "first"],
+        "is not 'all' nor block indices"),
+    row("upcycle.py", "bottleneck-ratio-zero", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--bottleneck-ratio", "0"],
+        "--bottleneck-ratio must be positive"),
+    row("upcycle.py", "unknown-activation", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--activation", "tanh"],
+        "model.query.activation: unknown 'tanh'"),
+    row("upcycle.py", "query-type-that-is-not-an-upcycle", ["{ckpt}", "{tmp}/out", "--query", "residual_mlp"],
+        "invalid choice: 'residual_mlp'"),
+    row("upcycle.py", "anchor-a-nonlinear-query", ["{tmp}/mlp", "{tmp}/out", "--query", "anchored"],
+        "has a 'residual_mlp' query; upcycling needs a pretrained linear W_Q", setup=checkpoint("mlp", qtype="residual_mlp")),
+    row("upcycle.py", "output-inside-the-source", ["{ckpt}", "{ckpt}/out"], "lies inside the source"),
+    row("upcycle.py", "negative-seed", ["{ckpt}", "{tmp}/out", "--seed", "-1"], "--seed must be in 0..2^63-1"),
+    row("upcycle.py", "hugging-face-folder-with-a-pickle", ["{tmp}/hf", "{tmp}/out"],
+        "pytorch_model.bin, which torchnlq does not unpickle", setup=HF_PICKLED),
+    row("upcycle.py", "hugging-face-config-without-shapes", ["{tmp}/hf2", "{tmp}/out"], "lacks or mangles 'n_embd'",
+        setup=write({"hf2/config.json": '{"model_type": "gpt2"}', "hf2/model.safetensors": "x"})),
+    row("upcycle.py", "hugging-face-activation-torchnlq-lacks", ["{tmp}/hf3", "{tmp}/out"],
+        "activation_function 'swish' is not one torchnlq has",
+        setup=write({"hf3/config.json": '{"model_type": "gpt2", "activation_function": "swish"}'})),
     # ---------------------------------------------------------------- generate.py
     row("generate.py", "checkpoint-not-given", [], "CKPT_OR_EXPORT"),
     row("generate.py", "gpt2-checkpoint-whose-carried-ranks-are-damaged", ["{tmp}/gpt2"],
-        "tokenizer.tiktoken' is corrupt (sha256", setup=both(GPT2_CKPT, write({"gpt2/tokenizer.tiktoken": "damaged"}))),
+        "tokenizer.tiktoken' is corrupt (sha256",
+        setup=both(gpt2_checkpoint(), write({"gpt2/tokenizer.tiktoken": "damaged"}))),
     row("generate.py", "export-whose-vocab-json-is-corrupt", ["{tmp}/export"], "vocab.json' is corrupt",
         setup=copy_of("{export}", "export", lambda f: (
             edit_json("config.json", _set("tokenizer", {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}))(f),
@@ -882,6 +932,9 @@ SUBPROCESS = [
     row("bench_checkpoint.py", "negative-repeats", ["--flavor", "debug", "--repeats", "-1"], "--repeats must be at least 1, got -1"),
     row("bench_parallel.py", "negative-batch", ["--batch", "-1"], "--batch must be at least 1, got -1"),
     row("gen_config_docs.py", "unknown-option", ["--write"], "--write"),
+    row("upcycle.py", "source-is-a-file", ["{tmp}/notes.txt", "{tmp}/out"], "does not exist or is not a folder",
+        setup=write({"notes.txt": "mine"})),
+    row("bench_inference.py", "zero-decode-steps", ["--decode", "0"], "--decode must be at least 1, got 0"),
 ]
 
 
@@ -953,6 +1006,8 @@ ENTRIES: dict[str, EntryPoint] = {
     "bench_checkpoint.py": EntryPoint("scripts/bench_checkpoint.py", _attr("torchnlq.benchmarks.checkpoint_io")),
     "bench_parallel.py": EntryPoint("scripts/bench_parallel.py", _script("bench_parallel")),
     "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
+    "upcycle.py": EntryPoint("scripts/upcycle.py", _script("upcycle")),
+    "bench_inference.py": EntryPoint("scripts/bench_inference.py", _attr("torchnlq.benchmarks.inference_speed")),
 }
 
 

@@ -19,6 +19,8 @@ complete, and a save killed midway leaves the previous checkpoint as the latest.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import random
 import re
@@ -399,7 +401,16 @@ class Checkpointer:
         """Load only the weights of another run's checkpoint (checkpoint.initial_load_path).
 
         ``model_fingerprint`` is ``{"model": ...}``: the shapes must match, the data may differ.
+        ``path`` may also be a safetensors export or a Hugging Face GPT-2 folder; from either, a
+        run whose query is ``anchored`` starts from a linear-query model (upcycling: W_Q becomes
+        the anchor, f keeps this run's own initialisation, zero at the start).
         """
+        from torchnlq.checkpoint.load import is_export
+        from torchnlq.checkpoint.upcycle import is_hf_gpt2_folder, pretrained_weights
+
+        if is_export(path) or is_hf_gpt2_folder(path):
+            self._load_pretrained(path, model, model_fingerprint, pretrained_weights(path))
+            return
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
         self._tokenizer_source = Path(path)
@@ -410,6 +421,25 @@ class Checkpointer:
         except DCPReadError as e:
             raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
         set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
+
+    def _load_pretrained(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any],
+                         pretrained: tuple[Any, dict[str, Any]]) -> None:
+        """Load a full (unsharded) state dict read from an export or a Hugging Face folder into ``model``."""
+        from torchnlq.checkpoint.upcycle import anchored_from_linear
+        from torchnlq.models.args import ModelArgs
+
+        source_args, state = pretrained
+        run_args = ModelArgs.from_dict(model_fingerprint["model"])
+        upcycling = anchored_from_linear(source_args, run_args)
+        # Upcycling compares the shapes as if this run's query were the source's linear one.
+        expected = dataclasses.replace(run_args, query=source_args.query) if upcycling else run_args
+        compare_fingerprints({"model": source_args.to_dict()}, {"model": expected.to_dict()},
+                             f"checkpoint.initial_load_path {path}")
+        self._tokenizer_source = Path(path)
+        set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
+                       options=StateDictOptions(full_state_dict=True, strict=not upcycling))
+        if upcycling:
+            self.logger.info(f"upcycled {path}: its W_Q anchors this run's queries; f starts at zero")
 
     def close(self) -> None:
         """Finish any background save."""

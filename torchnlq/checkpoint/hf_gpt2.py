@@ -84,7 +84,8 @@ def gpt2_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict:
         "n_layer": args.n_layers,
         "n_head": args.n_heads,
         "n_inner": args.mlp_hidden,
-        "activation_function": "gelu",  # exact erf GELU, as torchnlq; GPT-2's own default is gelu_new (tanh)
+        # exact erf GELU, as torchnlq's default; GPT-2's own gelu_new (tanh) for model.mlp_activation = "gelu_tanh"
+        "activation_function": "gelu_new" if args.mlp_activation == "gelu_tanh" else "gelu",
         "layer_norm_epsilon": args.norm_eps,
         "initializer_range": args.init_std,
         "resid_pdrop": 0.0,
@@ -108,6 +109,10 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     d = args.dim
     sd = {k: v.detach().float() for k, v in model.state_dict().items()}
     zeros = lambda n: torch.zeros(n, dtype=torch.float32, device=sd["tok_emb.weight"].device)  # noqa: E731
+
+    def bias(name: str, n: int) -> torch.Tensor:
+        """The bias of a model.bias model (GPT-2's own), zeros for torchnlq's bias-free models."""
+        return sd[name] if name in sd else zeros(n)
     out = {"transformer.wte.weight": sd["tok_emb.weight"], "transformer.wpe.weight": sd["pos_emb.weight"]}
     for i in range(args.n_layers):
         src, dst = f"layers.{i}.", f"transformer.h.{i}."
@@ -115,20 +120,20 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         qkv = torch.cat([query_matrix(model, i), sd[src + "attn.kv.weight"]], dim=0)  # [Q; K; V], each d rows
         out.update({
             dst + "ln_1.weight": sd[src + "ln_1.weight"],
-            dst + "ln_1.bias": zeros(d),
+            dst + "ln_1.bias": bias(src + "ln_1.bias", d),
             dst + "attn.c_attn.weight": qkv.t(),
-            dst + "attn.c_attn.bias": zeros(3 * d),
+            dst + "attn.c_attn.bias": torch.cat([bias(src + "attn.q_bias", d), bias(src + "attn.kv.bias", 2 * d)]),
             dst + "attn.c_proj.weight": sd[src + "attn.proj.weight"].t(),
-            dst + "attn.c_proj.bias": zeros(d),
+            dst + "attn.c_proj.bias": bias(src + "attn.proj.bias", d),
             dst + "ln_2.weight": sd[src + "ln_2.weight"],
-            dst + "ln_2.bias": zeros(d),
+            dst + "ln_2.bias": bias(src + "ln_2.bias", d),
             dst + "mlp.c_fc.weight": sd[src + "mlp.fc.weight"].t(),
-            dst + "mlp.c_fc.bias": zeros(args.mlp_hidden),
+            dst + "mlp.c_fc.bias": bias(src + "mlp.fc.bias", args.mlp_hidden),
             dst + "mlp.c_proj.weight": sd[src + "mlp.proj.weight"].t(),
-            dst + "mlp.c_proj.bias": zeros(d),
+            dst + "mlp.c_proj.bias": bias(src + "mlp.proj.bias", d),
         })
     out["transformer.ln_f.weight"] = sd["ln_f.weight"]
-    out["transformer.ln_f.bias"] = zeros(d)
+    out["transformer.ln_f.bias"] = bias("ln_f.bias", d)
     if not args.tie_embeddings:  # tied: from_pretrained re-ties lm_head to wte (safetensors stores it once)
         out["lm_head.weight"] = sd["lm_head.weight"]
     return out

@@ -65,16 +65,17 @@ class Query:
     type: str = option(
         "linear",
         "Query type (torchnlq/models/query.py): linear is X·W_Q, identity W_Q = I, residual X + X·W_Q, "
-        "residual_mlp the paper's (X + f(X))/2.",
+        "residual_mlp the paper's (X + f(X))/2, anchored X·W_Q + f(X) for upcycling a pretrained W_Q.",
         registry="query types",
     )
     activation: str = option(
-        "gelu", "residual_mlp: activation inside f (gelu is the exact erf form).", registry="activations"
+        "gelu", "residual_mlp, anchored: activation inside f (gelu is the exact erf form).", registry="activations"
     )
-    input_norm: str = option("rms", "residual_mlp: norm applied to X before W1.", registry="norms")
-    output_norm: str = option("layer", "residual_mlp: norm applied after W2.", registry="norms")
+    input_norm: str = option("rms", "residual_mlp, anchored: norm applied to X before W1.", registry="norms")
+    output_norm: str = option("layer", "residual_mlp, anchored: norm applied after W2.", registry="norms")
     bottleneck_ratio: float = option(
-        0.5, "residual_mlp: bottleneck width r as a fraction of the model width d.", min=0.0, min_exclusive=True
+        0.5, "residual_mlp, anchored: bottleneck width r as a fraction of the model width d.", min=0.0,
+        min_exclusive=True,
     )
     half_scale: bool = option(
         True,
@@ -86,6 +87,14 @@ class Query:
         False,
         "residual_mlp with input_norm rms or none: compute X·W1 in the same matmul as K,V "
         "(X·[W_K | W_V | diag(g)·W1], then divide by rms(X)); same function, same parameters, one launch fewer.",
+    )
+    layers: str = option(
+        "all",
+        "anchored: the blocks whose query gets the nonlinear branch f: 'all', or block indices such as "
+        "'0-5' or '0,3,11' (the others keep X·W_Q alone).",
+    )
+    train_anchor: bool = option(
+        True, "anchored: whether the anchor W_Q (taken from a pretrained model) trains; false freezes it."
     )
 
 
@@ -113,6 +122,17 @@ class Model:
     )
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
+    bias: bool = option(
+        False,
+        "Biases in every Linear (the query's, K,V, out-projections, MLP) and LayerNorm, as GPT-2 has them: "
+        "for models imported from Hugging Face GPT-2 (scripts/upcycle.py); torchnlq's own models have none.",
+    )
+    mlp_activation: str = option(
+        "gelu",
+        "Activation of the MLP: gelu (exact erf form: nanoGPT, the paper) or gelu_tanh (GPT-2's gelu_new, "
+        "for imported GPT-2 weights).",
+        choices=("gelu", "gelu_tanh"),
+    )
     positions: str = option(
         "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
     )
@@ -301,7 +321,9 @@ class Checkpoint:
     resume: bool = option(True, "Resume from the run folder's latest (or load_step) checkpoint when one exists.")
     load_step: int = option(-1, "Checkpoint step to resume from; -1 means the latest.", min=-1)
     initial_load_path: str | None = option(
-        None, "Start a new run from another run's checkpoint folder (used only when this run has none of its own)."
+        None,
+        "Start a new run from another run's checkpoint folder, or from a safetensors export (e.g. a pretrained "
+        "GPT-2 from scripts/upcycle.py; weights only) (used only when this run has none of its own).",
     )
     initial_load_model_only: bool = option(
         True, "With initial_load_path: load the weights only (fresh optimizer, step 0)."

@@ -10,6 +10,11 @@ from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.query import query_num_params
 
 POSITIONS = ("learned", "rope")
+#: ``model.mlp_activation``: exact GELU (nanoGPT, the paper) or GPT-2's tanh approximation.
+MLP_ACTIVATIONS = ("gelu", "gelu_tanh")
+#: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out.
+LATER_FIELDS: dict[str, Any] = {"bias": False, "mlp_activation": "gelu"}
+LATER_QUERY_FIELDS: dict[str, Any] = {"layers": "all", "train_anchor": True}
 #: ``model.init``: the order of the initial draws (:meth:`GPT.init_weights`); "paper" is
 #: :mod:`torchnlq.models.paper_init`.
 INIT_SCHEMES = ("torchnlq", "paper")
@@ -25,7 +30,9 @@ class ModelArgs:
 
     ``init`` says how the weights start, not what the model is: it is left out of
     :meth:`to_dict` (checkpoints hold the weights themselves, and a run's resume
-    fingerprint stays what it was before the option existed).
+    fingerprint stays what it was before the option existed). Fields added later
+    (:data:`LATER_FIELDS`) are written only when they differ from their default, for
+    the same reason: a model that does not use them keeps the dict it always had.
     """
 
     n_layers: int = 2
@@ -43,6 +50,8 @@ class ModelArgs:
     init_std: float = 0.02
     query: Query = field(default_factory=Query)
     init: str = "torchnlq"
+    bias: bool = False
+    mlp_activation: str = "gelu"
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -68,6 +77,13 @@ class ModelArgs:
             )
         if self.positions not in POSITIONS:
             raise unknown_choice("model.positions", self.positions, POSITIONS)
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise unknown_choice("model.mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
+        if self.bias and self.query.fuse_kv:
+            raise ConfigError(
+                "model.query.fuse_kv = true computes K,V and the query's first matmul without biases; "
+                "set model.query.fuse_kv = false for a model with model.bias = true"
+            )
         if self.init not in INIT_SCHEMES:
             raise unknown_choice("model.init", self.init, INIT_SCHEMES)
         if self.positions == "rope" and self.head_dim % 2:
@@ -76,7 +92,7 @@ class ModelArgs:
                 f"change model.n_heads or model.dim"
             )
         # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
-        query_num_params(self.query, self.dim, self.n_heads, self.head_dim)
+        query_num_params(self.query, self.dim, self.n_heads, self.head_dim, 0, self.n_layers)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field but ``init`` (``query`` as a nested dict); :meth:`from_dict` inverts it.
@@ -86,6 +102,12 @@ class ModelArgs:
         """
         d = asdict(self)
         del d["init"]
+        for key, default in LATER_FIELDS.items():
+            if d[key] == default:
+                del d[key]
+        for key, default in LATER_QUERY_FIELDS.items():
+            if d["query"][key] == default:
+                del d["query"][key]
         return d
 
     @classmethod
@@ -125,23 +147,26 @@ class ModelArgs:
         """Width of all key (or all value) heads together: n_kv_heads * head_dim."""
         return self.n_kv_heads * self.head_dim
 
-    def block_params(self) -> int:
-        """Parameters of one transformer block.
+    def block_params(self, layer: int = 0) -> int:
+        """Parameters of transformer block ``layer`` (they differ only for a query that differs by layer).
 
         ln_1 gain (d) + query + fused K,V (d x 2·kv_dim) + out-projection
-        (q_dim x d) + ln_2 gain (d) + MLP (d x hidden + hidden x d). No biases.
+        (q_dim x d) + ln_2 gain (d) + MLP (d x hidden + hidden x d); with ``bias``
+        also every bias: the two LayerNorms' (2·d), the query's (q_dim), K,V's
+        (2·kv_dim), the out-projection's (d) and the MLP's (hidden + d).
         """
         d = self.dim
-        query = query_num_params(self.query, d, self.n_heads, self.head_dim)
+        query = query_num_params(self.query, d, self.n_heads, self.head_dim, layer, self.n_layers)
         attention = query + d * 2 * self.kv_dim + self.q_dim * d
         mlp = 2 * d * self.mlp_hidden
-        return 2 * d + attention + mlp
+        biases = 2 * d + self.q_dim + 2 * self.kv_dim + d + self.mlp_hidden + d if self.bias else 0
+        return 2 * d + attention + mlp + biases
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count computed from the shapes (equal to ``sum(p.numel())`` of the built model).
 
         total = token embedding (V·d) + position embedding (max_seq_len·d, learned
-        positions only) + n_layers · block + final norm gain (d) + LM head (V·d,
+        positions only) + the blocks + final norm gain (d; and bias) + LM head (V·d,
         only when untied: a tied head is the token embedding).
         ``non_embedding=True`` subtracts the token and position embeddings, as
         GPT-2 / nanoGPT report; an untied LM head stays in, as in the paper's counts.
@@ -150,7 +175,9 @@ class ModelArgs:
         token = vocab * d
         position = self.max_seq_len * d if self.positions == "learned" else 0
         head = 0 if self.tie_embeddings else vocab * d
-        total = token + position + self.n_layers * self.block_params() + d + head
+        blocks = sum(self.block_params(layer) for layer in range(self.n_layers))
+        final_norm = 2 * d if self.bias else d
+        total = token + position + blocks + final_norm + head
         return total - token - position if non_embedding else total
 
     def flops_per_token(self, seq_len: int) -> int:

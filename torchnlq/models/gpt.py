@@ -1,7 +1,7 @@
 """A GPT-2-style decoder whose attention query comes from the query registry.
 
-Pre-LN blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``; LayerNorms without
-bias; no biases anywhere; learned absolute positions (GPT-2) or RoPE; a fused
+Pre-LN blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``; no biases anywhere (LayerNorms
+included), unless ``model.bias`` asks for GPT-2's (for imported GPT-2 weights); learned absolute positions (GPT-2) or RoPE; a fused
 K,V projection with optional GQA/MQA; the LM head optionally tied to the token
 embedding. The model knows nothing of parallelism, logging or files: those are
 applied from outside, block by block, through ``model.layers``.
@@ -105,15 +105,18 @@ class Attention(nn.Module):
     #: Fewest tokens (batch x seq) for the fused path; None means the fused weight's row count.
     fuse_min_tokens: int | None = None
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, layer: int = 0) -> None:
         super().__init__()
         self.n_heads = args.n_heads
         self.n_kv_heads = args.n_kv_heads
         self.head_dim = args.head_dim
         self.query: QueryProjection = build_query(args.query, args.dim, args.n_heads, args.head_dim, args.norm_eps)
+        self.query.for_layer(layer, args.n_layers)
+        # A GPT-2 model's query bias (model.bias), added to whatever the query type computes.
+        self.q_bias = nn.Parameter(torch.empty(args.q_dim)) if args.bias else None
         # K and V stay linear (the paper); one matmul for both, K rows first.
-        self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=False)
-        self.proj = nn.Linear(args.q_dim, args.dim, bias=False)
+        self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=args.bias)
+        self.proj = nn.Linear(args.q_dim, args.dim, bias=args.bias)
         self.fuse_kv = args.query.fuse_kv  # check_config has rejected queries that cannot fuse
 
     def disable_kv_fusion(self) -> None:
@@ -132,6 +135,9 @@ class Attention(nn.Module):
         self.query.init_weights(init_std)
         nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
+        for bias in (self.q_bias, self.kv.bias, self.proj.bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
 
     def _fusion_applies(self, x: torch.Tensor) -> bool:
         """Whether this forward takes the fused path (same function either way).
@@ -154,7 +160,8 @@ class Attention(nn.Module):
         kv_dim = self.n_kv_heads * self.head_dim
         if not self._fusion_applies(x):
             k, v = self.kv(x).split(kv_dim, dim=-1)
-            return self.query(x), k, v
+            q = self.query(x)
+            return (q if self.q_bias is None else q + self.q_bias), k, v
         extra = self.query.kv_fusion_weight()
         pieces = [self.kv.weight, extra]
         if torch.is_autocast_enabled(x.device.type):
@@ -207,30 +214,34 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Linear(dim, hidden) -> GELU (exact erf form) -> Linear(hidden, dim)."""
+    """Linear(dim, hidden) -> GELU (exact erf form; GPT-2's tanh form with mlp_activation) -> Linear(hidden, dim)."""
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
-        self.fc = nn.Linear(args.dim, args.mlp_hidden, bias=False)
-        self.proj = nn.Linear(args.mlp_hidden, args.dim, bias=False)
+        self.fc = nn.Linear(args.dim, args.mlp_hidden, bias=args.bias)
+        self.proj = nn.Linear(args.mlp_hidden, args.dim, bias=args.bias)
+        self.approximate = "tanh" if args.mlp_activation == "gelu_tanh" else "none"
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
-        """Up-projection at init_std; the down-projection feeds the residual stream, so residual_std."""
+        """Up-projection at init_std; the down-projection feeds the residual stream, so residual_std; biases 0."""
         nn.init.normal_(self.fc.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
+        for bias in (self.fc.bias, self.proj.bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(F.gelu(self.fc(x), approximate=self.approximate))
 
 
 class Block(nn.Module):
     """Pre-LN transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, layer: int = 0) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
-        self.attn = Attention(args)
-        self.ln_2 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
+        self.ln_1 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
+        self.attn = Attention(args, layer)
+        self.ln_2 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
         self.mlp = MLP(args)
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
@@ -268,8 +279,8 @@ class GPT(nn.Module):
             self.rope = (
                 RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta) if args.positions == "rope" else None
             )
-            self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
-            self.ln_f = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=False)
+            self.layers = nn.ModuleList(Block(args, layer) for layer in range(args.n_layers))
+            self.ln_f = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
             # A tied head is no module at all: forward reuses tok_emb.weight, so the weight is
             # one tensor in state_dict and stays shared through to_empty and sharding.
             self.lm_head = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)

@@ -104,11 +104,39 @@ def identity_term_scale(query_cfg: Query) -> float:
     return 0.5 if query_cfg.half_scale else 1.0
 
 
-def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-    """Parameter count of one query projection, without building a model (also validates the config)."""
+def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int = 0, n_layers: int = 1) -> int:
+    """Parameter count of the query of block ``layer`` of ``n_layers``, without building a model (also validates the config)."""
     cls = get_query_class(query_cfg.type)
     cls.check_config(query_cfg, dim, n_heads * head_dim)
-    return cls.count_params(query_cfg, dim, n_heads, head_dim)
+    cls.check_layers(query_cfg, n_layers)
+    return cls.count_params_in_layer(query_cfg, dim, n_heads, head_dim, layer, n_layers)
+
+
+def parse_layers(spec: str, n_layers: int) -> frozenset[int]:
+    """Block indices from ``model.query.layers``: "all", or comma-separated indices and ranges ("0-5,8")."""
+    text = spec.strip().lower()
+    if text == "all":
+        return frozenset(range(n_layers))
+    chosen: set[int] = set()
+    for part in text.split(","):
+        bounds = part.strip().split("-")
+        try:
+            if len(bounds) == 1:
+                lo = hi = int(bounds[0])
+            elif len(bounds) == 2:
+                lo, hi = int(bounds[0]), int(bounds[1])
+            else:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"model.query.layers={spec!r} is not 'all' nor block indices like '0-5' or '0,3,11'"
+            ) from None
+        if not 0 <= lo <= hi < n_layers:
+            raise ConfigError(
+                f"model.query.layers={spec!r} names blocks outside 0..{n_layers - 1} (the model has {n_layers})"
+            )
+        chosen.update(range(lo, hi + 1))
+    return frozenset(chosen)
 
 
 class QueryProjection(nn.Module):
@@ -201,6 +229,19 @@ class QueryProjection(nn.Module):
         with torch.device("meta"):
             module = cls(cfg, dim, n_heads, head_dim, 1e-5)
         return sum(p.numel() for p in module.parameters())
+
+    @classmethod
+    def check_layers(cls, cfg: Query, n_layers: int) -> None:
+        """Raise ConfigError when the per-block knobs cannot serve ``n_layers`` blocks (default: none)."""
+
+    @classmethod
+    def count_params_in_layer(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int, n_layers: int) -> int:
+        """Parameters of the query of block ``layer``; the same in every block unless a type says otherwise."""
+        return cls.count_params(cfg, dim, n_heads, head_dim)
+
+    def for_layer(self, layer: int, n_layers: int) -> None:
+        """Called once by the model after building the query of block ``layer``: a type whose
+        blocks differ (``anchored``'s ``layers`` knob) adapts itself here; default nothing."""
 
     def init_weights(self, init_std: float) -> None:
         """Re-initialise in place: every Linear N(0, init_std), every norm reset (gain 1), in module order."""
@@ -479,3 +520,90 @@ class ResidualMLPQuery(QueryProjection):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, rank={self.rank}"
+
+
+@register_query("anchored")
+class AnchoredQuery(QueryProjection):
+    """A pretrained model's query with the paper's nonlinear branch added: Q(X) = X·W_Q + f(X).
+
+    For upcycling (arXiv 2603.13381, future work: "one could anchor to existing projections:
+    Q = (X·W_Q + f(X))/2"). W_Q is the pretrained model's query matrix, kept as it is, and
+    f(X) = out_norm(act(in_norm(X)·W1)·W2) is the paper's bottleneck MLP (d -> r -> q_dim,
+    r = round(bottleneck_ratio·d)). The paper's ½ is not applied: at the pretrained model's
+    attention scale it would halve a query that was trained unhalved; (X·W_Q' + f'(X))/2 with
+    W_Q' = 2·W_Q, f' = 2·f is the same function. f starts at exactly zero (its output norm's
+    gain, or W2 without an output norm, is zero at init), so an upcycled model computes the
+    pretrained model's function until the first update, and f's parameters still get gradients.
+
+    Knobs: ``layers`` (the blocks that get f; the others keep X·W_Q alone), f's width
+    (``bottleneck_ratio``), its activation and norms, and ``train_anchor`` (false freezes W_Q).
+    """
+
+    knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "layers", "train_anchor")
+    has_residual_branch = False
+
+    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        self.w_q = nn.Linear(dim, self.q_dim, bias=False)
+        self.w_q.weight.requires_grad_(cfg.train_anchor)
+        self.rank = ResidualMLPQuery.bottleneck_width(cfg, dim)
+        self.act = ACTIVATIONS[cfg.activation]
+        self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
+        self.w1 = nn.Linear(dim, self.rank, bias=False)
+        self.w2 = nn.Linear(self.rank, self.q_dim, bias=False)
+        self.output_norm = _build_norm(cfg.output_norm, self.q_dim, norm_eps)
+        self.has_branch = True
+
+    @classmethod
+    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
+        super().check_config(cfg, dim, q_dim)
+        ResidualMLPQuery.check_config(dataclasses.replace(cfg, fuse_kv=False), dim, dim)
+
+    @classmethod
+    def check_layers(cls, cfg: Query, n_layers: int) -> None:
+        parse_layers(cfg.layers, n_layers)
+
+    @classmethod
+    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
+        q_dim = n_heads * head_dim
+        gains = (dim if cfg.input_norm != "none" else 0) + (q_dim if cfg.output_norm != "none" else 0)
+        rank = ResidualMLPQuery.bottleneck_width(cfg, dim)
+        return dim * q_dim + dim * rank + rank * q_dim + gains
+
+    @classmethod
+    def count_params_in_layer(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int, n_layers: int) -> int:
+        if layer in parse_layers(cfg.layers, n_layers):
+            return cls.count_params(cfg, dim, n_heads, head_dim)
+        return dim * n_heads * head_dim  # W_Q alone
+
+    def for_layer(self, layer: int, n_layers: int) -> None:
+        """Drop f from the blocks ``layers`` does not name: their query is X·W_Q, as pretrained."""
+        if layer not in parse_layers(str(self.knob_values["layers"]), n_layers):
+            del self.input_norm, self.w1, self.w2, self.output_norm
+            self.has_branch = False
+
+    def init_weights(self, init_std: float) -> None:
+        """W_Q, W1, W2 ~ N(0, init_std), input gain 1; f's last scale zero, so that f(X) = 0 at init."""
+        super().init_weights(init_std)
+        if self.has_branch:
+            last = self.w2 if isinstance(self.output_norm, nn.Identity) else self.output_norm
+            nn.init.zeros_(last.weight)
+
+    def linear_weight(self) -> torch.Tensor | None:
+        """W_Q for a block without f (X·W_Q alone); None where f is present."""
+        return None if self.has_branch else self.w_q.weight.detach().float()
+
+    def fused_qkv_weight(self) -> torch.Tensor:
+        """W_Q: drawn with W_K, W_V as one matrix under the paper init, as the linear query's."""
+        return self.w_q.weight
+
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) ``[B, T, q_dim]`` (blocks with f only)."""
+        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.w_q(x)
+        return q + self.branch(x) if self.has_branch else q
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank}, has_branch={self.has_branch}"

@@ -77,6 +77,8 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         norm_eps=cfg.norm_eps,
         init_std=cfg.init_std,
         init=cfg.init,
+        bias=cfg.bias,
+        mlp_activation=cfg.mlp_activation,
         query=copy.deepcopy(cfg.query),  # the model must not change if the config object is edited later
     )
 

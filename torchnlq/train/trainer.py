@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, list_checkpoints
+from torchnlq.checkpoint.load import is_export
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
 from torchnlq.cli import tell_launcher
 from torchnlq.config.checks import check_data_fits_model, check_job_config, config_warnings, resume_changes
@@ -217,6 +218,11 @@ class Trainer:
             return f"resumed from {path} (step {self.step}, {self.record.tokens_seen:,} tokens seen)"
         if ccfg.initial_load_path:
             src = ccfg.initial_load_path
+            if not ccfg.initial_load_model_only and is_export(src):
+                raise UserError(
+                    f"checkpoint.initial_load_path '{src}' is an export: it holds weights, no optimizer state or "
+                    "step; set checkpoint.initial_load_model_only = true"
+                )
             if ccfg.initial_load_model_only:
                 self.checkpointer.load_model_only(src, self.model, {"model": fingerprint["model"]})
             else:
