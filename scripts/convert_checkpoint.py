@@ -4,7 +4,8 @@
 Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-5000
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-bf16 --dtype bf16
-    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf-gpt2
+    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf
+    python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-gpt2 --format hf-gpt2
 
 OUT must be a new folder, or with --overwrite a previous export (only its files are replaced).
 Refused even with --overwrite: the checkpoint itself or a folder containing or inside it, the
@@ -25,13 +26,14 @@ from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained) "
-        "or a Hugging Face GPT-2 folder (transformers.GPT2LMHeadModel.from_pretrained).",
+        description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained), "
+        "a Hugging Face transformers folder of any query type (hf: AutoModelForCausalLM.from_pretrained) "
+        "or a Hugging Face GPT-2 folder (hf-gpt2, linear queries: transformers.GPT2LMHeadModel.from_pretrained).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
-    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf-gpt2"), help="output format")
+    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2"), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
     return p
@@ -45,7 +47,11 @@ def main(argv: list[str]) -> int:
     check_export_folder(args.out, args.checkpoint, args.overwrite)  # before the (slow) load
 
     loaded = load_model(args.checkpoint)
-    if args.format == "hf-gpt2":
+    if args.format == "hf":
+        from torchnlq.hf.export import export_hf
+
+        out = export_hf(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    elif args.format == "hf-gpt2":
         from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
 
         out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)

@@ -75,9 +75,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "torchnlq.config", "torchnlq.config.checks", "torchnlq.models", "torchnlq.data",
         "torchnlq.checkpoint", "torchnlq.inference", "torchnlq.errors", "torchnlq.cli",
     ),
+    # transformers classes for every query type and the --format hf export. Its
+    # modeling_torchnlq.py imports no torchnlq module at all (it is copied into exports).
+    "torchnlq.hf": ("torchnlq.models", "torchnlq.data", "torchnlq.checkpoint", "torchnlq.errors", "torchnlq.version"),
     "torchnlq.benchmarks": (),  # filled in just below: everything except experiments
-    # The root __init__ only (see above): ``load_pretrained`` reaches into checkpoint/models.
-    "torchnlq": ("torchnlq.checkpoint", "torchnlq.models", "torchnlq.version"),
+    # The root __init__ only (see above): ``load_pretrained`` reaches into checkpoint/models;
+    # importing torchnlq registers the transformers classes (torchnlq.hf.auto) once transformers loads.
+    "torchnlq": ("torchnlq.checkpoint", "torchnlq.models", "torchnlq.version", "torchnlq.hf"),
 }
 # Benchmarks sit on top of the library and may use all of it, but not the experiment drivers.
 LAYERS["torchnlq.benchmarks"] = tuple(n for n in LAYERS if n not in ("torchnlq.benchmarks", "torchnlq.experiments"))

@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torchnlq.models.gpt import GPT
 
+from torchnlq.hf.auto import register_when_transformers_loads
 from torchnlq.version import __version__
+
+# AutoModelForCausalLM knows model_type "torchnlq" (--format hf exports) once transformers is imported,
+# without this import paying for transformers (torchnlq/hf/auto.py).
+register_when_transformers_loads()
 
 __all__ = ["__version__", "load_pretrained"]
 

@@ -1,0 +1,482 @@
+"""--format hf: every torchnlq model as a Hugging Face transformers model (torchnlq/hf/).
+
+The references are independent of the code under test: torchnlq's own ``GPT`` (logits),
+``torchnlq.inference.sampling.generate_tokens`` (greedy decoding), a cross-entropy written here
+(the labels loss), and fresh processes for what only a process shows (registration on import,
+loading with ``trust_remote_code`` where torchnlq cannot be imported, the conversion script).
+
+Tests that need transformers are marked ``integration`` (the project's rule for transformers);
+the rest (registry completeness, the export's files, the import hook) run without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from torchnlq.checkpoint.export import HF_EXPORT_FILE, HF_MODELING_FILE, export_safetensors
+from torchnlq.checkpoint.load import LoadedModel, load_model
+from torchnlq.config.job_config import Query
+from torchnlq.errors import UserError
+from torchnlq.hf import auto
+from torchnlq.hf.export import (
+    AUTO_MAP,
+    CONFIG_NAMES,
+    MODELING_SOURCE,
+    NOT_IN_CONFIG,
+    export_hf,
+    supported_query_types,
+)
+from torchnlq.inference.sampling import STOP_EOT, generate_tokens
+from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import query as query_registry
+
+from helpers import REPO_ROOT
+from helpers.checkpoints import BYTE_TOKENIZER, load_script, write_checkpoint
+
+EOT = BYTE_TOKENIZER["eot_id"]
+TOKENS = torch.randint(0, 257, (2, 20), generator=torch.Generator().manual_seed(1))
+# Every query type and knob, positions, GQA/MQA, fused K,V and untied heads; dim 32, 2 layers.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "residual_mlp_paper": dict(qtype="residual_mlp"),  # GELU, RMSNorm in, LayerNorm out, r = d/2, half_scale
+    "residual_mlp_knobs": dict(qtype="residual_mlp", query=dict(
+        activation="relu2", input_norm="none", output_norm="rms", bottleneck_ratio=0.25, half_scale=False)),
+    "residual_mlp_layer_in": dict(qtype="residual_mlp", query=dict(
+        activation="silu", input_norm="layer", output_norm="none", bottleneck_ratio=0.75)),
+    "linear": dict(qtype="linear"),
+    "identity": dict(qtype="identity"),
+    "residual": dict(qtype="residual", query=dict(half_scale=False)),
+    "rope_gqa": dict(qtype="residual_mlp", positions="rope", n_kv_heads=2),
+    "fuse_kv": dict(qtype="residual_mlp", n_kv_heads=2, query=dict(fuse_kv=True)),
+    "untied": dict(qtype="linear", tie_embeddings=False, mlp_hidden=40),
+    "identity_mqa_rope_untied": dict(qtype="identity", n_kv_heads=1, positions="rope", tie_embeddings=False),
+    # anchored (upcycling): X·W_Q + f(X) in the blocks `layers` names, a frozen anchor, q_dim != dim.
+    "anchored_one_layer": dict(qtype="anchored", query=dict(
+        layers="1", output_norm="rms", bottleneck_ratio=0.25, train_anchor=False)),
+    "anchored_narrow_rope": dict(qtype="anchored", head_dim=4, positions="rope", n_kv_heads=2),
+    # GPT-2's biases and tanh GELU (imported GPT-2 weights), with a linear and a nonlinear query.
+    "bias_gelu_tanh": dict(qtype="linear", bias=True, mlp_activation="gelu_tanh"),
+    "bias_residual_mlp": dict(qtype="residual_mlp", bias=True, tie_embeddings=False),
+}
+
+
+def make_model(qtype: str = "linear", query: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> GPT:
+    """A tiny byte-vocabulary GPT with norm gains away from 1 (a dropped gain shows in the logits)."""
+    base: dict[str, Any] = dict(n_layers=2, dim=32, n_heads=4, vocab_size=320, max_seq_len=32, init_std=0.1)
+    torch.manual_seed(seed)
+    model = GPT(ModelArgs(**{**base, **kw}, query=Query(type=qtype, **(query or {}))))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.uniform_(0.5, 1.5)
+    for layer in model.layers:
+        layer.attn.fuse_min_tokens = 0  # a fuse_kv reference takes its fused path at every size
+    return model.eval()
+
+
+def loaded(model: GPT, folder: Path) -> LoadedModel:
+    return LoadedModel(model, model.args, dict(BYTE_TOKENIZER), {"step": 3}, folder, "test")
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[GPT, Path]]:
+    """Every config of CONFIGS exported once for the module: name -> (torchnlq model, export folder)."""
+    root = tmp_path_factory.mktemp("hf_exports")
+    out = {}
+    for name, kw in CONFIGS.items():
+        model = make_model(**kw)
+        out[name] = (model, export_hf(loaded(model, root), root / name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    return pytest.importorskip("transformers")
+
+
+def hf_model(transformers, folder: Path, **kw: Any):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, **kw).eval()
+
+
+def max_relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual.float() - expected.float()).abs().max() / expected.abs().max()).item()
+
+
+def torchnlq_greedy(model: GPT, prompt: list[int], n: int) -> list[int]:
+    """torchnlq's greedy continuation as transformers writes it: prompt + new tokens (+ the end-of-text it stopped at)."""
+    result = generate_tokens(model, prompt, n, temperature=0, eot_id=EOT)
+    return prompt + result.new_tokens + ([EOT] if result.stop_reason == STOP_EOT else [])
+
+
+def until_eot(ids: list[int], start: int) -> list[int]:
+    """ids[start:] up to and including the first end-of-text (transformers pads a finished row after it)."""
+    new = ids[start:]
+    return new[: new.index(EOT) + 1] if EOT in new else new
+
+
+# ---------------------------------------------------------------- without transformers
+
+
+def modeling_constants() -> dict[str, Any]:
+    """The registries of modeling_torchnlq.py, read from its source (no transformers needed)."""
+    found: dict[str, Any] = {}
+    for node in ast.parse(MODELING_SOURCE.read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        name = getattr(target, "id", None)
+        if name in ("QUERY_TYPES", "NORMS", "POSITIONS", "QUERY_DEFAULTS", "MLP_ACTIVATIONS"):
+            found[name] = ast.literal_eval(node.value)
+        elif name == "ACTIVATIONS":
+            found[name] = [ast.literal_eval(k) for k in node.value.keys]
+    return found
+
+
+def test_every_registered_query_type_and_knob_is_implemented():
+    """A query type, activation, norm, position kind, query knob or ModelArgs field added to torchnlq
+    without support in modeling_torchnlq.py (and a config name in torchnlq/hf/export.py) fails here."""
+    from torchnlq.models.args import MLP_ACTIVATIONS, POSITIONS
+
+    hf = modeling_constants()
+    assert set(query_registry.QUERY_TYPES) <= set(hf["QUERY_TYPES"])
+    assert supported_query_types() == tuple(hf["QUERY_TYPES"])
+    assert set(query_registry.ACTIVATIONS) <= set(hf["ACTIVATIONS"])
+    assert set(query_registry.NORMS) <= set(hf["NORMS"])
+    assert set(POSITIONS) <= set(hf["POSITIONS"])
+    # Every [model.query] field, with torchnlq's default (a config.json written without it must mean the same).
+    assert hf["QUERY_DEFAULTS"] == {f.name: getattr(Query(), f.name) for f in fields(Query)}
+    assert set(MLP_ACTIVATIONS) <= set(hf["MLP_ACTIVATIONS"])
+    assert set(CONFIG_NAMES) == {f.name for f in fields(ModelArgs)} - set(NOT_IN_CONFIG)
+
+
+def test_modeling_file_imports_only_torch_transformers_and_the_standard_library():
+    """It is copied into exports and run where torchnlq is not installed."""
+    allowed = {"torch", "transformers", "__future__", *sys.stdlib_module_names}
+    for node in ast.walk(ast.parse(MODELING_SOURCE.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for name in names:
+            assert name.split(".")[0] in allowed, f"modeling_torchnlq.py imports {name}"
+
+
+def test_export_folder(tmp_path):
+    model = make_model("residual_mlp", tie_embeddings=False, positions="rope", n_kv_heads=2)
+    write_checkpoint(tmp_path / "ckpt", model)
+    out = export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "generation_config.json", "merges.txt", "model.safetensors", HF_MODELING_FILE,
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", HF_EXPORT_FILE, "vocab.json"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
+    assert (out / HF_MODELING_FILE).read_bytes() == MODELING_SOURCE.read_bytes()
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "torchnlq" and config["architectures"] == ["TorchnlqForCausalLM"]
+    assert config["auto_map"] == AUTO_MAP and config["torch_dtype"] == "float32"
+    assert config["bos_token_id"] == config["eos_token_id"] == EOT and config["use_cache"] is True
+    assert (config["hidden_size"], config["num_key_value_heads"], config["tie_word_embeddings"]) == (32, 2, False)
+    assert config["query"] == asdict(model.args.query) and config["positions"] == "rope"
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == EOT
+    marker = json.loads((out / HF_EXPORT_FILE).read_text())
+    assert marker["step"] == 7 and marker["model_args"] == model.args.to_dict() and marker["tokenizer"] == BYTE_TOKENIZER
+    # The weights: torchnlq's names under "model.", the untied head as lm_head.weight; nothing else.
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert names == {"lm_head.weight"} | {f"model.{k}" for k in model.state_dict() if k != "lm_head.weight"}
+    # Overwriting: refused without --overwrite, a previous export is replaced with it.
+    with pytest.raises(UserError, match="already exists"):
+        export_hf(tmp_path / "ckpt", out)
+    export_hf(tmp_path / "ckpt", out, dtype="bf16", overwrite=True)
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_eot_outside_the_vocabulary_is_left_out(tmp_path):
+    model = make_model(vocab_size=256)  # the byte tokenizer's end-of-text is 256
+    out = export_hf(loaded(model, tmp_path), tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["bos_token_id"] is None and config["eos_token_id"] is None
+    assert not (out / "generation_config.json").exists()
+
+
+def test_unsupported_query_type_is_refused_before_writing(tmp_path, monkeypatch):
+    class Shiny(query_registry.LinearQuery):
+        type_name = "shiny_test"
+
+    monkeypatch.setitem(query_registry.QUERY_TYPES, "shiny_test", Shiny)
+    model = make_model("shiny_test")
+    with pytest.raises(UserError, match="query type shiny_test has no Hugging Face implementation"):
+        export_hf(loaded(model, tmp_path), tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_convert_checkpoint_format_hf(tmp_path, capsys):
+    script = load_script("convert_checkpoint")
+    write_checkpoint(tmp_path / "ckpt", make_model("residual_mlp"))
+    assert script.run_cli(script.main, [str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--format", "hf"]) == 0
+    assert "(hf, fp32," in capsys.readouterr().out
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "torchnlq"
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    argv = [str(tmp_path / "ckpt"), str(tmp_path / "notes"), "--format", "hf", "--overwrite"]
+    assert script.run_cli(script.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "is not a torchnlq export" in err
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+    # A --format hf export is refused as a source of torchnlq's loader with the reason (it is transformers').
+    with pytest.raises(UserError, match="not a torchnlq export"):
+        load_model(tmp_path / "hf")
+
+
+@pytest.fixture
+def isolated_meta_path(monkeypatch):
+    """sys.meta_path without the hook ``import torchnlq`` may have installed; restored afterwards."""
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, auto._RegisterAfterImport)])
+
+
+def test_import_hook_registers_once_right_after_the_package_imports(tmp_path, monkeypatch, isolated_meta_path):
+    """The hook on a stand-in package: nothing before its import, one registration right after, then gone."""
+    (tmp_path / "fake_transformers_test").mkdir()
+    (tmp_path / "fake_transformers_test" / "__init__.py").write_text("DONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(auto, "_TRANSFORMERS", "fake_transformers_test")
+    calls = []
+    monkeypatch.setattr(auto, "register", lambda: calls.append(sys.modules["fake_transformers_test"].DONE))
+    auto.register_when_transformers_loads()
+    auto.register_when_transformers_loads()  # a second call does not add a second hook
+    assert importlib.util.find_spec("fake_transformers_test") is not None  # a probe, as libraries do: no import
+    assert calls == [] and sum(isinstance(f, auto._RegisterAfterImport) for f in sys.meta_path) == 1
+    try:
+        import fake_transformers_test
+
+        assert calls == [True]  # after the package's __init__ ran
+        assert not any(isinstance(f, auto._RegisterAfterImport) for f in sys.meta_path)
+        assert not isinstance(fake_transformers_test.__loader__, auto._ThenRegister)  # the real loader stays
+        auto.register_when_transformers_loads()  # already imported: registers at once
+        assert calls == [True, True]
+    finally:
+        sys.modules.pop("fake_transformers_test", None)
+
+
+def test_a_failed_registration_warns_and_a_missing_transformers_is_ignored(monkeypatch, isolated_meta_path):
+    def broken():
+        raise ImportError("no AutoConfig here")
+
+    monkeypatch.setattr(auto, "register", broken)
+    with pytest.warns(RuntimeWarning, match="could not register.*no AutoConfig here"):
+        auto._register_or_warn()
+    monkeypatch.setattr(auto, "_TRANSFORMERS", "surely_not_installed_test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        auto.register_when_transformers_loads()
+    assert not any(isinstance(f, auto._RegisterAfterImport) for f in sys.meta_path)
+
+
+# ---------------------------------------------------------------- with transformers
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_equal_torchnlq(transformers, exports, name):
+    from torchnlq.hf.modeling_torchnlq import TorchnlqForCausalLM
+
+    model, folder = exports[name]
+    hf = hf_model(transformers, folder)
+    assert type(hf) is TorchnlqForCausalLM and hf.dtype == torch.float32
+    assert (hf.lm_head is None) == model.args.tie_embeddings
+    assert sum(p.numel() for p in hf.parameters()) == model.num_params()
+    with torch.no_grad():
+        assert max_relative_error(hf(TOKENS).logits, model(TOKENS)) <= 1e-5
+    hf(TOKENS).logits.square().mean().backward()  # fine-tuning: gradients reach all but a frozen anchor
+    frozen = {f"model.{n}" for n, p in model.named_parameters() if not p.requires_grad}  # train_anchor = false
+    assert {n for n, p in hf.named_parameters() if p.grad is None} == frozen
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_greedy_generate_equals_torchnlq_sampling(transformers, exports, name):
+    model, folder = exports[name]
+    hf = hf_model(transformers, folder)
+    prompt = TOKENS[0, :5].tolist()
+    expected = torchnlq_greedy(model, prompt, 12)
+    for use_cache in (True, False):
+        ids = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, use_cache=use_cache)
+        assert ids[0].tolist() == expected, f"use_cache={use_cache}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["residual_mlp_paper", "rope_gqa"])
+def test_left_padded_batch_generates_each_row_as_alone(transformers, exports, name):
+    hf = hf_model(transformers, exports[name][1])
+    rows = [TOKENS[0, :9].tolist(), TOKENS[1, :3].tolist()]
+    width = max(map(len, rows))
+    ids = torch.tensor([[EOT] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    batched = hf.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False)
+    for i, row in enumerate(rows):
+        alone = hf.generate(torch.tensor([row]), max_new_tokens=10, do_sample=False)[0].tolist()
+        assert until_eot(batched[i].tolist(), width) == until_eot(alone, len(row)), f"row {i}"
+        assert alone == torchnlq_greedy(exports[name][0], row, 10)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["linear", "rope_gqa"])
+def test_cache_continues_in_chunks(transformers, exports, name):
+    """A prompt fed as 7, then 5, then 1 tokens through one DynamicCache gives the full forward's logits."""
+    model, folder = exports[name]
+    hf = hf_model(transformers, folder)
+    cache = transformers.DynamicCache()
+    tokens = TOKENS[:, :13]
+    with torch.no_grad():
+        parts = [hf(tokens[:, a:b], cache=cache, use_cache=True).logits for a, b in ((0, 7), (7, 12), (12, 13))]
+        assert cache.get_seq_length() == 13
+        assert max_relative_error(torch.cat(parts, dim=1), model(tokens)) <= 1e-5
+
+
+@pytest.mark.integration
+def test_labels_give_the_shifted_cross_entropy(transformers, exports):
+    model, folder = exports["residual_mlp_paper"]
+    hf = hf_model(transformers, folder)
+    labels = TOKENS.clone()
+    labels[0, :4] = -100  # ignored positions, as a padded or prompt-masked batch has them
+    out = hf(TOKENS, labels=labels)
+    with torch.no_grad():
+        logits = model(TOKENS)
+    expected = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss.detach(), expected, rtol=1e-5, atol=0)
+    out.loss.backward()  # fine-tuning: every parameter gets a gradient
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in hf.parameters())
+
+
+@pytest.mark.integration
+def test_save_pretrained_keeps_the_model_code(transformers, exports, tmp_path):
+    """A loaded (e.g. fine-tuned) model saved again still carries modeling_torchnlq.py and its auto_map."""
+    model, folder = exports["rope_gqa"]
+    hf_model(transformers, folder).save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / HF_MODELING_FILE).read_bytes() == MODELING_SOURCE.read_bytes()
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["auto_map"] == AUTO_MAP
+    with torch.no_grad():
+        assert max_relative_error(hf_model(transformers, tmp_path / "saved")(TOKENS).logits, model(TOKENS)) <= 1e-5
+
+
+@pytest.mark.integration
+def test_bf16_export(transformers, tmp_path):
+    model = make_model("residual_mlp", positions="rope", n_kv_heads=2)
+    out = export_hf(loaded(model, tmp_path), tmp_path / "hf", dtype="bf16")
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert all(f.get_tensor(k).dtype == torch.bfloat16 for k in f.keys())
+    # The reference: the same bf16 weights in torchnlq (its safetensors export, upcast on load).
+    rounded = load_model(export_safetensors(loaded(model, tmp_path), tmp_path / "st", dtype="bf16")).model
+    with torch.no_grad():
+        fp32 = hf_model(transformers, out, dtype=torch.float32)
+        assert max_relative_error(fp32(TOKENS).logits, rounded(TOKENS)) <= 1e-5
+        bf16 = hf_model(transformers, out, dtype="auto")
+        assert bf16.dtype == torch.bfloat16
+        assert max_relative_error(bf16(TOKENS).logits, rounded(TOKENS)) <= 0.05
+
+
+@pytest.mark.integration
+def test_configs_it_cannot_compute_are_value_errors(transformers):
+    from torchnlq.hf.modeling_torchnlq import TorchnlqConfig
+
+    with pytest.raises(ValueError, match="query type 'shiny' is not implemented by this modeling_torchnlq.py"):
+        TorchnlqConfig(query={"type": "shiny"})
+    with pytest.raises(ValueError, match=r"query has keys \['anchor'\]"):
+        TorchnlqConfig(query={"type": "residual_mlp", "anchor": 1})
+    with pytest.raises(ValueError, match="activation 'tanh'"):
+        TorchnlqConfig(query={"type": "residual_mlp", "activation": "tanh"})
+    with pytest.raises(ValueError, match="num_key_value_heads=3"):
+        TorchnlqConfig(num_key_value_heads=3)
+    with pytest.raises(ValueError, match="needs num_attention_heads \\* head_dim == hidden_size"):
+        TorchnlqConfig(head_dim=8, query={"type": "identity"})
+
+
+# ---------------------------------------------------------------- in fresh processes
+
+
+def run_python(code: str, tmp_path: Path, *args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -c code args...`` in tmp_path (outside the checkout), caches and temporary files in tmp_path."""
+    full_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env.update(HF_HOME=str(tmp_path / "hf_home"), TMPDIR=str(tmp_path), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+                    **(env or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], check=False, cwd=tmp_path,
+                          env=full_env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("order", ["torchnlq_first", "transformers_first"])
+def test_importing_torchnlq_registers_the_auto_classes(transformers, exports, tmp_path, order):
+    imports = "import torchnlq\nimport transformers" if order == "torchnlq_first" else "import transformers\nimport torchnlq"
+    code = imports + """
+import sys
+from transformers import AutoConfig, AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+assert type(model).__module__ == "torchnlq.hf.modeling_torchnlq", type(model)
+assert type(AutoConfig.for_model("torchnlq")).__module__ == "torchnlq.hf.modeling_torchnlq"
+print("OK")
+"""
+    result = run_python(code, tmp_path, exports["rope_gqa"][1], env={"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stderr
+    assert "could not register" not in result.stderr
+
+
+@pytest.mark.integration
+def test_trust_remote_code_loads_the_export_without_torchnlq(transformers, exports, tmp_path):
+    model, folder = exports["residual_mlp_paper"]
+    code = """
+    import sys
+
+    class NoTorchnlq:  # installed before anything: torchnlq (even an installed copy) cannot be imported
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "torchnlq":
+                raise ImportError("torchnlq is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, NoTorchnlq())
+    import json
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+    assert not any(m.split(".")[0] == "torchnlq" for m in sys.modules), "torchnlq was imported"
+    tokens = torch.tensor(json.loads(sys.argv[2]))
+    with torch.no_grad():
+        logits = model(tokens).logits
+    ids = model.generate(tokens[:1, :5], max_new_tokens=8, do_sample=False)
+    save_file({"logits": logits.contiguous(), "ids": ids.contiguous()}, sys.argv[3])
+    print(type(model).__module__)
+    """
+    result = run_python(code, tmp_path, folder, json.dumps(TOKENS.tolist()), tmp_path / "out.safetensors")
+    assert result.returncode == 0, result.stderr
+    assert not result.stdout.startswith("torchnlq")  # transformers' copy of the folder's modeling_torchnlq.py
+    out = load_file(str(tmp_path / "out.safetensors"))
+    with torch.no_grad():
+        assert max_relative_error(out["logits"], model(TOKENS)) <= 1e-5
+    assert out["ids"][0].tolist() == torchnlq_greedy(model, TOKENS[0, :5].tolist(), 8)
+
+
+@pytest.mark.integration
+def test_convert_checkpoint_script_writes_a_loadable_hf_folder(transformers, tmp_path):
+    model = make_model("residual_mlp", positions="rope", n_kv_heads=1, tie_embeddings=False)
+    write_checkpoint(tmp_path / "ckpt", model)
+    script = REPO_ROOT / "scripts" / "convert_checkpoint.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt"), str(tmp_path / "hf"), "--format", "hf"],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("wrote ") and "(hf, fp32," in result.stdout
+    hf = hf_model(transformers, tmp_path / "hf")
+    with torch.no_grad():
+        assert max_relative_error(hf(TOKENS).logits, model(TOKENS)) <= 1e-5
