@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Compare training runs: validation loss at the last common step, mean ± std over seeds, plots.
 
-Usage: python scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--allow-different-data]
+Usage: python scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--x steps|tokens]
+                                       [--allow-different-data]
 See docs/experiments.md.
 """
 

@@ -278,6 +278,7 @@ ATTENTION = ("--dim", "32", "--heads", "4", "--seq", "8", "--steps", "1", "--war
 SUITE = 'config = "{config}"\n'
 #: Two text documents for prepare_data.py, enough for a train and a validation split.
 DOCS = {"src/a.txt": "the first document", "src/b.txt": "the second document"}
+NANO = {"nano/train.bin": bytes(100), "nano/val.bin": bytes(100)}  # a nanoGPT folder: uint16 zeros, no meta.json
 #: prepare_data.py into a new folder with the byte tokenizer (no download, no tiktoken file).
 PREPARE = ("--out", "{tmp}/tokens", "--tokenizer", "byte")
 
@@ -534,6 +535,32 @@ IN_PROCESS = [
     row(P, "vocab-size-below-the-data", [*TRAIN, "--model.vocab_size=100"], "smaller than the data's 257 tokens"),
     row(P, "run-folder-in-use", RESUME, f"is in use by process {os.getpid()}", setup=BUSY),
     # ---------------------------------------------------------------- prepare_data.py
+    row("prepare_data.py", "adopt-folder-missing", ["--adopt", "{tmp}/nowhere"], "--adopt '{tmp}/nowhere' does not exist"),
+    row("prepare_data.py", "adopt-not-a-folder", ["--adopt", "{tmp}/src/a.txt"], "is not a folder", setup=write(DOCS)),
+    row("prepare_data.py", "adopt-without-val-bin", ["--adopt", "{tmp}/nano"], "--adopt '{tmp}/nano' has no val.bin",
+        setup=write({"nano/train.bin": bytes(100)})),
+    row("prepare_data.py", "adopt-folder-with-meta-json", ["--adopt", "{tmp}/tokens", "--tokenizer", "byte"],
+        "already has a meta.json", setup=token_folder("tokens")),
+    row("prepare_data.py", "adopt-meta-json-is-a-folder", ["--adopt", "{tmp}/nano", "--overwrite"],
+        "holds a folder named meta.json", setup=both(write(NANO), folders("nano/meta.json"))),
+    row("prepare_data.py", "adopt-odd-size", ["--adopt", "{tmp}/nano"], "has an odd size (3 bytes)",
+        setup=write({"nano/train.bin": b"\0\0\0", "nano/val.bin": b"\0\0"})),
+    row("prepare_data.py", "adopt-empty-split", ["--adopt", "{tmp}/nano"], "val.bin' is empty (0 tokens)",
+        setup=write({"nano/train.bin": b"\0\0", "nano/val.bin": b""})),
+    row("prepare_data.py", "adopt-ids-above-the-vocabulary", ["--adopt", "{tmp}/nano", "--tokenizer", "byte"],
+        "holds token id 300, but the byte tokenizer has only 257 ids",
+        setup=write({"nano/train.bin": BYTES_300.tobytes(), "nano/val.bin": BYTES_300.tobytes()})),
+    row("prepare_data.py", "adopt-the-working-directory", ["--adopt", "."],
+        "--adopt '.' is the current directory, the home folder or a parent of one"),
+    row("prepare_data.py", "adopt-and-out", ["--adopt", "{tmp}/nano", "--out", "{tmp}/tokens"],
+        "--adopt and --out exclude each other", setup=write(NANO)),
+    row("prepare_data.py", "adopt-with-files", ["--adopt", "{tmp}/nano", "--files", "{tmp}/src/a.txt"],
+        "--files does not apply to --adopt", setup=write({**NANO, **DOCS})),
+    row("prepare_data.py", "adopt-with-text-split", ["--adopt", "{tmp}/nano", "--text-split", "line"],
+        "--text-split does not apply to --adopt", setup=write(NANO)),
+    row("prepare_data.py", "adopt-unknown-tokenizer", ["--adopt", "{tmp}/nano", "--tokenizer", "bpe"],
+        "invalid choice: 'bpe'", setup=write(NANO)),
+    row("prepare_data.py", "adopt-without-a-folder", ["--adopt"], "argument --adopt: expected one argument"),
     row("prepare_data.py", "out-not-given", ["--files", "{tmp}/src/a.txt", "--tokenizer", "byte"], "--out",
         setup=write(DOCS)),
     row("prepare_data.py", "unknown-tokenizer", ["--out", "{tmp}/tokens", "--tokenizer", "bpe"], "bpe"),
@@ -802,6 +829,12 @@ IN_PROCESS = [
     row("run_suite.py", "data-folder-missing", ["{tmp}/s.toml", "--data.path={tmp}/nowhere"],
         "run 'run': data.path '{tmp}/nowhere' does not exist", setup=suite(SUITE)),
     # ---------------------------------------------------------------- compare_runs.py
+    row("compare_runs.py", "x-axis-unknown", ["{runs}/a", "--baseline", "a", "--x", "epochs"],
+        "argument --x: invalid choice: 'epochs'"),
+    row("compare_runs.py", "x-without-a-value", ["{runs}/a", "--baseline", "a", "--x"],
+        "argument --x: expected one argument"),
+    row("compare_runs.py", "tokens-axis-without-world-size", ["{runs}/a", "--baseline", "a", "--x", "tokens"],
+        "run 'a' records no world_size"),
     row("compare_runs.py", "baseline-not-given", ["{runs}/a"], "--baseline"),
     row("compare_runs.py", "run-folder-missing", ["{tmp}/nowhere", "--baseline", "{runs}/a"],
         "'{tmp}/nowhere' is neither a run folder (with run_info.json) nor a folder of runs"),

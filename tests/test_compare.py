@@ -1,10 +1,15 @@
-"""compare_runs on synthetic run folders: seed groups, the last common step, hand-computed numbers, refusals, plots."""
+"""compare_runs on synthetic run folders: seed groups, the last common step, hand-computed numbers, refusals, plots.
+
+The plots are checked through their matplotlib figure objects (axis labels, legend entries, titles,
+line data), after rendering them to PNG with the Agg backend, not through pixels.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -17,6 +22,12 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.compare import compare_runs, main
+from torchnlq.experiments.compare_plots import relative_improvement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 
 def f32(x: float) -> float:
@@ -25,19 +36,23 @@ def f32(x: float) -> float:
 
 
 def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed: int = 1337,
-             batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear") -> Path:
-    """A run folder as the trainer leaves it: resolved config.toml, run_info.json, tb/ events."""
+             batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear", world_size: int | None = 1) -> Path:
+    """A run folder as the trainer leaves it: resolved config.toml, run_info.json, tb/ events.
+
+    ``world_size=None`` leaves it out of run_info.json (a hand-made or foreign record).
+    """
     from torch.utils.tensorboard import SummaryWriter
 
     run = root / name
     cfg = load_job_config([f"--job.name={name}", f"--training.seed={seed}", f"--model.query.type={query}", *overrides])
     run.mkdir(parents=True)
     (run / "config.toml").write_text(to_toml(cfg))
-    (run / "run_info.json").write_text(json.dumps({
+    info = {
         "name": name, "step": max(val), "steps": max(val), "finished": True, "last_val_loss": val[max(val)],
         "query_type": query, "non_embedding_params": 1000 if query == "linear" else 1064,
-        "batch_fingerprint": batch_fp, "validation_fingerprint": val_fp, "world_size": 1,
-    }))
+        "batch_fingerprint": batch_fp, "validation_fingerprint": val_fp, "world_size": world_size,
+    }
+    (run / "run_info.json").write_text(json.dumps({k: v for k, v in info.items() if v is not None}))
     writer = SummaryWriter(str(run / "tb"))
     for step, loss in val.items():
         writer.add_scalar("loss/val", loss, step)
@@ -157,3 +172,136 @@ def test_seed_groups_ignore_bookkeeping_but_not_initial_weights(tmp_path: Path) 
     compare_runs([a, b, c], a, tmp_path / "cmp")
     rows = read_csv(tmp_path / "cmp" / "comparison.csv")
     assert list(rows) == ["a", "a_seed3"] and rows["a"]["runs"] == "2"
+
+
+# ---------------------------------------------------------------- the figures, as objects
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch):
+    """The figures compare_runs draws, kept open (plt.close recorded instead) in the order they are saved."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kept: list = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", kept.append)
+    yield kept
+    for fig in kept:
+        real_close(fig)
+
+
+def texts(fig) -> list[str]:
+    """Every title, axis label and legend entry of a figure."""
+    out = []
+    for ax in fig.axes:
+        out += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        if ax.get_legend() is not None:
+            out += [t.get_text() for t in ax.get_legend().get_texts()]
+    return out
+
+
+def legend(fig) -> list[str]:
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def repeated_word(text: str) -> str | None:
+    """A word written twice in a row ("baseline baseline", "baseline (baseline"), or None."""
+    m = re.search(r"\b(\w+)\W+\1\b", text, flags=re.IGNORECASE)
+    return m.group(0) if m else None
+
+
+def line(ax, label: str):
+    return next(ln for ln in ax.get_lines() if ln.get_label() == label)
+
+
+def test_loss_plot_says_units_line_styles_and_seeds(runs: Path, tmp_path: Path, figures: list) -> None:
+    out = tmp_path / "cmp"
+    assert run_cli(main, [str(runs), "--baseline", "base_seed1337", "--out", str(out)]) == 0
+    for png in ("loss_curves.png", "relative_improvement.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # rendered (Agg)
+    curves, rel = figures
+    ax = curves.axes[0]
+    with (runs / "base_seed1337" / "config.toml").open("rb") as f:
+        assert tomllib.load(f)["data"]["tokenizer"] == "gpt2"  # so the unit is nats per token
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("optimizer step", "loss (nats per token)")
+    assert ax.get_title() == "Validation and training loss"
+    assert legend(curves) == [
+        "base (baseline, mean of 3 seeds, ±1 std)", "res (mean of 3 seeds, ±1 std)", "wide (1 seed)",
+        "solid: validation loss", "dashed: training loss (smoothed)",
+    ]
+    # The solid line is the validation mean, by hand; the dashed one the training loss (val + 0.1 here).
+    base = line(ax, "base (baseline, mean of 3 seeds, ±1 std)")
+    assert base.get_linestyle() == "-" and list(base.get_xdata()) == [100, 200]
+    assert list(base.get_ydata()) == pytest.approx([statistics.fmean(f32(v) for v in (3.5, 3.6, 3.4)),
+                                                    statistics.fmean(f32(v) for v in (3.0, 3.1, 2.9))])
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and ln.get_color() == base.get_color()]
+    assert len(dashed) == 1 and dashed[0].get_ydata()[0] == pytest.approx(base.get_ydata()[0] + 0.1, abs=1e-6)
+    assert len(ax.collections) == 2  # ±1 std bands for base and res only: wide has one seed
+
+    rax = rel.axes[0]
+    assert (rax.get_xlabel(), rax.get_ylabel()) == ("optimizer step", "improvement over base (% of its loss)")
+    assert legend(rel) == ["res (mean of 3 seeds)", "wide (1 seed)"]
+    lb = statistics.fmean(f32(v) for v in (3.0, 3.1, 2.9))
+    lr = statistics.fmean(f32(v) for v in (2.90, 2.95, 2.85))
+    assert line(rax, "res (mean of 3 seeds)").get_ydata()[-1] == pytest.approx(100 * (lb - lr) / lb)
+    for text in texts(curves) + texts(rel):
+        assert repeated_word(text) is None, text
+
+
+def test_token_axis_byte_units_and_a_baseline_named_baseline(tmp_path: Path, figures: list) -> None:
+    shape = ("--data.tokenizer=byte", "--training.seq_len=64", "--training.micro_batch_size=4",
+             "--training.grad_accum_steps=3")
+    for seed, losses in ((1, (2.0, 1.5)), (2, (2.2, 1.7))):
+        make_run(tmp_path / "suite", f"baseline_seed{seed}", {100: losses[0], 200: losses[1]}, *shape, seed=seed,
+                 world_size=2)
+    make_run(tmp_path / "suite", "nlq", {100: 1.9, 200: 1.4}, *shape, query="residual_mlp", world_size=2)
+    out = tmp_path / "cmp"
+    assert run_cli(main, [str(tmp_path / "suite"), "--baseline", "baseline_seed1", "--out", str(out),
+                          "--x", "tokens"]) == 0
+    curves, rel = figures
+    per_step = 64 * 4 * 3 * 2  # seq_len x micro_batch_size x grad_accum_steps x world_size
+    ax = curves.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("training tokens", "loss (nats per byte)")
+    assert legend(curves)[:2] == ["baseline (mean of 2 seeds, ±1 std)", "nlq (1 seed)"]
+    assert list(line(ax, "baseline (mean of 2 seeds, ±1 std)").get_xdata()) == [100 * per_step, 200 * per_step]
+    rax = rel.axes[0]
+    assert (rax.get_xlabel(), rax.get_ylabel()) == ("training tokens", "improvement over baseline (% of its loss)")
+    nlq = line(rax, "nlq (1 seed)")
+    assert list(nlq.get_xdata()) == [100 * per_step, 200 * per_step]
+    assert list(nlq.get_ydata()) == pytest.approx([100 * (2.1 - f32(1.9)) / 2.1, 100 * (1.6 - f32(1.4)) / 1.6],
+                                                  rel=1e-6)
+    for text in texts(curves) + texts(rel):
+        assert repeated_word(text) is None, text
+
+
+def test_single_seed_arms_get_no_band_and_no_std_wording(tmp_path: Path, figures: list) -> None:
+    a = make_run(tmp_path, "a", {10: 3.0, 20: 2.5})
+    b = make_run(tmp_path, "b", {10: 2.9, 20: 2.4}, "--model.mlp_hidden=600")
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--out", str(tmp_path / "cmp")]) == 0
+    curves, rel = figures
+    assert not curves.axes[0].collections
+    assert legend(curves)[:2] == ["a (baseline, 1 seed)", "b (1 seed)"]
+    assert not any("std" in t for t in texts(curves) + texts(rel))
+
+
+def test_relative_improvement_interpolates_the_baseline_between_its_points() -> None:
+    xs, rel = relative_improvement({100: 3.0, 200: 2.0}, {50: 2.0, 150: 2.4, 200: 1.9, 300: 1.0})
+    assert xs == [150, 200]  # 50 and 300 lie outside the baseline's points
+    assert rel == pytest.approx([100 * (2.5 - 2.4) / 2.5, 100 * (2.0 - 1.9) / 2.0])
+
+
+def test_token_axis_mistakes_are_one_line_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a = make_run(tmp_path, "a", {10: 3.0})
+    b = make_run(tmp_path, "b", {10: 2.9}, "--model.mlp_hidden=600", world_size=None)
+    out = tmp_path / "cmp"
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--out", str(out), "--x", "tokens"]) == 2
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--out", str(out), "--x", "epochs"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(e.startswith("error: ") for e in err)
+    assert "run 'b' records no world_size" in err[0] and "--x steps" in err[0]
+    assert "invalid choice: 'epochs'" in err[1]
+    assert not out.exists()

@@ -5,14 +5,20 @@ The paper's recipe (nanoGPT's openwebtext/prepare.py): load the dataset, split
 no validation split, encode each document with the ordinary GPT-2 encoding and
 append the eot id, and concatenate each split into one uint16 file. The
 on-disk format is described in :mod:`torchnlq.data.token_format` and docs/data.md.
+
+Also here: the report of what a prepare made (:func:`format_report`, per input file
+and split) and the adoption of a nanoGPT data folder (:func:`adopt_folder`), which
+only checks its ``train.bin`` / ``val.bin`` and writes the ``meta.json`` beside them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +26,27 @@ import numpy as np
 from tqdm import tqdm
 
 from torchnlq.data import token_format as fmt
-from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
+from torchnlq.data.tokenizer import (
+    BASE_VOCAB_SIZE,
+    GPT2_EOT_ID,
+    GPT2_TIKTOKEN_SHA256,
+    ByteTokenizer,
+    Tokenizer,
+    build_tokenizer,
+)
 from torchnlq.errors import UserError
 from torchnlq.paths import protected_folders
 
 JSON_SUFFIXES = (".json", ".jsonl")
-# How a local text file becomes documents: the whole file, blank-line separated
-# paragraphs, or single lines (datasets' "text" builder's sample_by values).
-TEXT_SPLITS = {"file": "document", "paragraph": "paragraph", "line": "line"}
+# How a local text file becomes documents: the whole file, paragraphs separated by blank
+# (empty or whitespace-only) lines, or single lines. See _text_documents.
+TEXT_SPLITS = ("file", "paragraph", "line")
+# The column that remembers which input file a document came from (per-file counts in the
+# report). A name no hub dataset or JSON record is likely to use: it must not shadow theirs.
+FILE_COLUMN = "__torchnlq_input_file__"
+# Bumped when _text_documents changes what a text file's documents are, so datasets' cache
+# of an earlier reading is not reused for the same files.
+TEXT_READER_VERSION = 2
 
 
 # What a token folder holds: the files prepare writes (and replaces), its default cache, its temporaries.
@@ -169,24 +188,127 @@ def _input_paths(files: Sequence[str]) -> list[Path]:
     return paths
 
 
-def _load_files(paths: Sequence[Path], text_split: str, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
-    """Local text or JSON/JSONL files (checked by :func:`check_options`) as a DatasetDict with one 'train' split."""
+def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
+    """Paragraphs of a text: runs of lines separated by blank lines, each without its final line break.
+
+    A line is blank when it holds nothing but whitespace: WikiText's raw files separate their
+    paragraphs with ``" \\n"`` lines, which a split on ``"\\n\\n"`` misses (the whole file would
+    become one document). Several blank lines in a row are one separator; whitespace inside a
+    paragraph (WikiText's leading space on every line) is kept, as GPT-2 tokenizes it.
+    """
+    block: list[str] = []
+    for line in lines:
+        if line.strip():
+            block.append(line)
+        elif block:
+            yield _without_final_newline("".join(block))
+            block = []
+    if block:
+        yield _without_final_newline("".join(block))
+
+
+def _without_final_newline(text: str) -> str:
+    # Every paragraph, the file's last one included, ends the same way: at its last character.
+    return text.removesuffix("\n")
+
+
+def _text_documents(files: list[tuple[str, int, int, int]], text_split: str) -> Iterator[dict[str, Any]]:
+    """The documents of text files, each with the index of its file (the generator of ``from_generator``).
+
+    ``files`` holds (path, index in --files, size, mtime_ns); size and mtime are unused here but
+    make datasets' cache key change when a file does. Files are read as UTF-8 in text mode, so
+    ``\\r\\n`` and ``\\r`` line ends become ``\\n`` (as datasets' "text" builder reads them):
+    ``file`` yields the whole text, ``line`` each line without its line break, ``paragraph``
+    the blocks between blank lines (:func:`_paragraphs`).
+    """
+    for path, index, _size, _mtime in files:
+        with open(path, encoding="utf-8") as f:
+            if text_split == "file":
+                yield {"text": f.read(), FILE_COLUMN: index}
+            elif text_split == "line":
+                for line in f:
+                    yield {"text": line.rstrip("\n"), FILE_COLUMN: index}
+            else:
+                for paragraph in _paragraphs(f):
+                    yield {"text": paragraph, FILE_COLUMN: index}
+
+
+def _load_text_files(paths: Sequence[Path], text_split: str, cache_dir: Path, num_proc: int | None) -> Any:
+    """Local text files as one Dataset of (text, file index), read by :func:`_text_documents`."""
+    import datasets
+
+    files = []
+    for i, p in enumerate(paths):
+        st = p.stat()
+        files.append((str(p), i, st.st_size, st.st_mtime_ns))
+    # An explicit cache key: hashing the generator would not see a file's contents change.
+    key = hashlib.sha256(repr((TEXT_READER_VERSION, text_split, files)).encode()).hexdigest()[:32]
+    features = datasets.Features({"text": datasets.Value("string"), FILE_COLUMN: datasets.Value("int32")})
+    return datasets.Dataset.from_generator(
+        _text_documents, features=features, cache_dir=str(cache_dir), fingerprint=key,
+        gen_kwargs={"files": files, "text_split": text_split},
+        # datasets shards the file list over the workers; more workers than files would idle.
+        num_proc=min(num_proc, len(files)) if num_proc and len(files) > 1 else None,
+    )
+
+
+def _load_json_files(paths: Sequence[Path], text_field: str, cache_dir: Path, num_proc: int | None) -> Any:
+    """Local JSON/JSONL files as one Dataset of (text_field, file index), in --files order.
+
+    One datasets split per file (``data_files={"file0": [...], ...}``): a single build, and each
+    record's file is known from its split. An empty file (0 bytes) adds nothing and is left out
+    of the build: datasets infers the columns from the first split's first records, which an
+    empty file does not have. A split without records is skipped too (``load_dataset`` would
+    refuse it). The text field is checked in every other file here, where the file can be named.
+    """
+    import datasets
+
+    names = {i: f"file{i}" for i, p in enumerate(paths) if p.stat().st_size > 0}
+    parts = []
+    if names:
+        builder = datasets.load_dataset_builder(
+            "json", data_files={n: [str(paths[i])] for i, n in names.items()}, cache_dir=str(cache_dir)
+        )
+        builder.download_and_prepare(num_proc=num_proc)
+        for i, name in names.items():
+            if name not in builder.info.splits or not builder.info.splits[name].num_examples:
+                continue
+            ds = builder.as_dataset(split=name)
+            if text_field not in ds.column_names:
+                where = f" in {paths[i]}" if len(paths) > 1 else ""
+                raise UserError(f"the input has no '{text_field}' field (fields: {', '.join(ds.column_names)}){where}; "
+                                "set --text-field")
+            ds = ds.select_columns([text_field])
+            parts.append(ds.add_column(FILE_COLUMN, np.full(len(ds), i, dtype=np.int32)))
+    if not parts:  # no records at all: an empty dataset, refused as "0 document(s)" by the split
+        features = datasets.Features({text_field: datasets.Value("string"), FILE_COLUMN: datasets.Value("int32")})
+        return datasets.Dataset.from_dict({text_field: [], FILE_COLUMN: []}, features=features)
+    return datasets.concatenate_datasets(parts)
+
+
+def _load_files(
+    paths: Sequence[Path], text_split: str, text_field: str, cache_dir: Path, num_proc: int | None
+) -> tuple[Any, dict[str, Any]]:
+    """Local text or JSON/JSONL files (checked by :func:`check_options`) as a DatasetDict with one 'train' split.
+
+    Every document carries the index of its file (column ``FILE_COLUMN``) for the per-file counts.
+    """
     import datasets
 
     kind = "json" if all(p.suffix.lower() in JSON_SUFFIXES for p in paths) else "text"
-    kwargs: dict[str, Any] = {}
-    if kind == "text":
-        kwargs["sample_by"] = TEXT_SPLITS[text_split]
     try:
-        dd = datasets.load_dataset(
-            kind, data_files=[str(p) for p in paths], cache_dir=str(cache_dir), num_proc=num_proc, **kwargs
-        )
+        if kind == "text":
+            ds = _load_text_files(paths, text_split, cache_dir, num_proc)
+        else:
+            ds = _load_json_files(paths, text_field, cache_dir, num_proc)
+    except UserError:
+        raise
     except Exception as e:  # datasets/pyarrow raise many types for unreadable input
         raise UserError(f"could not read the {kind} file(s) {[str(p) for p in paths]} ({_one_line(e)})") from e
-    source = {"kind": "files", "format": kind, "files": [str(p) for p in paths]}
+    source: dict[str, Any] = {"kind": "files", "format": kind, "files": [str(p) for p in paths]}
     if kind == "text":
         source["text_split"] = text_split
-    return dd, source
+    return datasets.DatasetDict({"train": ds}), source
 
 
 def _load_hub(name: str, config: str | None, cache_dir: Path, num_proc: int | None) -> tuple[Any, dict[str, Any]]:
@@ -250,6 +372,17 @@ def _count_tokens(ds: Any) -> int:
     return int(sum(np.asarray(b.column("len")).sum() for b in lens.iter(batch_size=1 << 16)))
 
 
+def _count_per_file(ds: Any, n_files: int) -> tuple[np.ndarray, np.ndarray]:
+    """(documents, tokens) of each input file in a tokenized split, as int64 arrays indexed by file."""
+    docs, toks = np.zeros(n_files, dtype=np.int64), np.zeros(n_files, dtype=np.int64)
+    for batch in ds.select_columns([FILE_COLUMN, "len"]).with_format("arrow").iter(batch_size=1 << 16):
+        index = np.asarray(batch.column(FILE_COLUMN))
+        docs += np.bincount(index, minlength=n_files)
+        # float64 weights: exact per batch (at most 65,536 documents, far below 2**53 tokens).
+        toks += np.rint(np.bincount(index, weights=np.asarray(batch.column("len")), minlength=n_files)).astype(np.int64)
+    return docs, toks
+
+
 def _token_chunks(ds: Any, bar: tqdm) -> Iterator[np.ndarray]:
     # Arrow batches in dataset order; a list column's flattened values are the
     # concatenated documents, so no per-document Python work here.
@@ -305,7 +438,7 @@ def prepare_dataset(
     try:
         if paths:
             with _quiet_datasets():
-                loaded.append(_load_files(paths, text_split, cache, num_proc))
+                loaded.append(_load_files(paths, text_split, text_field, cache, num_proc))
         else:
             loaded.append(_load_hub(dataset, dataset_config, cache, num_proc))
         return _tokenize_into(out, tok, *loaded[0], from_files=bool(paths), text_field=text_field,
@@ -337,18 +470,24 @@ def _tokenize_into(
         splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
     source["text_field"] = text_field
 
-    features = datasets.Features({"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")})
+    columns = {"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")}
+    # Documents of local files keep the index of their file, for the per-file counts below.
+    per_file = FILE_COLUMN in dd["train"].column_names
+    if per_file:
+        columns[FILE_COLUMN] = datasets.Value("int32")
+    features = datasets.Features(columns)
     tokens: dict[str, int] = {}
     documents: dict[str, int] = {}
     largest: dict[str, int] = {}
     temps: dict[str, Path] = {}
+    counts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     try:
         for split, ds in splits.items():
             tokenized = ds.map(
                 _tokenize,
                 batched=True,
                 input_columns=text_field,
-                remove_columns=ds.column_names,
+                remove_columns=[c for c in ds.column_names if c != FILE_COLUMN],
                 fn_kwargs={"tokenizer": tok},
                 features=features,
                 num_proc=num_proc if num_proc and len(ds) >= num_proc else None,
@@ -359,9 +498,184 @@ def _tokenize_into(
             with tqdm(total=total, unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
                 largest[split] = fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar))
             tokens[split], documents[split] = total, len(tokenized)
+            if per_file:
+                counts[split] = _count_per_file(tokenized, len(source["files"]))
+        if per_file:
+            source["per_file"] = [
+                {"file": name, "documents": {s: int(c[0][i]) for s, c in counts.items()},
+                 "tokens": {s: int(c[1][i]) for s, c in counts.items()}}
+                for i, name in enumerate(source["files"])
+            ]
         meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest)
         fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind
         fmt.remove_temps(temps.values())
         raise
     return meta
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def _display(path: str | Path) -> str:
+    """``path`` relative to the working directory or absolute, whichever is shorter (a table's first column)."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows): no relative path exists
+        return str(path)
+    return min(rel, str(path), key=len)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned first column, right-aligned numbers, two spaces between columns."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in (header, *rows)]
+
+
+def format_report(meta: dict[str, Any], folder: str | Path) -> str:
+    """What :func:`prepare_dataset` made, as printed by prepare_data.py: documents and tokens per input and split.
+
+    One row per input file (a hub dataset is one input), then a total row; a document's
+    tokens include the eot id appended to it, so they add up to the sizes of the .bin files.
+    """
+    source = meta.get("source", {})
+    splits = list(meta["tokens"])
+    if source.get("per_file"):
+        inputs = [(_display(f["file"]), f["documents"], f["tokens"]) for f in source["per_file"]]
+    else:
+        name = source.get("dataset", "input")
+        if source.get("config"):
+            name += f" ({source['config']})"
+        inputs = [(name, meta["documents"], meta["tokens"])]
+    header = ["input", *(f"{s} {what}" for s in splits for what in ("documents", "tokens"))]
+    rows = [[name, *(f"{counts[s]:,}" for s in splits for counts in (docs, toks))] for name, docs, toks in inputs]
+    rows.append(["total", *(f"{counts[s]:,}" for s in splits for counts in (meta["documents"], meta["tokens"]))])
+    docs, toks = sum(meta["documents"].values()), sum(meta["tokens"].values())
+    return "\n".join([
+        (f"wrote {folder}: {', '.join(fmt.split_file('', s).name for s in splits)}, {fmt.META_NAME} "
+         f"(tokenizer {meta['tokenizer']})"),
+        *_table(header, rows),
+        f"{docs:,} documents, {toks:,} tokens in all (each document's tokens include the eot id after it)",
+    ])
+
+
+# ---------------------------------------------------------------------------- adopting a nanoGPT folder
+
+# nanoGPT writes meta.pkl for its character-level datasets (their own vocabulary). It is a pickle,
+# and unpickling runs whatever code the file names: it is never opened, only mentioned.
+NANOGPT_META = "meta.pkl"
+# Tokens read per step of the scan (32 MiB): the memmap pages through the file without holding it.
+SCAN_TOKENS = 1 << 24
+
+
+def adoption_tokenizer(name: str) -> dict[str, Any]:
+    """The tokenizer entry of an adopted folder's meta.json, without loading the GPT-2 ranks (works offline)."""
+    if name == "byte":
+        return ByteTokenizer().describe()
+    if name == "gpt2":
+        return {"name": "gpt2", "vocab_size": BASE_VOCAB_SIZE["gpt2"], "eot_id": GPT2_EOT_ID}
+    raise UserError(f"unknown tokenizer '{name}'; choose one of: gpt2, byte")
+
+
+def scan_tokens(path: Path, eot_id: int) -> tuple[int, int, int]:
+    """(tokens, largest id, number of eot ids) of a uint16 token file, read whole in chunks through a memmap.
+
+    The whole file, not a sample: the largest id goes into meta.json, and training trusts it.
+    """
+    n = path.stat().st_size // fmt.DTYPE.itemsize
+    tokens = np.memmap(path, dtype=fmt.DTYPE, mode="r", shape=(n,))
+    largest, eots = -1, 0
+    # disable=None: a bar only on a terminal, so a refusal stays one line in logs and pipes.
+    with tqdm(total=n, unit="tok", unit_scale=True, desc=f"checking {path.name}", disable=None, leave=False) as bar:
+        for start in range(0, n, SCAN_TOKENS):
+            chunk = tokens[start : start + SCAN_TOKENS]
+            largest = max(largest, int(chunk.max()))
+            eots += int(np.count_nonzero(chunk == eot_id))
+            bar.update(len(chunk))
+    del tokens
+    return n, largest, eots
+
+
+def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """Make a nanoGPT data folder (``train.bin``, ``val.bin``: uint16 ids) a torchnlq token folder.
+
+    Checks what can be checked without knowing the text: both files exist, their sizes are whole
+    uint16 tokens and not zero, and every id is below ``tokenizer``'s vocabulary (a full scan).
+    The working directory, the home folder and their parents are refused, as for every writer.
+    Then writes ``meta.json`` beside them (atomically) and nothing else; the .bin files are used
+    as they are. A folder that already has a meta.json is refused unless ``overwrite``. nanoGPT's
+    ``meta.pkl`` is never read. Returns (meta, notes): the notes say what could not be checked.
+    """
+    path = Path(folder).expanduser()
+    given = f"--adopt '{folder}'"
+    if not path.exists():
+        raise UserError(f"{given} does not exist; point it at a nanoGPT data folder holding train.bin and val.bin")
+    if not path.is_dir():
+        raise UserError(f"{given} is not a folder; point it at the folder holding train.bin and val.bin")
+    if path.resolve() in protected_folders():  # the one rule of every writer (torchnlq/paths.py)
+        raise UserError(f"{given} is the current directory, the home folder or a parent of one, which torchnlq never "
+                        f"writes into; run the command from outside it (e.g. --adopt ../{path.resolve().name or 'DATA'})")
+    files = {s: fmt.split_file(path, s) for s in fmt.SPLITS}
+    missing = [f.name for f in files.values() if not f.is_file()]
+    if missing:
+        raise UserError(f"{given} has no {' and no '.join(missing)}; a nanoGPT data folder holds train.bin and val.bin "
+                        "(uint16 token ids)")
+    meta_path = path / fmt.META_NAME
+    if meta_path.exists() or meta_path.is_symlink():
+        if not overwrite:
+            raise UserError(f"{given} already has a {fmt.META_NAME} (prepared or adopted before): train on it as it is, "
+                            "or pass --overwrite to replace that meta.json")
+        if meta_path.is_dir():
+            raise UserError(f"{given} holds a folder named {fmt.META_NAME}; move it away first")
+    info = adoption_tokenizer(tokenizer)
+    vocab, eot = info["vocab_size"], info["eot_id"]
+    for f in files.values():  # the cheap checks of both files before the scans
+        size = f.stat().st_size
+        if size == 0:
+            raise UserError(f"'{f}' is empty (0 tokens); both splits need tokens: re-create the folder, or tokenize "
+                            "its text with --out")
+        if size % fmt.DTYPE.itemsize:
+            raise UserError(f"'{f}' has an odd size ({size:,} bytes), not uint16 tokens; it is damaged or not a "
+                            "nanoGPT token file")
+    tokens, documents, largest = {}, {}, {}
+    for split, f in files.items():
+        tokens[split], largest[split], documents[split] = scan_tokens(f, eot)
+        if largest[split] >= vocab:
+            raise UserError(
+                f"'{f}' holds token id {largest[split]}, but the {tokenizer} tokenizer has only {vocab} ids "
+                f"(0..{vocab - 1}): these are not {tokenizer} tokens; pass the --tokenizer the folder was made with"
+            )
+    notes = []
+    source: dict[str, Any] = {"kind": "nanogpt", "folder": str(path.resolve()),
+                              "documents": "eot ids counted in each split"}
+    if (path / NANOGPT_META).exists():
+        source["ignored"] = [NANOGPT_META]
+        notes.append(f"{NANOGPT_META} ignored: never unpickled (loading a pickle runs code). nanoGPT writes one for "
+                     f"its character-level data, whose ids are its own characters, not {tokenizer} ids: such a "
+                     "folder must be prepared again from its text")
+    if not all(documents.values()):
+        empty = [s for s, d in documents.items() if not d]
+        notes.append(f"no eot id ({eot}) in {', '.join(f'{s}.bin' for s in empty)}: documents are not separated "
+                     f"there, or the ids are not {tokenizer} ids")
+    meta = fmt.make_meta(info, tokens, documents, source, max_token_id=largest)
+    try:
+        fmt.commit(path, {}, meta)
+    except OSError as e:
+        fmt.remove_temps([fmt.temp_name(meta_path)])
+        raise UserError(f"could not write {meta_path} ({type(e).__name__}: {e}); adopt a folder you can write to") from e
+    return meta, notes
+
+
+def format_adoption(meta: dict[str, Any], folder: str | Path, notes: Sequence[str] = ()) -> str:
+    """What :func:`adopt_folder` found, as printed by prepare_data.py --adopt: tokens and documents per split."""
+    splits = list(meta["tokens"])
+    rows = [[s, f"{meta['tokens'][s]:,}", f"{meta['documents'][s]:,}", str(meta["max_token_id"][s])] for s in splits]
+    rows.append(["total", f"{sum(meta['tokens'].values()):,}", f"{sum(meta['documents'].values()):,}",
+                 str(max(meta["max_token_id"].values()))])
+    return "\n".join([
+        (f"adopted {folder} (tokenizer {meta['tokenizer']}): wrote {fmt.META_NAME} only; train with "
+         f"--data.path {folder} --data.tokenizer {meta['tokenizer']}"),
+        *_table(["split", "tokens", "documents (eot ids)", "largest id"], rows),
+        *(f"note: {n}" for n in notes),
+    ])

@@ -1,6 +1,6 @@
 """Compare finished training runs the way the paper's Table 1 does, with seeds grouped.
 
-``scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--allow-different-data]``
+``scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--x steps|tokens] [--allow-different-data]``
 
 Each RUN is a run folder (``config.toml``, ``run_info.json``, ``tb/``) or a folder
 of run folders (a suite's dump folder). Runs whose resolved configs differ only
@@ -31,6 +31,7 @@ from typing import Any
 
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
+from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -220,8 +221,8 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def write_outputs(groups: list[Group], base: Group, at: int, out: Path) -> tuple[list[Path], str]:
-    """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots; returns (paths, note)."""
+def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str = "steps") -> tuple[list[Path], str]:
+    """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots against ``x``; returns (paths, note)."""
     from torchnlq.experiments.compare_plots import plot_comparison
 
     out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path) -> tuple
         {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
          "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint")}
         for g in groups for r in g.runs])
-    plots, note = plot_comparison(groups, base, out)
+    plots, note = plot_comparison(groups, base, out, x)
     fp = groups[0].runs[0].info
     text = (
         f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
@@ -262,8 +263,13 @@ def check_out_folder(out: str | Path, runs: list[Path]) -> None:
 
 
 def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path, step: int | None = None,
-                 allow_different_data: bool = False) -> list[Path]:
-    """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs."""
+                 allow_different_data: bool = False, x: str = "steps") -> list[Path]:
+    """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs.
+
+    ``x``: the plots' x axis, "steps" or "tokens" (training tokens seen, from each run's batch size).
+    """
+    if x not in X_AXES:
+        raise UserError(f"--x {x!r} is not an x axis; choose one of: {', '.join(X_AXES)}")
     folders = expand_paths(list(paths))
     check_out_folder(out, folders + ([Path(baseline)] if (Path(baseline) / "run_info.json").is_file() else []))
     runs = [load_run(p) for p in folders]
@@ -274,7 +280,10 @@ def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path,
         base = load_run(Path(baseline))
         runs.insert(0, base)
     groups, base_group, at = compare(runs, base, step, allow_different_data)
-    written, _ = write_outputs(groups, base_group, at, Path(out))
+    if x == "tokens":  # a run that cannot be put on a token axis is refused before anything is written
+        for run in runs:
+            tokens_per_step(run)
+    written, _ = write_outputs(groups, base_group, at, Path(out), x)
     return written
 
 
@@ -285,8 +294,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")
     p.add_argument("--step", type=int, default=None, help="compare at this validation step (default: last common)")
     p.add_argument("--allow-different-data", action="store_true", help="compare runs with different data fingerprints")
+    p.add_argument("--x", choices=X_AXES, default="steps",
+                   help="the plots' x axis: optimizer steps, or training tokens seen (each run's tokens per step)")
     args = p.parse_args(argv)
-    written = compare_runs(args.runs, args.baseline, args.out, args.step, args.allow_different_data)
+    written = compare_runs(args.runs, args.baseline, args.out, args.step, args.allow_different_data, args.x)
     print(written[0].read_text())
     print("wrote " + ", ".join(str(w) for w in written))
     return 0

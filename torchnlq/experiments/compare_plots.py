@@ -2,28 +2,46 @@
 
 Needs matplotlib (``pip install -e '.[plots]'``); without it :func:`plot_comparison`
 writes nothing and returns a note saying so, and the tables still come out.
-A group of seeds is drawn as the mean over its runs (with a ±1 std band on the
-validation curve), at the steps all of its runs logged.
+
+What the figures show, and how they say it:
+
+- A group of seeds is drawn as the mean over its runs, at the points all of its runs logged;
+  only a group of two or more seeds gets a ±1 std band, and its legend entry says so (a
+  single seed says "1 seed": it has no spread to show).
+- Line styles: solid is the validation loss, dashed the (smoothed) training loss; the legend
+  has an entry for each style, since colours alone name the groups.
+- The y axis carries the loss's unit: nats per token, or nats per byte when the runs used the
+  byte tokenizer (``data.tokenizer`` in their resolved config.toml).
+- The x axis is the optimizer step, or (``x="tokens"``) the training tokens seen by then:
+  step x seq_len x micro_batch_size x grad_accum_steps x world_size of each run.
+- Labels are built from the group names without repeating them: a baseline group named
+  "baseline" is not labelled "baseline (baseline)".
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from torchnlq.experiments.compare import Group
+    from torchnlq.experiments.compare import Group, RunData
 
 NO_MATPLOTLIB = "No plots: matplotlib is not installed (pip install -e '.[plots]' adds it)."
+X_AXES = ("steps", "tokens")
+X_LABELS = {"steps": "optimizer step", "tokens": "training tokens"}
+# The cross-entropy the trainer logs is in nats per token; a byte tokenizer's token is one byte.
+UNITS = {"byte": "nats per byte"}
+DEFAULT_UNIT = "nats per token"
 
 
-def mean_curve(curves: list[dict[int, float]]) -> tuple[list[int], list[float], list[float]]:
-    """(steps, mean, std) over the steps every curve has; std is 0 for a single curve."""
-    steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-    means = [statistics.fmean(c[s] for c in curves) for s in steps]
-    stds = [statistics.stdev([c[s] for c in curves]) if len(curves) > 1 else 0.0 for s in steps]
-    return steps, means, stds
+def mean_curve(curves: list[dict[float, float]]) -> tuple[list[float], list[float], list[float]]:
+    """(x, mean, std) over the x positions every curve has; std is 0 for a single curve."""
+    xs = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    means = [statistics.fmean(c[x] for c in curves) for x in xs]
+    stds = [statistics.stdev([c[x] for c in curves]) if len(curves) > 1 else 0.0 for x in xs]
+    return xs, means, stds
 
 
 def smooth(values: list[float], window: int) -> list[float]:
@@ -37,15 +55,84 @@ def smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def relative_improvement(base: dict[int, float], other: dict[int, float]) -> tuple[list[int], list[float]]:
-    """100 (L_base − L)/L_base at the steps both curves have."""
-    steps = sorted(set(base) & set(other))
-    return steps, [100.0 * (base[s] - other[s]) / base[s] for s in steps]
+def relative_improvement(base: dict[float, float], other: dict[float, float]) -> tuple[list[float], list[float]]:
+    """100 (L_base − L)/L_base at ``other``'s x positions inside the baseline's range.
+
+    L_base is the baseline's value there, linearly interpolated between its two neighbouring
+    points when the baseline has none at exactly that x (groups with another validation
+    interval, or another batch size on a token axis); where both have a point it is exact.
+    """
+    bx = sorted(base)
+    if not bx:
+        return [], []
+    xs = [x for x in sorted(other) if bx[0] <= x <= bx[-1]]
+    return xs, [100.0 * (_interpolate(base, bx, x) - other[x]) / _interpolate(base, bx, x) for x in xs]
 
 
-def _zoom(values: list[tuple[int, float]], last_step: int) -> tuple[float, float] | None:
-    """y-limits that ignore the first 10% of steps, where early losses would flatten everything else."""
-    late = [v for s, v in values if s >= 0.1 * last_step] or [v for _, v in values]
+def _interpolate(curve: dict[float, float], xs: list[float], x: float) -> float:
+    """``curve`` at ``x`` (``xs`` its sorted keys, x within them): exact at a key, linear between two."""
+    if x in curve:
+        return curve[x]
+    hi = next(i for i, k in enumerate(xs) if k > x)
+    x0, x1 = xs[hi - 1], xs[hi]
+    return curve[x0] + (curve[x1] - curve[x0]) * (x - x0) / (x1 - x0)
+
+
+def loss_unit(runs: list[RunData]) -> str:
+    """The loss's unit from the runs' ``data.tokenizer``: nats per token, or nats per byte for the byte tokenizer.
+
+    Runs with different tokenizers (only comparable with --allow-different-data) name each unit with
+    its tokenizer.
+    """
+    tokenizers = sorted({str(r.config.get("data", {}).get("tokenizer", "")) for r in runs})
+    units = {UNITS.get(t, DEFAULT_UNIT) for t in tokenizers}
+    if len(units) == 1:
+        return units.pop()
+    return ", ".join(f"{UNITS.get(t, DEFAULT_UNIT)} for {t or 'unnamed'}" for t in tokenizers)
+
+
+def tokens_per_step(run: RunData) -> int:
+    """Training tokens of one optimizer step of ``run``: seq_len x micro_batch_size x grad_accum_steps x world_size.
+
+    All ranks together: the trainer's global batch is micro_batch_size x grad_accum_steps x world_size
+    sequences. A run whose records lack a factor is a UserError (a token axis would be wrong).
+    """
+    from torchnlq.errors import UserError
+
+    training = run.config.get("training", {})
+    factors: dict[str, Any] = {k: training.get(k) for k in ("seq_len", "micro_batch_size", "grad_accum_steps")}
+    factors["world_size"] = run.info.get("world_size")
+    missing = [k for k, v in factors.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+    if missing:
+        where = "run_info.json" if missing == ["world_size"] else "config.toml / run_info.json"
+        raise UserError(f"run '{run.name}' records no {', '.join(missing)} ({where} in {run.path}), so its steps "
+                        "cannot be turned into tokens; plot against steps (--x steps)")
+    return factors["seq_len"] * factors["micro_batch_size"] * factors["grad_accum_steps"] * factors["world_size"]
+
+
+def _on_axis(curve: dict[int, float], scale: int) -> dict[float, float]:
+    """A curve keyed by step, re-keyed by the x axis (``scale`` = 1 for steps, tokens per step for tokens)."""
+    return {step * scale: v for step, v in curve.items()}
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def arm_label(group: Group, is_base: bool, band: bool) -> str:
+    """A group's legend entry: its name, "baseline" unless the name says it already, and what the line is.
+
+    ``band``: the figure draws a ±1 std band for groups of several seeds (a single seed has none).
+    """
+    notes = [] if not is_base or "baseline" in _words(group.name) else ["baseline"]
+    n = len(group.runs)
+    notes.append("1 seed" if n == 1 else f"mean of {n} seeds" + (", ±1 std" if band else ""))
+    return f"{group.name} ({', '.join(notes)})"
+
+
+def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, float] | None:
+    """y-limits that ignore the first 10% of the x axis, where early losses would flatten everything else."""
+    late = [v for s, v in values if s >= 0.1 * last_x] or [v for _, v in values]
     if not late:
         return None
     lo, hi = min(late), max(late)
@@ -53,8 +140,12 @@ def _zoom(values: list[tuple[int, float]], last_step: int) -> tuple[float, float
     return lo - pad, hi + pad
 
 
-def plot_comparison(groups: list[Group], base: Group, out: Path) -> tuple[list[Path], str]:
-    """Write loss_curves.png and relative_improvement.png into ``out``; returns (paths, note)."""
+def plot_comparison(groups: list[Group], base: Group, out: Path, x: str = "steps") -> tuple[list[Path], str]:
+    """Write loss_curves.png and relative_improvement.png into ``out``; returns (paths, note).
+
+    ``x``: "steps" or "tokens" (see the module docstring). The figures are closed after saving;
+    :func:`draw_loss_curves` and :func:`draw_relative_improvement` return them open.
+    """
     try:
         import matplotlib
 
@@ -63,58 +154,101 @@ def plot_comparison(groups: list[Group], base: Group, out: Path) -> tuple[list[P
     except ImportError:
         return [], NO_MATPLOTLIB
 
+    paths = []
+    for draw, name in ((draw_loss_curves, "loss_curves.png"), (draw_relative_improvement, "relative_improvement.png")):
+        fig = draw(groups, base, x)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths, ""
+
+
+def _scales(groups: list[Group], x: str) -> dict[int, int]:
+    """id(run) -> its factor from steps to the x axis."""
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {X_AXES}, not {x!r}")
+    return {id(r): (tokens_per_step(r) if x == "tokens" else 1) for g in groups for r in g.runs}
+
+
+def _val_curves(groups: list[Group], scales: dict[int, int]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    return {g.name: mean_curve([_on_axis(r.val, scales[id(r)]) for r in g.runs]) for g in groups}
+
+
+def _x_axis(ax: Any, x: str) -> None:
+    ax.set_xlabel(X_LABELS[x])
+    if x == "tokens":  # 1.2M rather than 1200000 or an offset label in the corner
+        from matplotlib.ticker import EngFormatter
+
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+
+
+def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
+    """The loss-curve figure (matplotlib Figure): validation solid, training dashed, one colour per group."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
     colors = plt.get_cmap("tab10").colors
-    val_curves = {g.name: mean_curve([r.val for r in g.runs]) for g in groups}
-    last_step = max(s[-1] for s, _, _ in val_curves.values() if s)
+    scales = _scales(groups, x)
+    val_curves = _val_curves(groups, scales)
+    last_x = max((s[-1] for s, _, _ in val_curves.values() if s), default=0)
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    points: list[tuple[int, float]] = []
+    points: list[tuple[float, float]] = []
+    any_train = False
     for i, g in enumerate(groups):
         color = colors[i % len(colors)]
-        steps, mean, std = val_curves[g.name]
-        label = f"{g.name} (n={len(g.runs)})" if len(g.runs) > 1 else g.name
-        ax.plot(steps, mean, color=color, lw=1.6, label=label)
+        xs, mean, std = val_curves[g.name]
+        ax.plot(xs, mean, color=color, lw=1.6, label=arm_label(g, g is base, band=True))
         if len(g.runs) > 1:
-            ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+            ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=color, alpha=0.15, lw=0)
-        tsteps, tmean, _ = mean_curve([r.train for r in g.runs if r.train])
-        if tsteps:
-            ax.plot(tsteps, smooth(tmean, max(1, len(tmean) // 40)), color=color, lw=1.0, ls="--", alpha=0.7)
-        points += list(zip(steps, mean))
-    if (limits := _zoom(points, last_step)) is not None:
+        txs, tmean, _ = mean_curve([_on_axis(r.train, scales[id(r)]) for r in g.runs if r.train])
+        if txs:
+            any_train = True
+            ax.plot(txs, smooth(tmean, max(1, len(tmean) // 40)), color=color, lw=1.0, ls="--", alpha=0.7)
+        points += list(zip(xs, mean))
+    if (limits := _zoom(points, last_x)) is not None:
         ax.set_ylim(*limits)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("Validation (solid, ±1 std over seeds) and training (dashed, smoothed) loss")
+    _x_axis(ax, x)
+    ax.set_ylabel(f"loss ({loss_unit([r for g in groups for r in g.runs])})")
+    ax.set_title("Validation and training loss" if any_train else "Validation loss")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    curves_png = out / "loss_curves.png"
-    fig.savefig(curves_png, dpi=100)
-    plt.close(fig)
+    # Colours name the groups; these entries say what the two line styles are.
+    handles, labels = ax.get_legend_handles_labels()
+    styles = [(Line2D([], [], color="black", lw=1.6), "solid: validation loss")]
+    if any_train:
+        styles.append((Line2D([], [], color="black", lw=1.0, ls="--"), "dashed: training loss (smoothed)"))
+    ax.legend(handles + [h for h, _ in styles], labels + [t for _, t in styles], fontsize=8)
+    return fig
+
+
+def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps") -> Any:
+    """The relative-improvement figure (matplotlib Figure): 100 (L_base − L)/L_base of each group's mean."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.get_cmap("tab10").colors
+    val_curves = _val_curves(groups, _scales(groups, x))
+    last_x = max((s[-1] for s, _, _ in val_curves.values() if s), default=0)
+    base_xs, base_mean, _ = val_curves[base.name]
+    base_curve = dict(zip(base_xs, base_mean))
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    base_steps, base_mean, _ = val_curves[base.name]
-    base_curve = dict(zip(base_steps, base_mean))
-    points = []
+    points: list[tuple[float, float]] = []
     for i, g in enumerate(groups):
         if g is base:
             continue
-        steps, mean, _ = val_curves[g.name]
-        rs, rel = relative_improvement(base_curve, dict(zip(steps, mean)))
-        ax.plot(rs, rel, color=colors[i % len(colors)], lw=1.6, marker=".", ms=3, label=g.name)
-        points += list(zip(rs, rel))
+        xs, mean, _ = val_curves[g.name]
+        rx, rel = relative_improvement(base_curve, dict(zip(xs, mean)))
+        ax.plot(rx, rel, color=colors[i % len(colors)], lw=1.6, marker=".", ms=3, label=arm_label(g, False, band=False))
+        points += list(zip(rx, rel))
     ax.axhline(0.0, color="black", lw=0.8)
-    if (limits := _zoom(points + [(last_step, 0.0)], last_step)) is not None:
+    if (limits := _zoom(points + [(last_x, 0.0)], last_x)) is not None:
         ax.set_ylim(*limits)
-    ax.set_xlabel("step")
-    ax.set_ylabel("relative improvement over baseline (%)")
-    ax.set_title(f"(L_base − L)/L_base of the validation loss; baseline {base.name}")
+    _x_axis(ax, x)
+    ax.set_ylabel(f"improvement over {base.name} (% of its loss)")
+    ax.set_title("Relative improvement of the validation loss, (L_base − L)/L_base")
     ax.grid(alpha=0.3)
     if points:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    rel_png = out / "relative_improvement.png"
-    fig.savefig(rel_png, dpi=100)
-    plt.close(fig)
-    return [curves_png, rel_png], ""
+    return fig
