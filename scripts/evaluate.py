@@ -1,13 +1,19 @@
 #!/usr/bin/env python
-"""Validation loss and perplexity of a checkpoint or export on a prepared data folder.
+"""Evaluate a checkpoint or export: validation loss on a data folder, or multiple-choice accuracy.
 
-Uses the run's own fixed validation windows (its seq_len, validation seed and
-micro-batch size, recorded in the checkpoint), so on the same data the loss
-equals the val_loss training logged at that step. The data is tokenized already:
-no tokenizer file (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE) is needed, for any model.
+--data: the validation loss and perplexity on the run's own fixed validation windows (its
+seq_len, validation seed and micro-batch size, recorded in the checkpoint), so on the same data
+the loss equals the val_loss training logged at that step. The data is tokenized already: no
+tokenizer file (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE) is needed, for any model.
 
-Example:
+--multiple-choice: the accuracy on a HellaSwag-format JSON-lines file (ctx or ctx_a + ctx_b,
+endings, label), each ending scored by the log-likelihood of its tokens after the context:
+acc by the sum, acc_norm by the mean per token (nanoGPT's hellaswag.py). The tokenizer is the
+one the checkpoint or export carries. Nothing is written.
+
+Examples:
     python scripts/evaluate.py outputs/run/checkpoints/step-5000 --data data/openwebtext
+    python scripts/evaluate.py exports/run-5000 --multiple-choice hellaswag_val.jsonl --limit 1000
 """
 
 from __future__ import annotations
@@ -19,25 +25,58 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.errors import UserError  # noqa: E402
+
+VALIDATION_ONLY = ("sequences", "micro_batch_size", "seed", "seq_len")
+MULTIPLE_CHOICE_ONLY = ("limit", "batch_size", "tiktoken_file")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Loss and perplexity of a torchnlq checkpoint or export on fixed validation sequences.",
+        description="Validation loss and perplexity of a torchnlq checkpoint or export on fixed validation "
+        "sequences (--data), or its accuracy on multiple-choice questions (--multiple-choice).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
-    p.add_argument("--data", required=True, help="data folder with train.bin, val.bin and meta.json")
-    p.add_argument("--sequences", type=int, default=None, help="validation sequences (default: the run's)")
-    p.add_argument("--micro-batch-size", type=int, default=None, help="sequences per forward (default: the run's)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the validation offsets (default: the run's)")
-    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the run's seq_len)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--data", default=None, help="data folder with train.bin, val.bin and meta.json")
+    what.add_argument("--multiple-choice", metavar="FILE.jsonl", default=None,
+                      help="HellaSwag-format JSON lines (ctx or ctx_a + ctx_b, endings, label): print acc and acc_norm")
+    val = p.add_argument_group("--data options")
+    val.add_argument("--sequences", type=int, default=None, help="validation sequences (default: the run's)")
+    val.add_argument("--micro-batch-size", type=int, default=None, help="sequences per forward (default: the run's)")
+    val.add_argument("--seed", type=int, default=None, help="seed of the validation offsets (default: the run's)")
+    val.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the run's seq_len)")
+    mc = p.add_argument_group("--multiple-choice options")
+    mc.add_argument("--limit", type=int, default=None, help="score only the first N rows (default: all)")
+    mc.add_argument("--batch-size", type=int, default=None,
+                    help="endings per forward (default: 16); memory grows with batch x max_seq_len x vocabulary")
+    mc.add_argument("--tiktoken-file", default=None,
+                    help="GPT-2 .tiktoken ranks file, used instead of the tokenizer the checkpoint or export carries")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     return p
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """UserError for an option of one mode given with the other (it would be silently ignored)."""
+    mode, unused = ("--data", MULTIPLE_CHOICE_ONLY) if args.data is not None else ("--multiple-choice", VALIDATION_ONLY)
+    for name in unused:
+        if getattr(args, name) is not None:
+            raise UserError(f"--{name.replace('_', '-')} does not apply to {mode}")
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    check_options(args)
+    if args.multiple_choice is not None:
+        from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, evaluate_multiple_choice
+
+        batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+        result = evaluate_multiple_choice(
+            args.source, args.multiple_choice, args.limit, batch_size, args.device, args.tiktoken_file
+        )
+        print("\n".join(result.lines()))
+        return 0
     from torchnlq.inference.evaluation import evaluate_source
 
     result = evaluate_source(

@@ -1,0 +1,225 @@
+"""``TorchnlqLM``: a torchnlq checkpoint or export as an lm-evaluation-harness model.
+
+Importing this module registers the class in lm-eval's model registry as ``torchnlq``, so after
+it ``lm_eval.simple_evaluate(model="torchnlq", model_args="path=EXPORT", ...)`` works, and so
+does ``python -m torchnlq.inference.lm_eval_adapter --model torchnlq --model_args path=EXPORT``
+(lm-eval's CLI after this import). ``simple_evaluate(model=TorchnlqLM(path=...), ...)`` needs no name.
+
+What the three request types compute (the model in fp32, its softmax over the whole padded
+vocabulary, as in training and ``val_loss``):
+
+* ``loglikelihood(context, continuation)``: trailing whitespace of the context moves to the
+  front of the continuation (lm-eval's convention: a word's space belongs to the word); the two
+  are then encoded separately and concatenated, the rule of ``evaluate.py --multiple-choice``.
+  An empty context is end-of-text. A context too long for ``max_seq_len`` is cut from the left.
+  Returns (sum of the continuation's token log-probabilities, whether greedy decoding produces it).
+* ``loglikelihood_rolling(text)``: the text's tokens after end-of-text, in disjoint windows of
+  ``max_seq_len`` predicted tokens (the last window with a full context), summed: the
+  log-likelihood of the whole text, each document on its own.
+* ``generate_until(context, gen_kwargs)``: greedy decoding (sampling when ``do_sample`` and a
+  temperature > 0; ``top_k`` honoured; seeded) with the KV cache, stopping at end-of-text, at the
+  first ``until`` string (cut off the result), after ``max_gen_toks`` tokens or when the context
+  window is full. The prompt keeps its last ``max_seq_len - min(max_gen_toks, max_seq_len // 2)``
+  tokens. Padded vocabulary rows are never generated.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lm_eval.models  # noqa: F401  (lm-eval imports its own models only into an empty registry)
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.errors import UserError
+from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, model_tokenizer, score_continuations
+from torchnlq.inference.sampling import sample_next
+from torchnlq.models.gpt import KVCache
+
+MODEL_NAME = "torchnlq"
+DEFAULT_MAX_GEN_TOKS = 256
+# lm-eval adds these to every model's arguments; they mean nothing for a torchnlq folder
+# (its weights are safetensors or DCP tensors, its code is torchnlq's own: nothing remote runs).
+IGNORED_ARGS = ("trust_remote_code", "max_batch_size")
+
+log = logging.getLogger(__name__)
+
+
+def _int_arg(name: str, value: Any, minimum: int) -> int:
+    """An integer model argument (lm-eval hands them over as ints or strings), at least ``minimum``."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):  # True is an int to Python, not to a user
+        raise UserError(f"model argument {name}={value!r} must be an integer")
+    if value < minimum:
+        raise UserError(f"model argument {name}={value} must be at least {minimum}")
+    return value
+
+
+def _batch_size(value: Any, max_batch_size: Any) -> int:
+    """lm-eval's batch size: an integer, or ``auto``/``auto:N`` (no tuning here: the default, capped)."""
+    if value is None:
+        return DEFAULT_BATCH_SIZE
+    if isinstance(value, str) and value.strip().startswith("auto"):
+        cap = DEFAULT_BATCH_SIZE if max_batch_size is None else _int_arg("max_batch_size", max_batch_size, 1)
+        return min(DEFAULT_BATCH_SIZE, cap)
+    return _int_arg("batch_size", value, 1)
+
+
+@register_model(MODEL_NAME)
+class TorchnlqLM(LM):
+    """Any torchnlq checkpoint or export (every query type) behind lm-eval's ``LM`` interface.
+
+    Arguments (``--model_args key=value,...`` on lm-eval's command line):
+
+    * ``path``: a ``<run>/checkpoints/step-N`` folder or a ``--format safetensors`` export
+      (or, from Python, a :class:`~torchnlq.checkpoint.load.LoadedModel`);
+    * ``device``: cpu, cuda, cuda:N or auto (lm-eval's ``--device``; its CLI default is cuda:0);
+    * ``batch_size``: sequences per forward (``auto`` takes the default, 16);
+    * ``max_gen_toks``: the default generation length of ``generate_until`` (256);
+    * ``tiktoken_file``: GPT-2 ranks to use instead of the tokenizer the folder carries;
+    * ``seed``: the sampling seed of ``generate_until`` with ``do_sample``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | LoadedModel | None = None,
+        device: str | None = None,
+        batch_size: int | str | None = None,
+        max_gen_toks: int | str = DEFAULT_MAX_GEN_TOKS,
+        tiktoken_file: str | None = None,
+        seed: int | str = 1234,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        unknown = sorted(k for k in kwargs if k not in IGNORED_ARGS)
+        if unknown:
+            known = "path, device, batch_size, max_gen_toks, tiktoken_file, seed"
+            raise UserError(f"unknown model argument(s) {', '.join(unknown)} for model {MODEL_NAME} (known: {known})")
+        if path is None or path == "":
+            raise UserError(f"model {MODEL_NAME} needs a checkpoint or export: --model_args path=CKPT_OR_EXPORT")
+        self.batch_size = _batch_size(batch_size, kwargs.get("max_batch_size"))
+        self.max_gen_toks = _int_arg("max_gen_toks", max_gen_toks, 1)
+        self.seed = _int_arg("seed", seed, 0)
+        # A path made of digits arrives as an int from lm-eval's key=value parser.
+        source = path if isinstance(path, LoadedModel) else str(path)
+        self.loaded = as_loaded(source, "cpu" if device is None else str(device))
+        self.model = self.loaded.model
+        self.tokenizer = model_tokenizer(self.loaded, tiktoken_file)
+        self._device = self.model.tok_emb.weight.device
+
+    # ------------------------------------------------------------ helpers
+
+    @property
+    def max_length(self) -> int:
+        """The model's context: ``max_seq_len`` positions."""
+        return self.model.args.max_seq_len
+
+    @property
+    def eot_token_id(self) -> int:
+        """The tokenizer's end-of-text id: the context of an empty prompt."""
+        return self.tokenizer.eot_id
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The tokenizer's name, for lm-eval's request-cache fingerprints."""
+        return f"torchnlq-{self.tokenizer.name}"
+
+    def get_model_info(self) -> dict[str, Any]:
+        """What lm-eval records in its results' ``config`` about this model."""
+        return {
+            "torchnlq_path": str(self.loaded.path),
+            "torchnlq_kind": self.loaded.kind,
+            "torchnlq_step": self.loaded.record.step if self.loaded.record else None,
+            "torchnlq_query": self.model.args.query.type,
+        }
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """The token ids of a loglikelihood request, by the rule in the module doc."""
+        stripped = context.rstrip()
+        if stripped != context:
+            continuation = context[len(stripped):] + continuation
+            context = stripped
+        return self.tokenizer.encode(context) or [self.eot_token_id], self.tokenizer.encode(continuation)
+
+    # ------------------------------------------------------------ lm-eval's interface
+
+    def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """(log P(continuation | context), is greedy) of each ``(context, continuation)`` request."""
+        pairs = [self.encode_pair(*req.args) for req in requests]
+        scores = score_continuations(self.model, pairs, self.batch_size, vocab_limit=self.tokenizer.vocab_size)
+        results = []
+        for req, score in zip(requests, scores):
+            result = (score.logprob, score.greedy)
+            self.cache_hook.add_partial("loglikelihood", req.args, result)
+            results.append(result)
+        return results
+
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
+        """log P(text) of each ``(text,)`` request, every token predicted once (module doc)."""
+        windows: list[tuple[list[int], list[int]]] = []
+        owner: list[int] = []
+        for i, req in enumerate(requests):
+            ids = self.tokenizer.encode(req.args[0])
+            for window in get_rolling_token_windows(ids, self.eot_token_id, self.max_length, context_len=1):
+                windows.append(make_disjoint_window(window))
+                owner.append(i)
+        scores = score_continuations(self.model, windows, self.batch_size, vocab_limit=self.tokenizer.vocab_size)
+        totals = [0.0] * len(requests)
+        for i, score in zip(owner, scores):
+            totals[i] += score.logprob
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        """The continuation of each ``(context, gen_kwargs)`` request (module doc)."""
+        results = []
+        for req in requests:
+            context, gen_kwargs = req.args
+            text = self._generate(context, dict(gen_kwargs or {}))
+            self.cache_hook.add_partial("generate_until", req.args, text)
+            results.append(text)
+        return results
+
+    @torch.inference_mode()
+    def _generate(self, context: str, kwargs: dict[str, Any]) -> str:
+        until = kwargs.pop("until", None)
+        until = [until] if isinstance(until, str) else [u for u in (until or []) if isinstance(u, str) and u]
+        max_gen = _int_arg("max_gen_toks", kwargs.pop("max_gen_toks", self.max_gen_toks), 1)
+        do_sample = bool(kwargs.pop("do_sample", False))
+        temperature = float(kwargs.pop("temperature", 1.0 if do_sample else 0.0))
+        top_k = kwargs.pop("top_k", None)
+        top_k = None if top_k in (None, 0, -1) else _int_arg("top_k", top_k, 1)
+        if kwargs:
+            log.debug("torchnlq generate_until ignores %s", sorted(kwargs))
+        if not do_sample:
+            temperature = 0.0
+        max_len = self.max_length
+        keep = max_len - min(max_gen, max_len // 2)
+        ids = (self.tokenizer.encode(context) or [self.eot_token_id])[-keep:]
+        generator = torch.Generator(device=self._device).manual_seed(self.seed)
+        cache = KVCache.for_model(self.model)
+        vocab = self.tokenizer.vocab_size
+        new: list[int] = []
+        logits = self.model(torch.tensor([ids], device=self._device), cache)[:, -1].float()
+        while True:
+            logits[:, vocab:] = float("-inf")  # padded rows decode to nothing
+            token = int(sample_next(logits, temperature, top_k, generator)[0])
+            if token == self.eot_token_id:
+                break
+            new.append(token)
+            if len(new) >= max_gen or cache.pos >= max_len:
+                break
+            if until and any(u in self.tokenizer.decode(new) for u in until):
+                break
+            logits = self.model(torch.tensor([[token]], device=self._device), cache)[:, -1].float()
+        text = self.tokenizer.decode(new)
+        cut = min((text.find(u) for u in until if u in text), default=len(text))
+        return text[:cut]

@@ -1,0 +1,321 @@
+"""Multiple-choice evaluation in the HellaSwag format (library code behind ``evaluate.py --multiple-choice``).
+
+A task is a local JSON-lines file, one row per line:
+
+* the context: ``ctx``; or, without ``ctx``, ``ctx_a`` and ``ctx_b`` joined by one space
+  (``ctx_a`` alone when ``ctx_b`` is empty). These are the field names of HellaSwag's own
+  ``hellaswag_{train,val}.jsonl``, which nanoGPT-style evaluations (build-nanogpt's
+  ``hellaswag.py``) read, and of the Hugging Face copy ``Rowan/hellaswag``;
+* ``endings``: a list of at least two strings;
+* ``label``: the index of the right ending, an integer or a string of digits (the Hugging Face
+  copy stores it as a string). Other fields (``ind``, ``activity_label``, ``split``, ...) are ignored.
+
+Each ending is scored by the log-likelihood the model gives its tokens after the context:
+the context is encoded as is and the ending as ``" " + ending``, separately, and the two token
+lists are concatenated (the nanoGPT/HellaSwag rule; an empty context becomes end-of-text).
+``acc`` picks the ending with the largest sum of token log-probabilities; ``acc_norm`` the one
+with the largest mean per token (nanoGPT's ``acc_norm``, normalised by the ending's token count,
+not by its characters as lm-evaluation-harness's ``acc_norm`` is). Ties go to the first ending.
+
+The log-probabilities are the model's softmax over its whole (padded) vocabulary in fp32, as in
+training and ``val_loss``. When context + ending exceed ``max_seq_len + 1`` tokens, the context is
+cut from the left so that the model still sees the last ``max_seq_len`` tokens. Endings are scored
+in batches (right-padded; the model is causal, so padding after a sequence changes nothing in it).
+
+The file is data: it is read as UTF-8 JSON lines and nothing else, and a malformed row is one
+:class:`~torchnlq.errors.UserError` naming its line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from torchnlq.checkpoint.export import export_source
+from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.data.tokenizer import Tokenizer
+from torchnlq.errors import UserError
+from torchnlq.inference.sampling import tokenizer_from_description
+from torchnlq.models.gpt import GPT
+
+DEFAULT_BATCH_SIZE = 16  # sequences per forward; the logits take batch x seq x vocab x 4 bytes
+
+
+@dataclass(frozen=True)
+class ChoiceRow:
+    """One multiple-choice question: its context, the candidate endings, the right one, its line."""
+
+    context: str
+    endings: list[str]
+    label: int
+    line: int
+
+
+@dataclass(frozen=True)
+class ContinuationScore:
+    """The log-likelihood of a continuation's tokens given their context.
+
+    ``logprob`` is the sum over the ``tokens`` continuation tokens; ``greedy`` says whether every
+    one of them is the argmax of the model (over the tokenizer's ids, as greedy sampling picks);
+    ``truncated`` whether the context was cut from the left to fit ``max_seq_len``.
+    """
+
+    logprob: float
+    tokens: int
+    greedy: bool
+    truncated: bool = False
+
+
+@dataclass
+class MultipleChoiceResult:
+    """Accuracies over the rows, and what each row's endings scored."""
+
+    acc: float
+    acc_norm: float
+    rows: int
+    endings: int
+    tokens: int
+    truncated: int
+    predictions: list[int] = field(default_factory=list)
+    predictions_norm: list[int] = field(default_factory=list)
+    scores: list[list[ContinuationScore]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The report, one ``name: value`` per line."""
+        return [
+            f"acc: {self.acc:.6f}",
+            f"acc_norm: {self.acc_norm:.6f}",
+            f"rows: {self.rows}",
+            f"endings: {self.endings}",
+            f"tokens: {self.tokens}",
+            f"truncated: {self.truncated}",
+        ]
+
+
+# ---------------------------------------------------------------- reading the file
+
+def check_limit(limit: int | None) -> None:
+    """UserError for a --limit that selects no rows."""
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit={limit} must be at least 1 (leave it unset for every row)")
+
+
+def _row_error(path: Path, line: int, what: str) -> UserError:
+    return UserError(f"'{path}' line {line}: {what}")
+
+
+def parse_row(obj: object, path: Path, line: int) -> ChoiceRow:
+    """One decoded JSON value -> a :class:`ChoiceRow`; anything else is a UserError naming the line."""
+    if not isinstance(obj, dict):
+        raise _row_error(path, line, f"expected a JSON object, got {type(obj).__name__}")
+    if "ctx" in obj:
+        context = obj["ctx"]
+        if not isinstance(context, str):
+            raise _row_error(path, line, "'ctx' must be a string")
+    elif "ctx_a" in obj:
+        ctx_a, ctx_b = obj["ctx_a"], obj.get("ctx_b", "")
+        if not isinstance(ctx_a, str) or not isinstance(ctx_b, str):
+            raise _row_error(path, line, "'ctx_a' and 'ctx_b' must be strings")
+        context = f"{ctx_a} {ctx_b}" if ctx_b else ctx_a
+    else:
+        raise _row_error(path, line, "no context: give 'ctx' (or 'ctx_a' and 'ctx_b')")
+    endings = obj.get("endings")
+    if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) for e in endings):
+        raise _row_error(path, line, "'endings' must be a list of at least two strings")
+    if "label" not in obj:
+        raise _row_error(path, line, "no 'label' (the index of the right ending)")
+    label = obj["label"]
+    # bool is an int in Python; a label of true is a mistake, not ending 1.
+    if isinstance(label, str) and label.strip().isdigit():
+        label = int(label.strip())
+    if isinstance(label, bool) or not isinstance(label, int):
+        raise _row_error(path, line, f"'label' must be an integer, got {json.dumps(obj['label'])[:40]}")
+    if not 0 <= label < len(endings):
+        raise _row_error(path, line, f"'label' is {label} but the row has {len(endings)} endings (0..{len(endings) - 1})")
+    return ChoiceRow(context, list(endings), label, line)
+
+
+def read_rows(path: str | Path, limit: int | None = None) -> list[ChoiceRow]:
+    """The first ``limit`` rows (all when None) of a HellaSwag-format JSON-lines file.
+
+    Blank lines are skipped; line numbers in errors count every line from 1. Only the lines
+    up to the ``limit``-th row are read.
+    """
+    check_limit(limit)
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"multiple-choice file '{path}' does not exist")
+    if not p.is_file():
+        raise UserError(f"multiple-choice file '{path}' is not a file (give a .jsonl file)")
+    rows: list[ChoiceRow] = []
+    with p.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if limit is not None and len(rows) >= limit:
+                break
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _row_error(p, number, "not UTF-8 text") from None
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise _row_error(p, number, f"not valid JSON ({e.msg}, column {e.colno})") from None
+            rows.append(parse_row(obj, p, number))
+    if not rows:
+        raise UserError(f"multiple-choice file '{path}' holds no rows (one JSON object per line)")
+    return rows
+
+
+# ---------------------------------------------------------------- scoring
+
+def encode_row(tokenizer: Tokenizer, row: ChoiceRow) -> tuple[list[int], list[list[int]]]:
+    """The context's tokens and each ending's tokens, by the HellaSwag rule (module doc).
+
+    An empty context becomes end-of-text: the first ending token needs a token to follow.
+    """
+    context = tokenizer.encode(row.context) or [tokenizer.eot_id]
+    return context, [tokenizer.encode(" " + ending) for ending in row.endings]
+
+
+def _prepare(context: Sequence[int], continuation: Sequence[int], max_len: int) -> tuple[list[int], bool]:
+    """The model input for one request: context + continuation minus the last token, cut to max_len from the left."""
+    if not context:
+        raise ValueError("a continuation needs at least one context token (use end-of-text)")
+    if len(continuation) > max_len:
+        raise UserError(
+            f"a continuation of {len(continuation)} tokens does not fit the model's context "
+            f"(max_seq_len={max_len}); it needs at least one token before it"
+        )
+    whole = list(context) + list(continuation)
+    truncated = len(whole) > max_len + 1
+    # Keep the last max_len + 1 tokens: every continuation token keeps its prediction position.
+    return whole[-(max_len + 1):][:-1], truncated
+
+
+@torch.inference_mode()
+def score_continuations(
+    model: GPT,
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    vocab_limit: int | None = None,
+) -> list[ContinuationScore]:
+    """Log-likelihood of each ``(context ids, continuation ids)`` pair, in request order.
+
+    The context must hold at least one token. Requests are sorted by length (longest first)
+    and run ``batch_size`` at a time, right-padded; the result does not depend on the batching
+    beyond float rounding. ``vocab_limit`` (the tokenizer's vocabulary size) bounds the argmax
+    behind ``greedy``; the log-probabilities themselves use the whole vocabulary.
+    """
+    if batch_size < 1:
+        raise UserError(f"batch size {batch_size} must be at least 1")
+    max_len = model.args.max_seq_len
+    device = model.tok_emb.weight.device
+    results: list[ContinuationScore | None] = [None] * len(requests)
+    prepared: dict[int, tuple[list[int], bool]] = {}
+    for i, (ctx, cont) in enumerate(requests):
+        if cont:
+            prepared[i] = _prepare(ctx, cont, max_len)
+        else:  # nothing to score: probability 1, and nothing for greedy decoding to miss
+            results[i] = ContinuationScore(0.0, 0, True)
+    order = sorted(prepared, key=lambda i: -len(prepared[i][0]))
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            width = len(prepared[chunk[0]][0])  # the longest: sorted
+            batch = torch.zeros(len(chunk), width, dtype=torch.long)
+            for b, i in enumerate(chunk):
+                ids = prepared[i][0]
+                batch[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            logits = model(batch.to(device))
+            for b, i in enumerate(chunk):
+                ids, truncated = prepared[i]
+                cont = list(requests[i][1])
+                # The continuation's tokens are the last len(cont) of ids[1:] + [last]: predicted at
+                # input positions len(ids) - len(cont) .. len(ids) - 1.
+                rows = logits[b, len(ids) - len(cont): len(ids)].float()
+                target = torch.tensor(cont, device=rows.device)
+                logprobs = F.log_softmax(rows, dim=-1).gather(1, target[:, None]).squeeze(1)
+                best = rows[:, :vocab_limit].argmax(dim=-1) if vocab_limit else rows.argmax(dim=-1)
+                results[i] = ContinuationScore(
+                    float(logprobs.sum()), len(cont), bool((best == target).all()), truncated
+                )
+    finally:
+        model.train(was_training)
+    return [r for r in results if r is not None]
+
+
+def pick(scores: Sequence[ContinuationScore], normalise: bool) -> int:
+    """The index of the best ending: largest sum, or largest mean per token; the first of ties."""
+    values = [s.logprob / s.tokens if normalise else s.logprob for s in scores]
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def score_rows(
+    model: GPT, tokenizer: Tokenizer, rows: Sequence[ChoiceRow], batch_size: int = DEFAULT_BATCH_SIZE
+) -> MultipleChoiceResult:
+    """Score every ending of every row (all in one batched pass) and count the right picks."""
+    requests: list[tuple[list[int], list[int]]] = []
+    for row in rows:
+        context, endings = encode_row(tokenizer, row)
+        requests += [(context, ending) for ending in endings]
+    flat = score_continuations(model, requests, batch_size, vocab_limit=tokenizer.vocab_size)
+    scores: list[list[ContinuationScore]] = []
+    at = 0
+    for row in rows:
+        scores.append(flat[at: at + len(row.endings)])
+        at += len(row.endings)
+    predictions = [pick(s, normalise=False) for s in scores]
+    predictions_norm = [pick(s, normalise=True) for s in scores]
+    n = len(rows)
+    return MultipleChoiceResult(
+        acc=sum(p == r.label for p, r in zip(predictions, rows)) / n if n else math.nan,
+        acc_norm=sum(p == r.label for p, r in zip(predictions_norm, rows)) / n if n else math.nan,
+        rows=n,
+        endings=len(flat),
+        tokens=sum(s.tokens for s in flat),
+        truncated=sum(any(s.truncated for s in row_scores) for row_scores in scores),
+        predictions=predictions,
+        predictions_norm=predictions_norm,
+        scores=scores,
+    )
+
+
+def model_tokenizer(loaded: LoadedModel, tiktoken_file: str | None = None) -> Tokenizer:
+    """The tokenizer a loaded model carries (``tiktoken_file`` overrides it), checked against its vocabulary."""
+    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file, export_source(loaded))
+    if tokenizer.vocab_size > loaded.args.vocab_size:
+        raise UserError(
+            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "
+            f"{loaded.args.vocab_size}; the checkpoint's tokenizer metadata is wrong"
+        )
+    return tokenizer
+
+
+def evaluate_multiple_choice(
+    source: str | Path | LoadedModel,
+    path: str | Path,
+    limit: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    device: str = "cpu",
+    tiktoken_file: str | None = None,
+) -> MultipleChoiceResult:
+    """Accuracy (raw and length-normalised) of a checkpoint or export on a HellaSwag-format file.
+
+    The file is read and checked before the model is loaded, so a bad row costs no load.
+    """
+    if batch_size < 1:
+        raise UserError(f"--batch-size={batch_size} must be at least 1")
+    rows = read_rows(path, limit)
+    loaded = as_loaded(source, device)
+    tokenizer = model_tokenizer(loaded, tiktoken_file)
+    return score_rows(loaded.model, tokenizer, rows, batch_size)
