@@ -14,10 +14,12 @@ This module sits above :mod:`torchnlq.models` and :mod:`torchnlq.data` (the rest
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, Metrics
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
@@ -75,6 +77,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
         raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
+    check_wandb(cfg.metrics)
     v = cfg.validation
     if v.enabled and v.protocol == "paper" and cfg.training.steps // v.interval >= PAPER_EVALUATION_ROWS:
         raise ConfigError(
@@ -89,6 +92,38 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             "lower training.seq_len or raise model.max_seq_len"
         )
     return args
+
+
+def package_installed(name: str) -> bool:
+    """Whether ``import name`` would find the package, without importing it (wandb takes seconds to import).
+
+    ``sys.modules[name] = None`` (how Python marks a module as blocked) counts as not installed.
+    """
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    return importlib.util.find_spec(name) is not None
+
+
+# Characters W&B refuses in a project name (its server answers with an error once the run has started).
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+
+
+def check_wandb(metrics: Metrics) -> None:
+    """``metrics.wandb = true``: the package is installed and the project name is one W&B accepts."""
+    if not metrics.wandb:
+        return
+    if not package_installed("wandb"):
+        raise ConfigError(
+            "metrics.wandb = true needs the wandb package: pip install 'torchnlq[wandb]' (or set metrics.wandb = false)"
+        )
+    project = metrics.wandb_project
+    bad = sorted({c for c in project if c in WANDB_PROJECT_FORBIDDEN})
+    if not project.strip() or bad or len(project) > 128:
+        why = f"contains {' '.join(bad)}" if bad else ("is empty" if not project.strip() else "is over 128 characters")
+        raise ConfigError(
+            f"metrics.wandb_project={project!r} {why}; W&B project names are 1 to 128 characters without "
+            f"{' '.join(WANDB_PROJECT_FORBIDDEN)}"
+        )
 
 
 # A forward pass costs about a third of a training step's forward + backward per token.
@@ -124,6 +159,13 @@ def config_warnings(cfg: JobConfig) -> list[str]:
         keys = ", ".join(f"model.query.{k}" for k in ignored)
         warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
     warnings += schedule_warnings(cfg)
+    if not cfg.metrics.wandb:
+        defaults = Metrics()
+        unused = [k for k in ("wandb_project", "wandb_entity", "wandb_run_name", "wandb_mode")
+                  if getattr(cfg.metrics, k) != getattr(defaults, k)]
+        if unused:
+            keys = ", ".join(f"metrics.{k}" for k in unused)
+            warnings.append(f"{keys} set but metrics.wandb = false; it has no effect (set metrics.wandb = true)")
     if cfg.training.compile_loss and cfg.training.loss_chunk_tokens:
         warnings.append(
             "training.compile_loss compiles the full-logits loss, but training.loss_chunk_tokens="

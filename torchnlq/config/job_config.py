@@ -259,7 +259,7 @@ class Validation:
 
 @dataclass
 class Metrics:
-    """Console and TensorBoard logging."""
+    """Console, TensorBoard and (optionally) Weights & Biases logging."""
 
     log_interval: int = option(10, "Log one console line and the TensorBoard scalars every this many steps.", min=1)
     tensorboard: bool = option(True, "Write TensorBoard events to <run>/tb.")
@@ -272,6 +272,20 @@ class Metrics:
     peak_tflops: float | None = option(
         None, "Peak dense bf16 TFLOP/s for MFU; unset means the built-in table (no MFU on unknown devices).",
         min=0.0, min_exclusive=True,
+    )
+    wandb: bool = option(
+        False,
+        "Also log the TensorBoard scalars (same tags, same steps) and the resolved config to Weights & Biases, "
+        "from rank 0, into <run>/wandb; needs pip install 'torchnlq[wandb]' (docs/monitoring.md).",
+    )
+    wandb_project: str = option("torchnlq", "wandb: the W&B project of the run.")
+    wandb_entity: str | None = option(None, "wandb: the W&B team or user; unset means your default entity.")
+    wandb_run_name: str | None = option(None, "wandb: the run's display name in W&B; unset means job.name.")
+    wandb_mode: str = option(
+        "offline",
+        "wandb: offline writes <run>/wandb only (nothing leaves the machine; upload later with wandb sync), "
+        "online streams to the W&B server (needs wandb login or WANDB_API_KEY), disabled makes every call a no-op.",
+        choices=("online", "offline", "disabled"),
     )
 
 

@@ -1,4 +1,10 @@
-"""Console lines, the train.log file and TensorBoard scalars; throughput, MFU, memory."""
+"""Console lines, the train.log file, TensorBoard (scalars, the resolved config, hparams); throughput, MFU, memory.
+
+Every tag written here (and by the trainer through :meth:`MetricsLogger.scalar`) is listed,
+with its unit, in docs/monitoring.md; a test fails when a short run writes a tag that table
+lacks. An optional second sink (:mod:`torchnlq.train.wandb_logger`) receives the same
+scalars, at the same steps.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,25 @@ import math
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import torch
+
+from torchnlq.config.job_config import JobConfig
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.query import get_query_class
+
+#: The TensorBoard text tag of the resolved config (the run's config.toml, in a Markdown code block).
+CONFIG_TEXT_TAG = "config/toml"
+#: The text tag of the options a resume changed (written at the resumed step, with the new config.toml).
+RESUME_CHANGES_TAG = "config/resume_changes"
+#: How one start of a run ended, as :meth:`MetricsLogger.close` and the sinks take it: all its steps done,
+#: an error (divergence, a crash), or a preemption signal (a resume goes on).
+RunEnd = Literal["success", "failure", "stopped"]
+
+HParam = bool | int | float | str
 
 # Dense bf16 peak TFLOP/s (no sparsity) by a substring of torch.cuda.get_device_name().
 # Order matters: the first match wins, so more specific names come first.
@@ -68,6 +90,127 @@ def setup_logging(run_dir: Path | None, quiet: bool = False) -> logging.Logger:
     return logger
 
 
+def run_hparams(
+    cfg: JobConfig, model_args: ModelArgs, *, world_size: int, global_batch: int, tokens_per_step: int,
+    precision: str,
+) -> dict[str, HParam]:
+    """The settings runs are compared on, as flat ``{name: value}`` (TensorBoard's HParams tab, W&B).
+
+    Names are the config's dotted option names (as in config.toml), with the model's shapes
+    resolved from its flavor; ``run.*`` are derived: what the run actually is on this machine
+    (processes, global batch, precision computed in, parameter count). Of ``[model.query]``,
+    only the knobs the query type reads appear, so a linear run does not show an activation
+    it never uses. Unset options (None) are left out: TensorBoard takes only bools, numbers
+    and strings. Seeds are strings: TensorBoard keeps numbers as float64, exact only up to
+    2**53, and a seed is picked, not ranged over. This reads every section on purpose: it is the run's summary, like its record.
+    """
+    t, o, s = cfg.training, cfg.optimizer, cfg.lr_schedule
+    q = cfg.model.query
+    hparams: dict[str, HParam | None] = {
+        "job.name": cfg.job.name,
+        "model.flavor": cfg.model.flavor,
+        "model.query.type": q.type,
+        **{f"model.query.{knob}": getattr(q, knob) for knob in get_query_class(q.type).knobs},
+        "model.n_layers": model_args.n_layers,
+        "model.dim": model_args.dim,
+        "model.n_heads": model_args.n_heads,
+        "model.n_kv_heads": model_args.n_kv_heads,
+        "model.positions": model_args.positions,
+        "model.init": cfg.model.init,
+        "optimizer.name": o.name,
+        "optimizer.lr": o.lr,
+        "optimizer.weight_decay": o.weight_decay,
+        "optimizer.beta1": o.beta1,
+        "optimizer.beta2": o.beta2,
+        "lr_schedule.warmup_steps": s.warmup_steps,
+        "lr_schedule.min_lr": s.min_lr,
+        "lr_schedule.decay_steps": s.decay_steps if s.decay_steps is not None else t.steps,
+        "training.steps": t.steps,
+        "training.micro_batch_size": t.micro_batch_size,
+        "training.grad_accum_steps": t.grad_accum_steps,
+        "training.seq_len": t.seq_len,
+        "training.max_norm": t.max_norm,
+        "training.seed": str(t.seed),
+        "training.mixed_precision": t.mixed_precision,
+        "data.seed": str(cfg.data.seed),
+        "data.path": cfg.data.path,
+        "validation.seed": str(cfg.validation.seed),
+        "validation.protocol": cfg.validation.protocol,
+        "float8.enabled": cfg.float8.enabled,
+        "run.world_size": world_size,
+        "run.global_batch": global_batch,
+        "run.tokens_per_step": tokens_per_step,
+        "run.precision": precision,
+        "run.params": model_args.num_params(),
+    }
+    return {name: value for name, value in hparams.items() if value is not None}
+
+
+def config_markdown(toml: str) -> str:
+    """The resolved config as TensorBoard's text plugin shows it: one TOML code block."""
+    body = toml.rstrip("\n")
+    return f"```toml\n{body}\n```"
+
+
+def hparams_summary(
+    hparams: dict[str, HParam] | None = None, *, end_status: RunEnd | None = None, time_secs: float | None = None,
+) -> Any:
+    """A TensorBoard HParams-plugin summary: the session's start (its ``hparams``), or its end (``end_status``).
+
+    Built from the plugin's protos and metadata helpers (TensorBoard's ready-made summary
+    functions import TensorFlow), as a summary value with the plugin's metadata and its null
+    tensor, which the event file's readers take as the plugin's record.
+    """
+    from google.protobuf import struct_pb2
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    now = time.time() if time_secs is None else time_secs
+    if hparams is not None:
+        values = {}
+        for name, value in hparams.items():
+            if isinstance(value, bool):  # before numbers: a bool is an int to Python
+                values[name] = struct_pb2.Value(bool_value=value)
+            elif isinstance(value, (int, float)):
+                values[name] = struct_pb2.Value(number_value=value)
+            else:
+                values[name] = struct_pb2.Value(string_value=str(value))
+        data = plugin_data_pb2.HParamsPluginData(
+            session_start_info=plugin_data_pb2.SessionStartInfo(hparams=values, start_time_secs=now))
+        tag = metadata.SESSION_START_INFO_TAG
+    else:
+        status = api_pb2.Status.Value(f"STATUS_{(end_status or 'unknown').upper()}")
+        data = plugin_data_pb2.HParamsPluginData(
+            session_end_info=plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=now))
+        tag = metadata.SESSION_END_INFO_TAG
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data),
+                                        tensor=metadata.NULL_TENSOR)])
+
+
+def text_summary(tag: str, markdown: str) -> Any:
+    """A TensorBoard text summary under exactly ``tag`` (``SummaryWriter.add_text`` appends ``/text_summary``)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.compat.proto.types_pb2 import DT_STRING
+    from tensorboard.plugins.text.metadata import create_summary_metadata
+
+    tensor = TensorProto(dtype=DT_STRING, string_val=[markdown.encode("utf-8")], tensor_shape=TensorShapeProto())
+    return Summary(value=[Summary.Value(tag=tag, metadata=create_summary_metadata(tag, ""), tensor=tensor)])
+
+
+class ScalarSink(Protocol):
+    """Another destination of every scalar (Weights & Biases); built on rank 0 only."""
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        """Record ``value`` under ``tag`` at ``step`` (steps never decrease within one process)."""
+        ...
+
+    def close(self, end: RunEnd | None) -> None:
+        """Flush and finish; ``end`` says how the run ended (None: unknown)."""
+        ...
+
+
 def _fmt_duration(seconds: float) -> str:
     seconds = int(seconds)
     h, rem = divmod(seconds, 3600)
@@ -92,6 +235,7 @@ class MetricsLogger:
         total_steps: int,
         start_step: int = 0,
         log_interval: int = 1,
+        sink: ScalarSink | None = None,
     ) -> None:
         self.logger = logger
         self.log_interval = log_interval
@@ -100,12 +244,18 @@ class MetricsLogger:
         self.peak = peak
         self.total_steps = total_steps
         self.writer = None
+        self.sink = sink
+        # A tb/ folder with events already holds the config text and hparams of the run's first start
+        # (TensorBoard keeps the first hparams of a run anyway): a resume adds only what changed. A start at
+        # step 0 writes them again: its purge_step hides every earlier event of the folder.
+        self.first_start = start_step == 0 or tb_dir is None or not any(Path(tb_dir).glob("events.out.tfevents.*"))
         if tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step hides events a crashed earlier attempt logged after the step we resume from.
             self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
         self.start_step = start_step
+        self.last_step = start_step  # the step of the latest scalar (where the session's end is written)
         self._last_time = time.perf_counter()
         self._tokens_since = 0
         self._start = self._last_time
@@ -115,9 +265,37 @@ class MetricsLogger:
         return last or step % self.log_interval == 0
 
     def scalar(self, tag: str, value: float, step: int) -> None:
-        """Write one TensorBoard scalar (no-op without TensorBoard)."""
+        """Write one scalar to TensorBoard and to the sink, when they exist (neither on ranks other than 0)."""
+        self.last_step = step
         if self.writer is not None:
             self.writer.add_scalar(tag, value, step)
+        if self.sink is not None:
+            self.sink.scalar(tag, value, step)
+
+    def log_config(self, toml: str, hparams: dict[str, HParam], changes: Sequence[str] = ()) -> None:
+        """The resolved config as text and the run's hparams, at the start step.
+
+        Written once per run, when its tb/ folder has no events yet (its first start, or the
+        first with TensorBoard on), or at step 0 (a start from scratch in a used folder). A resume writes the config text again, with the list of
+        changed options, only when ``changes`` (the differences from the saved config.toml)
+        is not empty: an unchanged resume would only repeat the text. The hparams are not
+        written again on resume: TensorBoard reads the first session start of a run and
+        ignores any later one.
+        """
+        if self.writer is None:
+            return
+        step = self.start_step
+        if self.first_start:
+            self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
+            # Only the session start, no experiment summary: TensorBoard builds the HParams table from the
+            # session starts of every run under --logdir (an experiment summary in each run would make it
+            # pick one run's list of hparams), and its metric columns from the runs' scalars.
+            self.writer.file_writer.add_summary(hparams_summary(hparams), step)
+        elif changes:
+            self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
+            changed = "\n".join(f"- {line}" for line in changes)
+            self.writer.file_writer.add_summary(text_summary(RESUME_CHANGES_TAG, changed), step)
+        self.writer.flush()  # a run that dies early still shows what it was
 
     def count_tokens(self, tokens: int) -> None:
         """Add the tokens processed by one optimizer step."""
@@ -157,8 +335,16 @@ class MetricsLogger:
         if math.isfinite(std):
             self.scalar("loss/val_std", std, step)
 
-    def close(self) -> None:
-        """Flush and close the TensorBoard writer."""
+    def close(self, end: RunEnd | None = None) -> None:
+        """Flush and close TensorBoard and the sink; ``end`` says how the run ended.
+
+        A successful end is written as the hparams session's end (its Status column); a failure or
+        a stop is not, since a resume may still finish the run and TensorBoard keeps the first.
+        """
         if self.writer is not None:
+            if end == "success" and self.last_step > self.start_step:  # not a rerun of a finished run
+                self.writer.file_writer.add_summary(hparams_summary(end_status="success"), self.last_step)
             self.writer.flush()
             self.writer.close()
+        if self.sink is not None:
+            self.sink.close(end)

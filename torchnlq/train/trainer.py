@@ -44,7 +44,15 @@ from torchnlq.parallel.parallelize import (
     set_gradient_sync,
 )
 from torchnlq.train.diagnostics import QueryDiagnostics
-from torchnlq.train.metrics import MetricsLogger, peak_tflops, setup_logging
+from torchnlq.train.metrics import (
+    HParam,
+    MetricsLogger,
+    RunEnd,
+    ScalarSink,
+    peak_tflops,
+    run_hparams,
+    setup_logging,
+)
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
 from torchnlq.train.run_lock import RunLock, check_run_folder
@@ -114,6 +122,10 @@ class Trainer:
         if self.is_main:
             self.validator.report = self.logger.info
         self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
+        hparams = run_hparams(
+            cfg, self.model_args, world_size=self.world_size, global_batch=self.data.schedule.global_batch,
+            tokens_per_step=self.tokens_per_step, precision=self.record.mixed_precision,
+        )
         self.metrics = MetricsLogger(
             self.logger,
             self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main else None,
@@ -123,7 +135,10 @@ class Trainer:
             tcfg.steps,
             start_step=self.step,
             log_interval=cfg.metrics.log_interval,
+            sink=self._start_wandb(hparams),
         )
+        if self.is_main:
+            self.metrics.log_config(to_toml(cfg), hparams, changes)
         self._log_header()
         lock_warnings = [self.run_lock.warning] if self.run_lock and self.run_lock.warning else []
         for warning in config_warnings(cfg) + changes + lock_warnings:
@@ -151,6 +166,19 @@ class Trainer:
         use_autocast = self.device.type == "cuda" and tcfg.mixed_precision == "bf16" and self.mesh is None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
         self.loss_fn = torch.compile(cross_entropy) if tcfg.compile and tcfg.compile_loss else cross_entropy
+
+    def _start_wandb(self, hparams: dict[str, HParam]) -> ScalarSink | None:
+        """The Weights & Biases sink of the metrics (rank 0, ``metrics.wandb = true``), else None."""
+        if not (self.cfg.metrics.wandb and self.is_main) or self.step >= self.cfg.training.steps:
+            return None  # a finished run trains nothing: no W&B run to resume for it
+        from torchnlq.train.wandb_logger import WandbLogger, wandb_config  # imports wandb: only when asked
+
+        try:
+            return WandbLogger.start(self.cfg.metrics, self.run_dir, self.cfg.job.name,
+                                     wandb_config(self.cfg, hparams), self.logger, start_step=self.step)
+        except BaseException:
+            self.close()  # the run folder is free again for the corrected command
+            raise
 
     def _new_record(self) -> RunRecord:
         """This run's metadata at step 0 (see torchnlq/checkpoint/record.py)."""
@@ -428,10 +456,12 @@ class Trainer:
                 f"nothing to do: the run is complete at step {self.step} ({self.run_dir}); raise training.steps to "
                 "train on, or use a new job.name (or --checkpoint.resume=false) to start again"
             )
+            self.metrics.close("success")  # nothing was logged: closes TensorBoard, writes no session end
             return
         self.model.train()
         preemption = PreemptionFlag()
         start, start_tokens = time.perf_counter(), self.record.tokens_seen
+        end: RunEnd = "failure"  # how this start ends, for the metrics (MetricsLogger.close), unless the loop says
         try:
             while self.step < steps:
                 loss, grad_norm = self.train_step()
@@ -455,10 +485,11 @@ class Trainer:
                     if self.is_main:
                         tell_launcher("stopped", message)
                     break
+            end = "success" if self.step >= steps else "stopped"
         finally:
             preemption.restore()
             self.checkpointer.close()
-            self.metrics.close()
+            self.metrics.close(end)
         finished = self.step >= steps
         self.write_run_info(finished=finished)
         if finished and self.cfg.checkpoint.export_at_end and self.is_main:
