@@ -22,6 +22,14 @@ def _isolated_caches(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
 
 
 @pytest.fixture(scope="session", autouse=True)
+def cpu_allocator_keeps_freed_memory() -> None:
+    """The tests train on the CPU: keep freed memory in the heap, as CPU runs do (torchnlq/train/cpu_allocator.py)."""
+    from torchnlq.train.cpu_allocator import keep_freed_memory
+
+    keep_freed_memory()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread() -> Iterator[None]:
     """One torch thread for the whole session: every model built in-process by a test is tiny.
 

@@ -402,6 +402,8 @@ IN_PROCESS = [
     row(T, "wandb-project-too-long", [*TRAIN, "--metrics.wandb=true", "--metrics.wandb_project=" + "p" * 129],
         "is over 128 characters"),
     row(T, "wandb-not-a-boolean", [*TRAIN, "--metrics.wandb=maybe"], "--metrics.wandb expects true or false, got 'maybe'"),
+    row(T, "weight-dynamics-interval-negative", [*TRAIN, "--metrics.weight_dynamics_interval=-1"],
+        "metrics.weight_dynamics_interval"),
     row(T, "mlp-activation-unknown", [*TRAIN, "--model.mlp_activation=relu"], "model.mlp_activation"),
     row(T, "anchored-layers-outside-the-model", [*TRAIN, "--model.query.type=anchored", "--model.query.layers=5"],
         "names blocks outside 0..0"),
@@ -552,13 +554,13 @@ IN_PROCESS = [
         "already has a meta.json", setup=token_folder("tokens")),
     row("prepare_data.py", "adopt-meta-json-is-a-folder", ["--adopt", "{tmp}/nano", "--overwrite"],
         "holds a folder named meta.json", setup=both(write(NANO), folders("nano/meta.json"))),
-    row("prepare_data.py", "adopt-odd-size", ["--adopt", "{tmp}/nano"], "has an odd size (3 bytes)",
-        setup=write({"nano/train.bin": b"\0\0\0", "nano/val.bin": b"\0\0"})),
-    row("prepare_data.py", "adopt-empty-split", ["--adopt", "{tmp}/nano"], "val.bin' is empty (0 tokens)",
-        setup=write({"nano/train.bin": b"\0\0", "nano/val.bin": b""})),
-    row("prepare_data.py", "adopt-ids-above-the-vocabulary", ["--adopt", "{tmp}/nano", "--tokenizer", "byte"],
+    row("prepare_data.py", "adopt-odd-size", ["--adopt", "{tmp}/odd"], "has an odd size (3 bytes)",
+        setup=write({"odd/train.bin": b"\0\0\0", "odd/val.bin": b"\0\0"})),
+    row("prepare_data.py", "adopt-empty-split", ["--adopt", "{tmp}/empty"], "val.bin' is empty (0 tokens)",
+        setup=write({"empty/train.bin": b"\0\0", "empty/val.bin": b""})),
+    row("prepare_data.py", "adopt-ids-above-the-vocabulary", ["--adopt", "{tmp}/big", "--tokenizer", "byte"],
         "holds token id 300, but the byte tokenizer has only 257 ids",
-        setup=write({"nano/train.bin": BYTES_300.tobytes(), "nano/val.bin": BYTES_300.tobytes()})),
+        setup=write({"big/train.bin": BYTES_300.tobytes(), "big/val.bin": BYTES_300.tobytes()})),
     row("prepare_data.py", "adopt-the-working-directory", ["--adopt", "."],
         "--adopt '.' is the current directory, the home folder or a parent of one"),
     row("prepare_data.py", "adopt-and-out", ["--adopt", "{tmp}/nano", "--out", "{tmp}/tokens"],
@@ -705,6 +707,13 @@ IN_PROCESS = [
     row("bench_inference.py", "json-is-a-folder", ["--json", "{tmp}"], "is a folder; name a file"),
     row("bench_inference.py", "unknown-variant", ["--variants", "quadratic"], "invalid choice: 'quadratic'"),
     row("bench_inference.py", "cuda-without-a-gpu", ["--device", "cuda"], "no CUDA device is visible", needs_no_cuda=True),
+    # ---------------------------------------------------------------- bench_cpu_allocator.py
+    row("bench_cpu_allocator.py", "no-config", ["--rounds", "2"], "give a config first"),
+    row("bench_cpu_allocator.py", "config-missing", ["{tmp}/nope.toml"], "config file '{tmp}/nope.toml' not found"),
+    row("bench_cpu_allocator.py", "rounds-zero", ["{config}", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    row("bench_cpu_allocator.py", "steps-not-a-number", ["{config}", "--steps", "few"], "--steps expects an integer, got 'few'"),
+    row("bench_cpu_allocator.py", "json-in-a-missing-folder", ["{config}", "--json", "{tmp}/no/such/out.json"],
+        "must be a file in an existing folder"),
     # ---------------------------------------------------------------- upcycle.py
     row("upcycle.py", "source-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist or is not a folder"),
     row("upcycle.py", "data-folder-for-a-model", ["{data}", "{tmp}/out"], "is neither a Hugging Face GPT-2 folder"),
@@ -1017,6 +1026,7 @@ SUBPROCESS = [
     row("upcycle.py", "source-is-a-file", ["{tmp}/notes.txt", "{tmp}/out"], "does not exist or is not a folder",
         setup=write({"notes.txt": "mine"})),
     row("bench_inference.py", "zero-decode-steps", ["--decode", "0"], "--decode must be at least 1, got 0"),
+    row("bench_cpu_allocator.py", "warmup-negative", ["{config}", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
 ]
 
 
@@ -1090,6 +1100,7 @@ ENTRIES: dict[str, EntryPoint] = {
     "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
     "upcycle.py": EntryPoint("scripts/upcycle.py", _script("upcycle")),
     "bench_inference.py": EntryPoint("scripts/bench_inference.py", _attr("torchnlq.benchmarks.inference_speed")),
+    "bench_cpu_allocator.py": EntryPoint("scripts/bench_cpu_allocator.py", _attr("torchnlq.benchmarks.cpu_allocator")),
 }
 
 

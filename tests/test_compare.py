@@ -305,3 +305,34 @@ def test_token_axis_mistakes_are_one_line_and_write_nothing(tmp_path: Path, caps
     assert "run 'b' records no world_size" in err[0] and "--x steps" in err[0]
     assert "invalid choice: 'epochs'" in err[1]
     assert not out.exists()
+
+
+def test_weight_dynamics_get_one_figure_per_statistic_with_a_line_per_layer(tmp_path: Path, figures: list) -> None:
+    """Runs that logged weights/layer{i}/{matrix}/{stat} get weights_{matrix}_{stat}.png: a panel per arm."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    root = tmp_path / "suite"
+    logged = {}
+    for name, query in (("base", "linear"), ("res", "residual_mlp")):
+        run = make_run(root, name, {100: 3.0, 200: 2.5}, query=query)
+        matrices = ["w_q"] if query == "linear" else ["w1", "w2"]
+        writer = SummaryWriter(str(run / "tb"))
+        for step in (100, 200):
+            for layer in range(3):
+                for m in matrices:
+                    value = layer + step / 1000
+                    writer.add_scalar(f"weights/layer{layer}/{m}/drift", value, step)
+                    logged[(name, m, layer, step)] = value
+        writer.close()
+    out = tmp_path / "cmp"
+    assert run_cli(main, [str(root), "--baseline", "base", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.glob("weights_*.png"))
+    assert names == ["weights_w1_drift.png", "weights_w2_drift.png", "weights_w_q_drift.png"]
+    w_q = next(f for f in figures if f._suptitle is not None and "w_q" in f._suptitle.get_text())
+    panels = [ax for ax in w_q.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["base"]  # only the arm that has a W_Q
+    lines = panels[0].get_lines()
+    assert len(lines) == 3  # a line per layer
+    for layer, ln in enumerate(lines):
+        assert list(ln.get_ydata()) == [f32(logged[("base", "w_q", layer, s)]) for s in (100, 200)]
+    assert "drift" in panels[0].get_ylabel() and "layer" in [ax.get_ylabel() for ax in w_q.axes]

@@ -382,6 +382,9 @@ def test_a_resumed_run_carries_the_ranks_on(toy, tmp_path, monkeypatch):
 def test_a_run_without_its_ranks_warns_once_and_saves(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(TIKTOKEN_FILE_ENV, raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))  # no r50k_base another test cached
+    import tiktoken.registry
+
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # nor an encoding another test loaded in this process
     desc = {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}
     model = tiny_model(n_layers=1, dim=8, n_heads=2, vocab_size=50304, max_seq_len=16)
     warnings: list[str] = []

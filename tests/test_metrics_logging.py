@@ -191,7 +191,10 @@ def assert_documented(tags: set[str]) -> None:
     """Each written tag (layer numbers as ``{i}``) has its row in docs/monitoring.md."""
     documented = documented_tags()
     assert len(documented) > 15  # the table was found
-    missing = sorted({re.sub(r"/layer\d+/", "/layer{i}/", tag) for tag in tags} - documented)
+    # Layer numbers as {i}; the query matrix of a weights/ tag (w_q, w1, w2) as {w}.
+    generic = {re.sub(r"^(weights/(?:layer\{i\}|mean))/(?:w_q|w1|w2)/", r"\1/{w}/", re.sub(r"/layer\d+/", "/layer{i}/", tag))
+               for tag in tags}
+    missing = sorted(generic - documented)
     assert not missing, f"tags written by a run but missing from {DOC.relative_to(REPO_ROOT)}: {missing}"
 
 
@@ -244,6 +247,7 @@ RUN = {
     "validation__interval": 2,
     "checkpoint__interval": 2,
     "metrics__query_diagnostics_interval": 2,
+    "metrics__weight_dynamics_interval": 2,
     "metrics__peak_tflops": 1.0,
     "metrics__wandb": True,
 }
@@ -570,3 +574,29 @@ def test_tensorboard_serves_the_config_text_and_the_hparams_with_the_final_valid
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_the_eta_counts_the_validations_still_to_come(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remaining steps at the measured training speed, plus each remaining validation at its measured length."""
+    import logging
+
+    import torch
+
+    from torchnlq.train import metrics as metrics_module
+    from torchnlq.train.metrics import MetricsLogger, ValidationPlan
+
+    plan = ValidationPlan(interval=40, total_steps=100, forwards_per_validation=30, train_forwards_per_step=2)
+    # After step s: the validations at 40, 80 and the last step (100) that are still ahead.
+    assert [plan.left_after(s) for s in (0, 39, 40, 79, 80, 99, 100)] == [3, 3, 2, 2, 1, 1, 0]
+    assert ValidationPlan(50, 100, 1, 1).left_after(60) == 1  # 100 is both a multiple and the last step
+
+    clock = [1000.0]
+    monkeypatch.setattr(metrics_module.time, "perf_counter", lambda: clock[0])
+    logger = MetricsLogger(logging.getLogger("eta-test"), None, torch.device("cpu"), 1, None, total_steps=100)
+    logger.validation_plan = plan
+    clock[0] += 10.0  # 10 steps in 10 s: 1 s per step (0.5 s per micro-batch)
+    # No validation measured yet: 30 forwards at a third of a training micro-batch each = 5 s per validation.
+    assert logger.seconds_left(10, clock[0]) == pytest.approx(90 * 1.0 + 3 * 5.0)
+    logger.log_validation(40, 2.0, 0.1, seconds=12.0)  # a validation really takes 12 s
+    clock[0] += 30.0 + 12.0  # 30 more steps and that validation
+    assert logger.seconds_left(40, clock[0]) == pytest.approx(60 * 1.0 + 2 * 12.0)

@@ -269,6 +269,13 @@ class Metrics:
         "validation batch to TensorBoard; 0 turns them off.",
         min=0,
     )
+    weight_dynamics_interval: int = option(
+        0,
+        "Every this many steps (and at the last), log per-layer summaries of the query's matrices (W_Q, W1, W2): "
+        "largest singular value, effective and stable rank, and drift from the run's initial weights "
+        "(docs/monitoring.md); 0 turns them off. Each costs one SVD per matrix.",
+        min=0,
+    )
     peak_tflops: float | None = option(
         None, "Peak dense bf16 TFLOP/s for MFU; unset means the built-in table (no MFU on unknown devices).",
         min=0.0, min_exclusive=True,

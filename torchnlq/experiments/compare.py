@@ -54,6 +54,8 @@ class RunData:
     info: dict[str, Any]
     val: dict[int, float]  # step -> validation loss
     train: dict[int, float]  # step -> training loss
+    # tag -> {step: value} of the weight-dynamics scalars (weights/layer{i}/{matrix}/{stat}), if logged
+    weights: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def seed(self) -> Any:
@@ -100,7 +102,8 @@ def load_run(path: Path) -> RunData:
     val = scalars.get("loss/val", {})
     if not val:
         raise UserError(f"run '{path}' has no validation losses (loss/val) in {path / 'tb'}")
-    return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}))
+    weights = {tag: values for tag, values in scalars.items() if tag.startswith("weights/layer")}
+    return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}), weights)
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:

@@ -161,7 +161,64 @@ def plot_comparison(groups: list[Group], base: Group, out: Path, x: str = "steps
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
         paths.append(out / name)
+    for matrix, stat in weight_statistics(groups):
+        fig = draw_weight_dynamics(groups, matrix, stat, x)  # laid out as it is drawn (constrained)
+        name = f"weights_{matrix}_{stat}.png"
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        paths.append(out / name)
     return paths, ""
+
+
+_WEIGHT_TAG = re.compile(r"^weights/layer(\d+)/(\w+)/(\w+)$")
+WEIGHT_STAT_LABELS = {
+    "sigma_max": "largest singular value σ₁",
+    "effective_rank": "effective rank exp(H(σ/Σσ))",
+    "stable_rank": "stable rank ‖W‖²_F / σ₁²",
+    "drift": "drift ‖W − W₀‖_F / ‖W₀‖_F",
+}
+
+
+def weight_statistics(groups: list[Group]) -> list[tuple[str, str]]:
+    """The (matrix, statistic) pairs any run logged (metrics.weight_dynamics_interval), in a stable order."""
+    found = {(m.group(2), m.group(3)) for g in groups for r in g.runs for tag in r.weights
+             if (m := _WEIGHT_TAG.match(tag))}
+    return sorted(found)
+
+
+def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "steps") -> Any:
+    """One statistic of one query matrix over training: a panel per group (its first seed), a line per layer.
+
+    Layers are coloured from dark (first block) to light (last), with a colour bar for the depth.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    shown = [g for g in groups if any(_WEIGHT_TAG.match(t) and t.endswith(f"/{matrix}/{stat}") for t in g.runs[0].weights)]
+    scales = _scales(groups, x)
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown) + 1, 4), squeeze=False, sharey=True,
+                             layout="constrained")
+    layers = sorted({int(m.group(1)) for g in shown for t in g.runs[0].weights
+                     if (m := _WEIGHT_TAG.match(t)) and m.group(2) == matrix and m.group(3) == stat})
+    norm = Normalize(vmin=min(layers), vmax=max(max(layers), min(layers) + 1))
+    cmap = plt.get_cmap("viridis")
+    for ax, g in zip(axes[0], shown):
+        run = g.runs[0]
+        for layer in layers:
+            curve = run.weights.get(f"weights/layer{layer}/{matrix}/{stat}")
+            if curve:
+                points = sorted(_on_axis(curve, scales[id(run)]).items())
+                ax.plot([p for p, _ in points], [v for _, v in points], color=cmap(norm(layer)), lw=1.2)
+        seeds = f" (seed {run.seed})" if len(g.runs) > 1 else ""
+        ax.set_title(f"{g.name}{seeds}", fontsize=10)
+        _x_axis(ax, x)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(WEIGHT_STAT_LABELS.get(stat, stat))
+    fig.suptitle(f"{matrix}: {WEIGHT_STAT_LABELS.get(stat, stat)} per layer")
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes[0].tolist(), fraction=0.03)
+    bar.set_label("layer")
+    return fig
 
 
 def _scales(groups: list[Group], x: str) -> dict[int, int]:

@@ -24,7 +24,6 @@ def preflight(args: list[str]) -> int:
     """
     from torchnlq.config.checks import check_data_fits_model, check_job_config
     from torchnlq.data.batches import open_token_files
-
     from torchnlq.train.run_lock import RunLock, check_run_folder
 
     cfg = load_job_config(args)

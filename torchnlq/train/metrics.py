@@ -14,6 +14,7 @@ import resource
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -218,6 +219,22 @@ def _fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+@dataclass(frozen=True)
+class ValidationPlan:
+    """What the ETA needs to know of the run's validations (built by the trainer)."""
+
+    interval: int
+    total_steps: int
+    forwards_per_validation: int  # this rank's micro-batch forwards in one validation
+    train_forwards_per_step: int  # micro-batches per optimizer step (grad_accum_steps)
+
+    def left_after(self, step: int) -> int:
+        """Validations still to run after ``step``: every ``interval`` steps, and at the last step."""
+        regular = self.total_steps // self.interval - step // self.interval
+        last_extra = 1 if self.total_steps % self.interval and step < self.total_steps else 0
+        return max(regular, 0) + last_extra
+
+
 class MetricsLogger:
     """Aggregates per-step figures and writes them every ``log_interval`` steps.
 
@@ -259,6 +276,11 @@ class MetricsLogger:
         self._last_time = time.perf_counter()
         self._tokens_since = 0
         self._start = self._last_time
+        # The ETA counts the validations still to come (ValidationPlan, set by the trainer): their
+        # measured duration, and before the first one an estimate from the training speed.
+        self.validation_plan: ValidationPlan | None = None
+        self._validation_s = 0.0  # validation time of this start, left out of the training speed
+        self._last_validation_s: float | None = None
 
     def due(self, step: int, last: bool) -> bool:
         """Whether to write the step line after ``step``: every ``log_interval`` steps and at the last one."""
@@ -313,8 +335,7 @@ class MetricsLogger:
         if self.peak is not None:
             figures["mfu"] = self.flops_per_token * tps / (self.peak * 1e12)
             mfu_text = f"  mfu {100 * figures['mfu']:.1f}%"
-        rate = (step - self.start_step) / max(now - self._start, 1e-9)
-        eta = _fmt_duration((self.total_steps - step) / max(rate, 1e-9))
+        eta = _fmt_duration(self.seconds_left(step, now))
         self.logger.info(
             f"step {step:>6}/{self.total_steps}  loss {loss:.4f}  lr {lr:.3e}  grad_norm {grad_norm:.3f}"
             f"  tok/s {tps:,.0f}{mfu_text}  mem {mem:.2f}GiB  eta {eta}"
@@ -327,8 +348,23 @@ class MetricsLogger:
         self.scalar("tokens_seen", tokens_seen, step)
         return figures
 
+    def seconds_left(self, step: int, now: float) -> float:
+        """The ETA after ``step``: the remaining steps at this start's training speed, plus the validations to come."""
+        training_s = max(now - self._start - self._validation_s, 1e-9)
+        step_s = training_s / max(step - self.start_step, 1)
+        left = (self.total_steps - step) * step_s
+        plan = self.validation_plan
+        if plan is not None:
+            per_validation = self._last_validation_s
+            if per_validation is None:  # none measured yet: a forward is about a third of a training micro-step
+                per_validation = step_s / plan.train_forwards_per_step / 3 * plan.forwards_per_validation
+            left += plan.left_after(step) * per_validation
+        return left
+
     def log_validation(self, step: int, mean: float, std: float, seconds: float) -> None:
         """Write the validation line and scalars."""
+        self._validation_s += seconds
+        self._last_validation_s = seconds
         spread = f" ± {std:.4f}" if math.isfinite(std) else ""  # one micro-batch has no spread to show
         self.logger.info(f"step {step:>6}/{self.total_steps}  val_loss {mean:.4f}{spread}  ({seconds:.1f}s)")
         self.scalar("loss/val", mean, step)

@@ -43,12 +43,14 @@ from torchnlq.parallel.parallelize import (
     parallelize_model,
     set_gradient_sync,
 )
+from torchnlq.train.cpu_allocator import keep_freed_memory
 from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import (
     HParam,
     MetricsLogger,
     RunEnd,
     ScalarSink,
+    ValidationPlan,
     peak_tflops,
     run_hparams,
     setup_logging,
@@ -57,6 +59,7 @@ from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
 from torchnlq.train.run_lock import RunLock, check_run_folder
 from torchnlq.train.validate import Validator, cross_entropy
+from torchnlq.train.weight_dynamics import WeightDynamics, initial_matrices
 
 
 class TrainingDiverged(UserError):
@@ -86,6 +89,8 @@ class Trainer:
         check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
         self.dist = init_distributed(tcfg.device)
         self.device, self.rank, self.world_size = self.dist.device, self.dist.rank, self.dist.world_size
+        if self.device.type == "cpu":
+            keep_freed_memory()  # before the model and the first step allocate (docs/performance.md)
         self.is_main = self.rank == 0
         if self.device.type == "cuda" and tcfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -122,6 +127,8 @@ class Trainer:
         if self.is_main:
             self.validator.report = self.logger.info
         self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
+        self.weight_dynamics = WeightDynamics(cfg.metrics.weight_dynamics_interval, None)
+        self._weights_reference_missing = False  # a start from a DCP checkpoint: no step-0 weights to compare with
         hparams = run_hparams(
             cfg, self.model_args, world_size=self.world_size, global_batch=self.data.schedule.global_batch,
             tokens_per_step=self.tokens_per_step, precision=self.record.mixed_precision,
@@ -139,6 +146,10 @@ class Trainer:
         )
         if self.is_main:
             self.metrics.log_config(to_toml(cfg), hparams, changes)
+        if cfg.validation.enabled:
+            forwards = -(-len(self.data.validation) // self.world_size)  # this rank's share of the micro-batches
+            self.metrics.validation_plan = ValidationPlan(cfg.validation.interval, tcfg.steps, forwards,
+                                                          tcfg.grad_accum_steps)
         self._log_header()
         lock_warnings = [self.run_lock.warning] if self.run_lock and self.run_lock.warning else []
         for warning in config_warnings(cfg) + changes + lock_warnings:
@@ -401,6 +412,38 @@ class Trainer:
         for tag, value in self.diagnostics.run(self.model, self.device, self.autocast).items():
             self.metrics.scalar(tag, value, self.step)
 
+    def log_weight_dynamics(self) -> None:
+        """Per-layer summaries of the query matrices (all ranks run it: FSDP all-gathers each matrix)."""
+        if self.weight_dynamics.initial is None and not self._weights_reference_missing:
+            self.weight_dynamics.initial = self._initial_query_weights()
+        for tag, value in self.weight_dynamics.run(self.model).items():
+            self.metrics.scalar(tag, value, self.step)
+
+    def _initial_query_weights(self) -> dict[tuple[int, str], torch.Tensor] | None:
+        """The query matrices at this run's step 0, the reference of ``drift``.
+
+        Rebuilt rather than remembered, so that a resumed run measures from the same point: the
+        seeded CPU init every device and world size starts from (``reference_state_dict``), with
+        the run's initial load (an export or a Hugging Face folder) on top. A run that started
+        from a DCP checkpoint (checkpoint.initial_load_path) has no drift.
+        """
+        from torchnlq.checkpoint.upcycle import is_hf_gpt2_folder, pretrained_weights
+        from torchnlq.parallel.parallelize import reference_state_dict
+
+        state = reference_state_dict(self.model_args, self.cfg.training.seed)
+        source = self.cfg.checkpoint.initial_load_path
+        if source:
+            if not (is_export(source) or is_hf_gpt2_folder(source)):
+                self._weights_reference_missing = True
+                self.logger.info(f"weights/.../drift not logged: the run started from the DCP checkpoint {source}")
+                return None
+            _, pretrained = pretrained_weights(source)
+            state.update({k: v for k, v in pretrained.items() if k in state})
+        with torch.device("meta"):
+            reference = GPT(self.model_args)
+        reference.load_state_dict(state, assign=True)
+        return initial_matrices(reference)
+
     def _check_weights_finite(self) -> None:
         """Refuse to save weights an update made non-finite (a finite loss does not guarantee finite weights)."""
         finite = torch.ones((), device=self.device)
@@ -474,6 +517,8 @@ class Trainer:
                     self.validate()
                 if self.diagnostics.due(step, last):
                     self.log_query_diagnostics()
+                if self.weight_dynamics.due(step, last):
+                    self.log_weight_dynamics()
                 saved = self.checkpointer.due(step, last)
                 if saved:
                     self.save_checkpoint()

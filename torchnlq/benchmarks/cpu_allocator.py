@@ -1,0 +1,110 @@
+"""The CPU allocator setting (torchnlq/train/cpu_allocator.py) measured: training steps with and without it.
+
+The setting is per process (glibc's heap), so the two arms cannot share one process: each
+round runs ``scripts/bench.py`` twice, once with ``TORCHNLQ_CPU_ALLOCATOR=keep`` (the default)
+and once with ``default``, in a seeded random order per round, so that a load change on a
+shared machine hits both arms alike. Reported: each arm's median step time over the rounds
+(each round's figure is bench.py's median step), the median of the per-round ratios, and the
+median system (kernel) time per process, where page faults show up.
+
+Usage: python scripts/bench_cpu_allocator.py CONFIG [--section.key=value ...] [--rounds 12]
+                                             [--steps 3] [--warmup 1] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from torchnlq.benchmarks.timing import markdown_table, median
+from torchnlq.errors import UserError
+
+ARMS = ("keep", "default")
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+
+
+def _take_int(argv: list[str], name: str, default: int, minimum: int) -> tuple[list[str], int]:
+    """Remove ``name N`` / ``name=N`` from ``argv``; the rest goes to bench.py."""
+    rest, value, i = [], default, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == name or arg.startswith(name + "="):
+            if "=" in arg:
+                raw = arg.split("=", 1)[1]
+            elif i + 1 < len(argv):
+                raw, i = argv[i + 1], i + 1
+            else:
+                raise UserError(f"{name} needs a value")
+            try:
+                value = int(raw)
+            except ValueError:
+                raise UserError(f"{name} expects an integer, got {raw!r}") from None
+            if value < minimum:
+                raise UserError(f"{name} must be at least {minimum}, got {value}")
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, value
+
+
+def run_arm(arm: str, bench_args: list[str], folder: Path) -> tuple[float, float]:
+    """One bench.py process with the allocator setting ``arm``: (median step ms, its system seconds)."""
+    out = folder / f"{arm}.json"
+    env = {**os.environ, "TORCHNLQ_CPU_ALLOCATOR": arm}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+    done = subprocess.run([sys.executable, str(BENCH), *bench_args, "--json", str(out)], env=env,
+                          capture_output=True, text=True)
+    system = resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime - before
+    if done.returncode != 0:
+        lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise UserError(f"bench.py failed ({arm}): {lines[-1] if lines else done.returncode}")
+    return json.loads(out.read_text())["variants"][0]["step_ms"], system
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of scripts/bench_cpu_allocator.py."""
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
+    argv, rounds = _take_int(argv, "--rounds", 12, 1)
+    argv, steps = _take_int(argv, "--steps", 3, 1)
+    argv, warmup = _take_int(argv, "--warmup", 1, 0)
+    json_out = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        if at + 1 >= len(argv):
+            raise UserError("--json needs a file name")
+        json_out = Path(argv[at + 1])
+        argv = argv[:at] + argv[at + 2:]
+        if json_out.is_dir() or not json_out.parent.is_dir():
+            raise UserError(f"--json '{json_out}' must be a file in an existing folder")
+    if not argv or argv[0].startswith("-"):
+        raise UserError("give a config first, e.g. train_configs/gpt_small_res_gelu.toml, then overrides")
+    if not Path(argv[0]).is_file():
+        raise UserError(f"config file '{argv[0]}' not found")
+    bench_args = [*argv, "--training.device=cpu", "--steps", str(steps), "--warmup", str(warmup)]
+    step_ms: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    system_s: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    order, rng = list(ARMS), random.Random(0)
+    with tempfile.TemporaryDirectory(prefix="bench-allocator-") as tmp:
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for arm in order:
+                ms, system = run_arm(arm, bench_args, Path(tmp))
+                step_ms[arm].append(ms)
+                system_s[arm].append(system)
+    ratios = [k / d for k, d in zip(step_ms["keep"], step_ms["default"])]
+    rows = [[arm, f"{median(step_ms[arm]):,.0f}", f"{median(system_s[arm]):.1f}"] for arm in ARMS]
+    print(f"# {' '.join(argv)}: {rounds} rounds, {steps} timed steps after {warmup} warm-up per process")
+    print(markdown_table(["TORCHNLQ_CPU_ALLOCATOR", "step (ms, median)", "system s per process"], rows,
+                         right=[False, True, True]))
+    print(f"keep / default, median of the per-round ratios: {median(ratios):.3f}x")
+    if json_out:
+        json_out.write_text(json.dumps({"step_ms": step_ms, "system_s": system_s, "ratios": ratios}, indent=2) + "\n")
+    return 0

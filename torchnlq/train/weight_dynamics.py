@@ -1,0 +1,115 @@
+"""Weight dynamics of the query (the paper's future work: "weight dynamics analysis"), per layer.
+
+For every block, the query's matrices — W_Q (``linear``, ``residual``, the anchor of
+``anchored``), W1 and W2 (``residual_mlp`` and ``anchored``'s f) — summarised from their
+singular values σ_1 ≥ σ_2 ≥ ... (fp32, on the whole matrix):
+
+- ``weights/layer{i}/{w}/sigma_max``: σ_1, the spectral norm;
+- ``weights/layer{i}/{w}/effective_rank``: exp(H(p)) with p_k = σ_k / Σσ, the entropy-based
+  effective rank (Roy & Vetterli, 2007): min(rows, cols) for a flat spectrum, 1 for rank one;
+- ``weights/layer{i}/{w}/stable_rank``: ‖W‖_F² / σ_1², a smooth lower bound of the rank;
+- ``weights/layer{i}/{w}/drift``: ‖W − W_0‖_F / ‖W_0‖_F, how far the matrix has moved from
+  the run's initial weights (:class:`WeightDynamics` is given W_0; an f that starts at zero
+  has no relative drift, so its W2's drift is measured against ‖W2 at init‖ all the same).
+
+``weights/mean/...`` averages each statistic over the layers that have it. Under FSDP each
+matrix is all-gathered (``full_tensor``), so every rank must call :func:`weight_stats`
+together; rank 0 logs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+import torch.nn as nn
+
+from torchnlq.models.query import QueryProjection
+
+#: The query's matrices that are summarised, by attribute name (the ones a query type has).
+MATRICES = ("w_q", "w1", "w2")
+
+
+def _full(weight: torch.Tensor) -> torch.Tensor:
+    """The whole matrix in fp32 (a DTensor shard is all-gathered: a collective on every rank)."""
+    if hasattr(weight, "full_tensor"):
+        weight = weight.full_tensor()
+    return weight.detach().float()
+
+
+def spectrum_stats(weight: torch.Tensor) -> dict[str, float]:
+    """σ_max, effective rank (exp of the entropy of σ/Σσ) and stable rank of one matrix."""
+    sigma = torch.linalg.svdvals(weight.double())
+    total = sigma.sum().item()
+    if total == 0.0:
+        return {"sigma_max": 0.0, "effective_rank": 0.0, "stable_rank": 0.0}
+    p = sigma / total
+    p = p[p > 0]
+    entropy = -(p * p.log()).sum().item()
+    top = sigma[0].item()
+    return {
+        "sigma_max": top,
+        "effective_rank": math.exp(entropy),
+        "stable_rank": (sigma.square().sum() / top**2).item(),
+    }
+
+
+def query_matrices(model: nn.Module) -> list[tuple[int, dict[str, torch.Tensor]]]:
+    """(block index, {matrix name: weight parameter}) for every block's query, in block order."""
+    queries = [m for m in model.modules() if isinstance(m, QueryProjection)]
+    found = []
+    for index, query in enumerate(queries):
+        weights = {name: getattr(query, name).weight for name in MATRICES
+                   if isinstance(getattr(query, name, None), nn.Linear)}
+        if weights:
+            found.append((index, weights))
+    return found
+
+
+def initial_matrices(model: nn.Module) -> dict[tuple[int, str], torch.Tensor]:
+    """A CPU fp32 copy of every query matrix (the reference of ``drift``), keyed by (block, name)."""
+    return {(i, name): _full(w).cpu().clone() for i, weights in query_matrices(model) for name, w in weights.items()}
+
+
+@torch.no_grad()
+def weight_stats(model: nn.Module, initial: dict[tuple[int, str], torch.Tensor] | None = None) -> dict[str, float]:
+    """``{"weights/layer{i}/{w}/{stat}": value, "weights/mean/{w}/{stat}": value}`` for the query matrices."""
+    out: dict[str, float] = {}
+    collected: dict[str, list[float]] = defaultdict(list)
+    for index, weights in query_matrices(model):
+        for name, param in weights.items():
+            weight = _full(param)
+            stats = spectrum_stats(weight)
+            reference = (initial or {}).get((index, name))
+            if reference is not None:
+                base = reference.norm().item()
+                change = (weight.cpu() - reference).norm().item()
+                stats["drift"] = change / base if base > 0 else change
+            for stat, value in stats.items():
+                out[f"weights/layer{index}/{name}/{stat}"] = value
+                collected[f"{name}/{stat}"].append(value)
+    for key, values in collected.items():
+        out[f"weights/mean/{key}"] = sum(values) / len(values)
+    return out
+
+
+class WeightDynamics:
+    """When to log :func:`weight_stats` (``metrics.weight_dynamics_interval`` steps, and the last one).
+
+    The initial weights are the model's when this object is made (right after the trainer
+    initialised or loaded the model, before any update) or, on resume, those given by
+    ``initial`` (the trainer rebuilds them from the run's seed or initial load).
+    """
+
+    def __init__(self, interval: int, initial: dict[tuple[int, str], torch.Tensor] | None) -> None:
+        self.interval = interval
+        self.initial = initial
+
+    def due(self, step: int, last: bool) -> bool:
+        """Whether to compute the statistics after ``step``."""
+        return self.interval > 0 and (last or step % self.interval == 0)
+
+    def run(self, model: nn.Module) -> dict[str, float]:
+        """The statistics now (all ranks call this together)."""
+        return weight_stats(model, self.initial)
