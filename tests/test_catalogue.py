@@ -714,6 +714,24 @@ IN_PROCESS = [
     row("bench_cpu_allocator.py", "steps-not-a-number", ["{config}", "--steps", "few"], "--steps expects an integer, got 'few'"),
     row("bench_cpu_allocator.py", "json-in-a-missing-folder", ["{config}", "--json", "{tmp}/no/such/out.json"],
         "must be a file in an existing folder"),
+    # ---------------------------------------------------------------- gpu_check.py
+    row("gpu_check.py", "cuda-without-a-gpu", ["--device", "cuda"], "for the CPU smoke mode run: ", needs_no_cuda=True),
+    row("gpu_check.py", "unknown-query-type", ["--device", "cpu", "--query-types", "quadratic"], "--query-types: unknown 'quadratic'"),
+    row("gpu_check.py", "query-type-misspelt", ["--device", "cpu", "--query-types", "residual-mlp"], "did you mean 'residual_mlp'?"),
+    row("gpu_check.py", "query-types-without-a-value", ["--device", "cpu", "--query-types"], "--query-types needs a value"),
+    row("gpu_check.py", "steps-zero", ["--device", "cpu", "--steps", "0"], "--steps must be at least 1, got 0"),
+    row("gpu_check.py", "steps-not-a-number", ["--device", "cpu", "--steps", "two"], "--steps expects an integer, got 'two'"),
+    row("gpu_check.py", "steps-without-a-value", ["--device", "cpu", "--steps"], "--steps needs a value"),
+    row("gpu_check.py", "warmup-zero", ["--device", "cpu", "--warmup", "0"], "--warmup must be at least 1"),
+    row("gpu_check.py", "unknown-device", ["--device", "tpu"], "--device: unknown 'tpu' (choices: cuda, cpu)"),
+    row("gpu_check.py", "unknown-compile-backend", ["--device", "cpu", "--compile-backend", "tvm"], "--compile-backend: unknown 'tvm'"),
+    row("gpu_check.py", "json-is-a-folder", ["--device", "cpu", "--json", "{tmp}"], "is a folder"),
+    row("gpu_check.py", "json-in-a-missing-folder", ["--device", "cpu", "--json", "{tmp}/no/such/out.json"], "does not exist"),
+    row("gpu_check.py", "json-without-a-value", ["--device", "cpu", "--json"], "--json needs a value"),
+    row("gpu_check.py", "config-missing", ["nowhere.toml", "--device", "cpu"], "config file 'nowhere.toml' not found"),
+    row("gpu_check.py", "unknown-config-key", ["--device", "cpu", "--model.query.typo=1"], "unknown key 'model.query.typo'"),
+    row("gpu_check.py", "fused-projection-of-a-linear-query", ["--device", "cpu", "--query-types", "linear",
+        "--model.query.fuse_kv=true"], "model.query.fuse_kv"),
     # ---------------------------------------------------------------- upcycle.py
     row("upcycle.py", "source-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist or is not a folder"),
     row("upcycle.py", "data-folder-for-a-model", ["{data}", "{tmp}/out"], "is neither a Hugging Face GPT-2 folder"),
@@ -1027,6 +1045,7 @@ SUBPROCESS = [
         setup=write({"notes.txt": "mine"})),
     row("bench_inference.py", "zero-decode-steps", ["--decode", "0"], "--decode must be at least 1, got 0"),
     row("bench_cpu_allocator.py", "warmup-negative", ["{config}", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    row("gpu_check.py", "no-gpu", [], "no CUDA device is visible", needs_no_cuda=True),
 ]
 
 
@@ -1101,6 +1120,7 @@ ENTRIES: dict[str, EntryPoint] = {
     "upcycle.py": EntryPoint("scripts/upcycle.py", _script("upcycle")),
     "bench_inference.py": EntryPoint("scripts/bench_inference.py", _attr("torchnlq.benchmarks.inference_speed")),
     "bench_cpu_allocator.py": EntryPoint("scripts/bench_cpu_allocator.py", _attr("torchnlq.benchmarks.cpu_allocator")),
+    "gpu_check.py": EntryPoint("scripts/gpu_check.py", _attr("torchnlq.benchmarks.gpu_check")),
 }
 
 
