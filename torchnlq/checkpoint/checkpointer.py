@@ -397,8 +397,8 @@ class Checkpointer:
             set_rng_state(rng)
         return RunRecord.from_meta(meta, path / META_FILE)
 
-    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> None:
-        """Load only the weights of another run's checkpoint (checkpoint.initial_load_path).
+    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
+        """Load only the weights of another run's checkpoint (checkpoint.initial_load_path); returns a note for the log.
 
         ``model_fingerprint`` is ``{"model": ...}``: the shapes must match, the data may differ.
         ``path`` may also be a safetensors export or a Hugging Face GPT-2 folder; from either, a
@@ -409,8 +409,7 @@ class Checkpointer:
         from torchnlq.checkpoint.upcycle import is_hf_gpt2_folder, pretrained_weights
 
         if is_export(path) or is_hf_gpt2_folder(path):
-            self._load_pretrained(path, model, model_fingerprint, pretrained_weights(path))
-            return
+            return self._load_pretrained(path, model, model_fingerprint, pretrained_weights(path))
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
         self._tokenizer_source = Path(path)
@@ -421,10 +420,14 @@ class Checkpointer:
         except DCPReadError as e:
             raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
         set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
+        return ""
 
     def _load_pretrained(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any],
-                         pretrained: tuple[Any, dict[str, Any]]) -> None:
-        """Load a full (unsharded) state dict read from an export or a Hugging Face folder into ``model``."""
+                         pretrained: tuple[Any, dict[str, Any]]) -> str:
+        """Load a full (unsharded) state dict read from an export or a Hugging Face folder into ``model``.
+
+        Returns a note for the run's log ("" unless the load upcycled a linear query).
+        """
         from torchnlq.checkpoint.upcycle import anchored_from_linear
         from torchnlq.models.args import ModelArgs
 
@@ -438,8 +441,7 @@ class Checkpointer:
         self._tokenizer_source = Path(path)
         set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
                        options=StateDictOptions(full_state_dict=True, strict=not upcycling))
-        if upcycling:
-            self.logger.info(f"upcycled {path}: its W_Q anchors this run's queries; f starts at zero")
+        return "upcycled: its W_Q anchors this run's queries, f starts at zero" if upcycling else ""
 
     def close(self) -> None:
         """Finish any background save."""

@@ -262,11 +262,12 @@ class Trainer:
                     f"checkpoint.initial_load_path '{src}' is an export: it holds weights, no optimizer state or "
                     "step; set checkpoint.initial_load_model_only = true"
                 )
+            note = ""
             if ccfg.initial_load_model_only:
-                self.checkpointer.load_model_only(src, self.model, {"model": fingerprint["model"]})
+                note = self.checkpointer.load_model_only(src, self.model, {"model": fingerprint["model"]})
             else:
                 self._continue_from(self.checkpointer.load(Path(src), self.model, self.optimizer, fingerprint))
-            return f"initialised from {src} (step {self.step})"
+            return f"initialised from {src} (step {self.step}{'; ' + note if note else ''})"
         return None
 
     def _check_resume_point_unchanged(self) -> None:
