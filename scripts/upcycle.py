@@ -11,7 +11,7 @@ SOURCE is a Hugging Face GPT-2 folder (GPT2LMHeadModel.save_pretrained: config.j
 pytorch_model.bin is never unpickled) or a torchnlq checkpoint or export with a linear query. OUT is a
 safetensors export whose logits equal SOURCE's; train from it with
 --checkpoint.initial_load_path OUT and the same [model] settings (train_configs/gpt2_small_anchored.toml).
-See docs/checkpoints.md ("Starting from a pretrained GPT-2").
+See docs/reproduce.md ("Beyond the paper: starting from a pretrained GPT-2").
 """
 
 from __future__ import annotations
