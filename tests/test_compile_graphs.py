@@ -27,7 +27,7 @@ from torchnlq.parallel.parallelize import apply_compile
 
 pytestmark = pytest.mark.integration  # torch.compile (dynamo + AOT autograd), ~1 s per case
 
-QUERY_TYPE_NAMES = ("linear", "identity", "residual", "residual_mlp")
+QUERY_TYPE_NAMES = ("linear", "identity", "residual", "residual_mlp", "anchored")
 CASES: list[Any] = [pytest.param(q, {}, {}, "none", id=q) for q in QUERY_TYPE_NAMES]
 CASES += [
     pytest.param("residual_mlp", {"positions": "rope"}, {}, "none", id="residual_mlp-rope"),
