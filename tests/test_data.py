@@ -193,7 +193,7 @@ def _vm_flags(path) -> set[str]:
     lines, target = open("/proc/self/smaps").read().splitlines(), str(path)
     for i, line in enumerate(lines):
         if line.endswith(target):
-            flags = next(l for l in lines[i + 1 :] if l.startswith("VmFlags:"))
+            flags = next(m for m in lines[i + 1 :] if m.startswith("VmFlags:"))
             return set(flags.split()[1:])
     raise AssertionError(f"{path} is not mapped")
 

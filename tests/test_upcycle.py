@@ -20,7 +20,6 @@ from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 
-from helpers import REPO_ROOT
 from helpers.checkpoints import load_script
 from helpers.train import tiny_config
 
