@@ -138,7 +138,7 @@ def test_hints_name_a_python_that_can_import_torchnlq(monkeypatch: pytest.Monkey
 NOT_RUN = {
     "./run_tests.sh": "the test suite itself",
     "./run_train.sh train_configs/gpt_small_res_gelu.toml": "29 B tokens on a GPU",
-    "./run_train.sh train_configs/gpt_small_res_gelu.toml --training.steps 2000 --job.name quick":
+    "./run_train.sh train_configs/gpt_small_res_gelu.toml --training.steps 2000 --lr_schedule.warmup_steps 100 --lr_schedule.decay_steps 2000 --job.name quick":
         "gpt_small for 2000 steps: hours on this CPU",
     "NGPU=8": "eight GPUs",
     "NNODES=2": "two nodes",
