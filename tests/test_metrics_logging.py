@@ -198,6 +198,16 @@ def assert_documented(tags: set[str]) -> None:
     assert not missing, f"tags written by a run but missing from {DOC.relative_to(REPO_ROOT)}: {missing}"
 
 
+def test_the_readme_lists_every_documented_tag() -> None:
+    """The README's list of tags names every tag of docs/monitoring.md's tables (which a run checks against)."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`([^`]+)`", readme))
+    documented = documented_tags()
+    assert len(documented) > 15  # the table was found
+    missing = sorted(documented - listed)
+    assert not missing, f"tags documented in {DOC.relative_to(REPO_ROOT)} but not listed in README.md: {missing}"
+
+
 # ----- the runs -----------------------------------------------------------------------------------------
 
 def wandb_env(root: Path) -> dict[str, str]:
