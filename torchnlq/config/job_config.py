@@ -186,7 +186,8 @@ class Training:
     loss_chunk_tokens: int = option(
         4096,
         "LM head + cross-entropy this many tokens at a time, never holding the full [tokens, vocab] logits in training "
-        "(same loss and gradients; docs/performance.md); 0 computes the full logits, then the loss.",
+        "(same loss and gradients); smaller chunks hold less (256 when memory limits the micro-batch: "
+        "docs/performance.md); 0 computes the full logits, then the loss.",
         min=0,
     )
 
