@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -62,7 +60,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, script_command, unknown_choice
 from torchnlq.models import QUERY_TYPES
 from torchnlq.parallel.float8 import MIN_CAPABILITY, float8_supported
-from torchnlq.parallel.memory_estimate import HEADROOM
+from torchnlq.parallel.memory_estimate import HEADROOM, estimate_memory
 from torchnlq.parallel.parallelize import apply_compile
 from torchnlq.train.metrics import PEAK_BF16_TFLOPS, peak_tflops
 from torchnlq.train.trainer import TrainingDiverged
@@ -382,33 +380,15 @@ def format_header(info: dict[str, Any], cfg: JobConfig, opts: CheckOptions, conf
 
 # ----- the memory estimate (torchnlq/parallel/memory_estimate.py) ------------------------------------
 
-ESTIMATE_MODULE = "torchnlq.parallel.memory_estimate"
-
-
 def memory_estimate(cfg: JobConfig, device_type: str) -> tuple[int | None, str]:
-    """(bytes, '') from ``torchnlq.parallel.memory_estimate.estimate_memory``, else (None, why not).
+    """(bytes, '') from :func:`~torchnlq.parallel.memory_estimate.estimate_memory` for one process, else (None, why).
 
-    The function is called as ``estimate_memory(cfg, model_args, world_size, device_type)`` and may
-    return bytes or an object whose ``total`` is bytes. An estimate must never stop the check: any
-    failure is the reason shown after "estimate: n/a".
+    An estimate must never stop the check: its failure is the reason shown after "estimate: n/a".
     """
     try:
-        spec = importlib.util.find_spec(ESTIMATE_MODULE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        return None, f"{ESTIMATE_MODULE} is not available"
-    try:
-        estimate_fn = getattr(importlib.import_module(ESTIMATE_MODULE), "estimate_memory", None)
-        if estimate_fn is None:
-            return None, f"{ESTIMATE_MODULE} has no estimate_memory"
-        result = estimate_fn(cfg, check_job_config(cfg), 1, device_type)
+        return estimate_memory(cfg, check_job_config(cfg), 1, device_type).total, ""
     except Exception as e:  # noqa: BLE001 - see the docstring
-        return None, f"{ESTIMATE_MODULE}.estimate_memory failed ({type(e).__name__}: {e})"
-    total = getattr(result, "total", result)
-    if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
-        return int(total), ""
-    return None, f"{ESTIMATE_MODULE}.estimate_memory returned {type(result).__name__}, not a byte count"
+        return None, f"the memory estimate failed ({type(e).__name__}: {e})"
 
 
 # ----- one row -----------------------------------------------------------------------------------
@@ -739,7 +719,8 @@ def main(argv: list[str]) -> int:
     config_args, specs, (_, float8_line) = plan_rows(opts, device)
     info = describe_device(device, specs[0].cfg)
     estimate, why = memory_estimate(specs[0].cfg, device.type)
-    estimate_line = (f"estimate: {_gib(estimate)} for the config's micro-batch ({ESTIMATE_MODULE})" if estimate
+    estimate_line = (f"estimate: {_gib(estimate)} for the config's micro-batch ({estimate_memory.__module__})"
+                     if estimate
                      else f"estimate: n/a ({why})")
     print(format_header(info, specs[0].cfg, opts, config_args, float8_line, estimate_line), flush=True)
     rows: list[Row] = []
