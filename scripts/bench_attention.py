@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Time one attention block per query type (linear, identity, residual, residual_mlp unfused and fused).
+"""Time one attention block per query type (linear, identity, residual, residual_mlp).
 
 Usage: python scripts/bench_attention.py [--batch 1] [--seq 1024] [--dim 768] [--heads 12] [--kv-heads N]
                                          [--rope] [--steps 20] [--warmup 3] [--compile] [--autocast fp32|bf16]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Prefill and KV-cache decoding speed per query type (linear, identity, residual, residual_mlp, fused, GQA).
+"""Prefill and KV-cache decoding speed per query type (linear, identity, residual, residual_mlp, GQA).
 
 Usage: python scripts/bench_inference.py [--layers 12] [--dim 768] [--heads 12] [--batch 1] [--prompt 128]
                                          [--decode 32] [--rounds 12] [--compile] [--autocast fp32|bf16]

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,27 +37,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2"), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
+    add_plugins_option(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.checkpoint.export import check_export_folder
-    from torchnlq.checkpoint.load import load_model
+    import_plugins_option(args.plugins)
+    from torchnlq.interop.export import check_export_folder
+    from torchnlq.interop.load import load_model
 
     check_export_folder(args.out, args.checkpoint, args.overwrite)  # before the (slow) load
 
     loaded = load_model(args.checkpoint)
     if args.format == "hf":
-        from torchnlq.hf.export import export_hf
+        from torchnlq.interop.hf_export import export_hf
 
         out = export_hf(loaded, args.out, args.dtype, overwrite=args.overwrite)
     elif args.format == "hf-gpt2":
-        from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
+        from torchnlq.interop.hf_gpt2 import export_hf_gpt2
 
         out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)
     else:
-        from torchnlq.checkpoint.export import export_safetensors
+        from torchnlq.interop.export import export_safetensors
 
         out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
     step = loaded.meta.get("step", "?")

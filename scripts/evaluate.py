@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 from torchnlq.errors import UserError  # noqa: E402
 
 VALIDATION_ONLY = ("sequences", "micro_batch_size", "seed", "seq_len")
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--tiktoken-file", default=None,
                     help="GPT-2 .tiktoken ranks file, used instead of the tokenizer the checkpoint or export carries")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    add_plugins_option(p)
     return p
 
 
@@ -67,6 +69,7 @@ def check_options(args: argparse.Namespace) -> None:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    import_plugins_option(args.plugins)
     check_options(args)
     if args.multiple_choice is not None:
         from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, evaluate_multiple_choice

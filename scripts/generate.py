@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
     p.add_argument("--seed", type=int, default=1337, help="sampling seed: the same seed gives the same text")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    add_plugins_option(p)
     p.add_argument("--tiktoken-file", default=None,
                    help="GPT-2 .tiktoken ranks file, used instead of the ones the checkpoint or export carries; "
                    "needed only for a gpt2 model that carries none (default then: $TORCHNLQ_TIKTOKEN_FILE)")
@@ -44,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.checkpoint.load import load_model
+    import_plugins_option(args.plugins)
+    from torchnlq.interop.load import load_model
     from torchnlq.inference.sampling import check_sampling, generate_text, stop_note
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)  # before the (slow) load

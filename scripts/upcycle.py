@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from torchnlq.checkpoint.export import check_export_folder, export_safetensors
-    from torchnlq.checkpoint.upcycle import upcycle
+    from torchnlq.interop.export import check_export_folder, export_safetensors
+    from torchnlq.interop.upcycle import upcycle
     from torchnlq.config.job_config import Query
     from torchnlq.errors import UserError
 

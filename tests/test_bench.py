@@ -61,27 +61,27 @@ def test_compare_interleaves_and_writes_json(tmp_path, capsys, monkeypatch):
     out_json = tmp_path / "bench.json"
     argv = [*TINY, "--steps=3", "--warmup=0", "--json", str(out_json),
             "--compare", "lin: --model.query.type=linear",
-            "--compare", "fused: --model.query.fuse_kv=true --autocast=bf16"]
+            "--compare", "mlp: --model.query.type=residual_mlp --autocast=bf16"]
     assert run_cli(bench.main, argv) == 0
     # Interleaved: each round times every variant once (in a shuffled order).
-    assert [sorted(order[k : k + 2]) for k in (0, 2, 4)] == [["fused", "lin"]] * 3
+    assert [sorted(order[k : k + 2]) for k in (0, 2, 4)] == [["lin", "mlp"]] * 3
 
     rows = table_rows(capsys.readouterr().out)
-    assert [r[0] for r in rows[1:]] == ["lin", "fused"]
+    assert [r[0] for r in rows[1:]] == ["lin", "mlp"]
     assert rows[1][-1] == "1.000×" and rows[2][-1].endswith("×")
 
     data = json.loads(out_json.read_text())
     assert {"config_args", "options", "machine", "variants"} <= data.keys()
     assert {"device", "torch", "threads", "load_avg_1m", "load_avg_1m_end"} <= data["machine"].keys()
     fields = {f.name for f in dataclasses.fields(bench.VariantResult)}
-    lin, fused = data["variants"]
-    assert fields == lin.keys() == fused.keys()
-    assert (lin["label"], fused["label"]) == ("lin", "fused")
-    assert fused["overrides"] == ["--model.query.fuse_kv=true"] and fused["precision"] == "bf16 autocast"
-    assert len(lin["step_ms_all"]) == len(fused["step_ms_all"]) == 3
+    lin, mlp = data["variants"]
+    assert fields == lin.keys() == mlp.keys()
+    assert (lin["label"], mlp["label"]) == ("lin", "mlp")
+    assert mlp["overrides"] == ["--model.query.type=residual_mlp"] and mlp["precision"] == "bf16 autocast"
+    assert len(lin["step_ms_all"]) == len(mlp["step_ms_all"]) == 3
     assert lin["step_time_ratio"] == 1.0
-    paired = sorted(f / b for f, b in zip(fused["step_ms_all"], lin["step_ms_all"]))
-    assert fused["step_time_ratio"] == pytest.approx(paired[1])  # median of the 3 per-round ratios
+    paired = sorted(f / b for f, b in zip(mlp["step_ms_all"], lin["step_ms_all"]))
+    assert mlp["step_time_ratio"] == pytest.approx(paired[1])  # median of the 3 per-round ratios
     assert lin["tokens_per_s"] == pytest.approx(lin["tokens_per_step"] / (lin["step_ms"] / 1000))
     assert lin["tflops"] == pytest.approx(lin["flops_per_token"] * lin["tokens_per_s"] / 1e12)
     assert lin["mfu"] is None and 0 <= lin["data_share"] < 1
@@ -91,12 +91,12 @@ def test_compare_interleaves_and_writes_json(tmp_path, capsys, monkeypatch):
     "extra,message",
     [
         (["--steps", "0"], "--steps must be at least 1"),
-        (["--steps", "two"], "--steps expects an integer"),
-        (["--autocast=fp16"], "--autocast: unknown 'fp16'"),
+        (["--steps", "two"], "argument --steps: invalid int value: 'two'"),
+        (["--autocast=fp16"], "argument --autocast: invalid choice: 'fp16'"),
         (["--compare", "a: --model.query.typo=1"], "unknown key 'model.query.typo'"),
         (["--compare", "a: --training.steps=1", "--compare", "a: --training.steps=2"], "labels must differ"),
-        (["--compare", "a: --autocast=int8"], "--compare 'a': --autocast: unknown 'int8'"),
-        (["--model.query.type=linear", "--model.query.fuse_kv=true"], "model.query.fuse_kv"),
+        (["--compare", "a: --autocast=int8"], "--compare 'a': argument --autocast: invalid choice: 'int8'"),
+        (["--model.query.type=linear", "--model.query.fuse_kv=true"], "model.query.fuse_kv was removed"),
     ],
 )
 def test_user_errors_are_one_line(capsys, extra, message):
@@ -139,8 +139,6 @@ def test_bench_attention_table(capsys):
     assert rows[0] == ["query", "params", "fwd (ms)", "fwd vs linear", "fwd+bwd (ms)", "fwd+bwd vs linear"]
     assert [r[0] for r in rows[1:]] == list(bench_attention.VARIANTS)
     assert rows[1][3] == "1.000×"
-    # The fused and unfused nonlinear queries hold the same parameters.
-    assert rows[4][1] == rows[5][1]
 
 
 def test_bench_loader_table(capsys):

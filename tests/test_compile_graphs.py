@@ -33,9 +33,6 @@ CASES += [
     pytest.param("residual_mlp", {"positions": "rope"}, {}, "none", id="residual_mlp-rope"),
     pytest.param("linear", {"positions": "rope", "n_kv_heads": 1}, {}, "none", id="linear-rope-gqa"),
     pytest.param("residual_mlp", {"n_kv_heads": 1}, {}, "none", id="residual_mlp-gqa"),
-    pytest.param("residual_mlp", {}, {"fuse_kv": True}, "none", id="residual_mlp-fused"),
-    pytest.param("residual_mlp", {"positions": "rope", "n_kv_heads": 1}, {"fuse_kv": True}, "none",
-                 id="residual_mlp-fused-rope-gqa"),
 ]
 CASES += [pytest.param("residual_mlp", {}, {}, m, id=f"residual_mlp-ac-{m}") for m in ("full", "selective", "op")]
 CASES += [pytest.param("linear", {"positions": "rope"}, {}, "op", id="linear-rope-ac-op")]

@@ -126,7 +126,7 @@ def test_paper_profile_of_gpt_small_configs() -> None:
 
 
 def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
-    from torchnlq.config.checks import registry_choices
+    from torchnlq.config.registries import registry_choices
 
     registries = registry_choices()
     text = help_text(registries=registries)
@@ -141,7 +141,7 @@ def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
 
 def test_registry_backed_options_list_the_registries_names() -> None:
     """The choice lists are written once, in the registries: help and docs show exactly those names."""
-    from torchnlq.config.checks import registry_choices
+    from torchnlq.config.registries import registry_choices
     from torchnlq.models.args import POSITIONS
     from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES
     from torchnlq.models.registry import FLAVORS

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from torchnlq.checkpoint.record import RunRecord
-from torchnlq.config.checks import check_job_config
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import iter_options
 from torchnlq.errors import ConfigError
 from torchnlq.models.args import ModelArgs
+from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import Trainer
 
 from helpers.train import tiny_config
@@ -105,7 +105,7 @@ def test_a_stop_without_checkpoints_does_not_promise_a_resume(tmp_path: Path) ->
 
 
 def test_runs_that_cannot_do_what_they_look_like_warn_before_they_start(tmp_path) -> None:
-    from torchnlq.config.checks import config_warnings
+    from torchnlq.train.preflight import config_warnings
 
     assert config_warnings(tiny_config(tmp_path)) == []  # warmup 2 of 12 steps, 16 validation sequences
     warmup = config_warnings(tiny_config(tmp_path, lr_schedule__warmup_steps=12))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchnlq.checkpoint.export import export_safetensors
+from torchnlq.interop.export import export_safetensors
 from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.inference.multiple_choice import (

@@ -13,9 +13,9 @@ import torchnlq
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.models import ModelArgs
-from torchnlq.checkpoint.export import export_safetensors
-from torchnlq.checkpoint.load import LoadedModel, load_model
-from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.export import export_safetensors
+from torchnlq.interop.load import LoadedModel, load_model
+from torchnlq.interop.hf_gpt2 import export_hf_gpt2
 
 from helpers.checkpoints import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
 

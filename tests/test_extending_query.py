@@ -1,64 +1,80 @@
-"""The query-type examples of docs/extending.md, run exactly as written there.
+"""docs/extending.md's query-type walk-through, run as written there: a plugin module outside torchnlq.
 
-The ```python blocks that define ``AnchoredMLPQuery`` and ``FusedAnchoredMLPQuery``
-are taken from the markdown file and executed, so a change to the docs that breaks
-them fails here. Checked against Q(X) = (X·W_Qᵀ + f(X)) / 2 written out by hand
-from the module's weights, with f(X) = LN(GELU(RMSNorm(X)·W1ᵀ)·W2ᵀ) (the defaults).
+The ```python block (``my_queries.py``) is written into a fresh folder and the ```bash block's
+commands run from it, as a user would (only the checkout's path is put in front of
+``./run_train.sh`` and ``scripts/``). Then the export is loaded in transformers in a process
+where torchnlq cannot be imported, and its logits are compared with torchnlq's own model of the
+same checkpoint; the type is also checked against its formula written out here, and compiled
+whole (``fullgraph``: no graph break).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
-from dataclasses import replace
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
 
-from helpers import REPO_ROOT
-from torchnlq.config.job_config import Model, Query
-from torchnlq.errors import ConfigError
-from torchnlq.models import GPT, ModelArgs, build_model_args
-from torchnlq.models.query import QUERY_TYPES, ResidualMLPQuery, register_query
+from torchnlq.config.job_config import Query
+from torchnlq.errors import UserError
+from torchnlq.interop.hf_export import export_hf
+from torchnlq.interop.load import LoadedModel, load_model
+from torchnlq.models import GPT, ModelArgs
+from torchnlq.models.query import QUERY_TYPES
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+from helpers import REPO_ROOT, WITHOUT_TORCHNLQ
 
 DOC = REPO_ROOT / "docs" / "extending.md"
 EPS = 1e-5
-DIM, HEADS, VOCAB, BATCH = 32, 4, 48, 2
-# The default fused-path threshold (Attention.fuse_min_tokens = None) is the fused weight's
-# row count, 2·kv_dim + r = 2·32 + 16 = 80 tokens: BATCH x 40 reaches it.
-FUSED_SEQ = 40
 
 
-def doc_block(class_name: str) -> str:
-    """The one ```python block of docs/extending.md that defines ``class_name``."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
-    found = [b for b in blocks if re.search(rf"^class {class_name}\(", b, flags=re.MULTILINE)]
-    assert len(found) == 1, f"docs/extending.md should define {class_name} in one python block"
-    return found[0]
+def doc_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def plugin_source() -> str:
+    (block,) = [b for b in doc_blocks("python") if b.startswith("# my_queries.py")]
+    return block
+
+
+def commands() -> list[str]:
+    (block,) = [b for b in doc_blocks("bash") if "--job.plugins my_queries" in b]
+    return [line for line in block.splitlines() if line.strip()]
 
 
 @pytest.fixture
-def docs() -> Iterator[SimpleNamespace]:
-    """Both docs classes, registered as the docs register them; QUERY_TYPES restored afterwards."""
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """my_queries.py written from the docs into tmp_path and importable; the registry restored afterwards."""
+    (tmp_path / "my_queries.py").write_text(plugin_source(), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
     before = dict(QUERY_TYPES)
-    namespace = {"torch": torch, "nn": nn, "register_query": register_query, "ResidualMLPQuery": ResidualMLPQuery}
     try:
-        exec(doc_block("AnchoredMLPQuery"), namespace)
-        exec(doc_block("FusedAnchoredMLPQuery"), namespace)
-        yield SimpleNamespace(**namespace)
+        yield tmp_path
     finally:
         QUERY_TYPES.clear()
         QUERY_TYPES.update(before)
+        sys.modules.pop("my_queries", None)
 
 
-# ---- independent reference: plain tensor ops, from the module's weights ----
+def tiny(query_type: str) -> GPT:
+    torch.manual_seed(0)
+    model = GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=48, max_seq_len=64, query=Query(type=query_type)))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.copy_(torch.rand_like(p) + 0.5)  # gains away from 1: a lost gain shows
+    return model
 
-def ref_anchored(query: nn.Module, x: torch.Tensor) -> torch.Tensor:
+
+def ref_anchored(query: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """(X·W_Qᵀ + LN(GELU(RMSNorm(X)·W1ᵀ)·W2ᵀ)) / 2, exact-erf GELU, norms with gains and no bias."""
     g_in, g_out = query.input_norm.weight, query.output_norm.weight
     h = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * g_in @ query.w1.weight.T
@@ -67,93 +83,86 @@ def ref_anchored(query: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return (x @ query.w_q.weight.T + f) / 2
 
 
-def model_args(query_type: str, fuse_kv: bool = False) -> ModelArgs:
-    return ModelArgs(n_layers=2, dim=DIM, n_heads=HEADS, vocab_size=VOCAB, max_seq_len=64, init_std=0.2,
-                     query=Query(type=query_type, fuse_kv=fuse_kv))
+def test_the_plugin_type_matches_its_formula_and_counts(plugin: Path) -> None:
+    import my_queries
 
-
-def build(args: ModelArgs) -> GPT:
-    """A tiny GPT with norm gains away from 1, so that a lost gain would show."""
-    torch.manual_seed(0)
-    model = GPT(args)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.copy_(torch.rand_like(p) + 0.5)
-    return model
-
-
-def tokens(seq: int = FUSED_SEQ) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (BATCH, seq), generator=torch.Generator().manual_seed(1))
-
-
-def run_capturing_query(model: GPT, toks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits, X, Q(X)) with X and Q(X) seen by layer 0's query inside the real forward."""
-    seen = {}
-
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        seen["x"], seen["q"] = args[0], output
-
-    handle = model.layers[0].attn.query.register_forward_hook(hook)
-    try:
-        out = model(toks)
-    finally:
-        handle.remove()
-    return out, seen["x"], seen["q"]
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, name: str) -> None:
-    """fp32, relative to the tensor's scale: the fused path rounds differently (one matmul, gain in the weight)."""
-    scale = max(expected.abs().max().item(), 1.0)
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * scale, msg=lambda m: f"{name}: {m}")
-
-
-def test_anchored_example_matches_its_formula(docs):
-    args = model_args("anchored_mlp")
-    model = build(args)
+    model = tiny("anchored_mlp")
     query = model.layers[0].attn.query
-    assert isinstance(query, docs.AnchoredMLPQuery)
-    # Its analytic count (the docs' count_params override) is what the model allocates.
-    assert args.num_params() == model.num_params()
-    assert "layers.0.attn.query.w_q.weight" in model.state_dict()
-    # Enough tokens for the fused path, had fusion been on: the unfused forward is used regardless.
-    assert not model.layers[0].attn._fusion_applies(torch.zeros(BATCH, FUSED_SEQ, DIM))
+    assert isinstance(query, my_queries.AnchoredMLPQuery)
+    assert model.args.num_params() == model.num_params()  # the docs' analytic count is what is allocated
+    seen = {}
+    query.register_forward_hook(lambda module, args, out: seen.update(x=args[0], q=out))
     with torch.no_grad():
-        _, x, q = run_capturing_query(model, tokens())
-        assert_close(q, ref_anchored(query, x), "Q(X)")
+        model(torch.randint(0, 48, (2, 16), generator=torch.Generator().manual_seed(1)))
+        torch.testing.assert_close(seen["q"], ref_anchored(query, seen["x"]), rtol=1e-5, atol=1e-5)
 
 
-def test_anchored_example_with_fuse_kv_is_a_config_error(docs):
-    """It overrides forward without a ``fused`` argument: refused when the config is checked."""
-    assert not docs.AnchoredMLPQuery.supports_fuse_kv
-    checks = (
-        lambda: model_args("anchored_mlp", fuse_kv=True),
-        lambda: build_model_args(Model(dim=DIM, n_heads=HEADS, query=Query(type="anchored_mlp", fuse_kv=True)), VOCAB),
-    )
-    for check in checks:
-        with pytest.raises(ConfigError, match="model.query.fuse_kv") as err:
-            check()
-        message = str(err.value)
-        assert "'anchored_mlp'" in message and "set model.query.fuse_kv = false" in message and "\n" not in message
+def test_a_plugin_that_imports_other_packages_is_refused_before_writing(tmp_path: Path, plugin: Path) -> None:
+    (plugin / "heavy_queries.py").write_text(
+        plugin_source().replace("import torch.nn as nn", "import numpy\nimport torch.nn as nn").replace(
+            '"anchored_mlp"', '"heavy_mlp"'), encoding="utf-8")
+    import heavy_queries  # noqa: F401 - registers heavy_mlp
+
+    try:
+        model = tiny("heavy_mlp")
+        loaded = LoadedModel(model, model.args, {"name": "byte", "eot_id": 47}, {}, tmp_path, "test")
+        with pytest.raises(UserError, match="imports numpy: an export carries a plugin only when"):
+            export_hf(loaded, tmp_path / "hf")
+        assert not (tmp_path / "hf").exists()
+    finally:
+        sys.modules.pop("heavy_queries", None)
 
 
-def test_fusable_anchored_example_equals_unfused(docs):
-    """The docs' opt-in: supports_fuse_kv and forward(x, fused). Same outputs and gradients as unfused."""
-    unfused = build(model_args("anchored_mlp_fused"))
-    fused = GPT(replace(unfused.args, query=replace(unfused.args.query, fuse_kv=True)))
-    fused.load_state_dict(unfused.state_dict())
-    toks = tokens()
-    assert fused.layers[0].attn._fusion_applies(torch.zeros(BATCH, FUSED_SEQ, DIM))  # default threshold
-    out_u, x_u, q_u = run_capturing_query(unfused, toks)
-    out_f, x_f, q_f = run_capturing_query(fused, toks)
+def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env.update(OMP_NUM_THREADS="1", HF_HOME=str(cwd / "hf_home"), **(env or {}))
+    return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def as_run_here(line: str) -> list[str]:
+    """A documented command, with the checkout's path in front of ./run_train.sh and scripts/."""
+    words = shlex.split(line)
+    if words[0] == "./run_train.sh":
+        return ["bash", str(REPO_ROOT / "run_train.sh"), *words[1:]]
+    assert words[0] == "python", line
+    if words[1].startswith("scripts/"):
+        return [sys.executable, str(REPO_ROOT / words[1]), *words[2:]]
+    return [sys.executable, *words[1:]]
+
+
+BLOCKED = WITHOUT_TORCHNLQ + """
+import json
+import torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+assert not any(m.split(".")[0] in ("torchnlq", "my_queries") for m in sys.modules)
+with torch.no_grad():
+    print(json.dumps(model(torch.tensor(json.loads(sys.argv[2]))).logits.tolist()))
+"""
+
+
+@pytest.mark.integration
+def test_the_walk_through_runs_as_written(plugin: Path) -> None:
+    """Train with the plugin, export with --format hf, load in transformers without torchnlq: same logits."""
+    for line in commands():
+        result = run(as_run_here(line), plugin)
+        assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
+    export = plugin / "exports" / "anchored_mlp"
+    assert (export / "plugin_my_queries.py").is_file()
+    help_text = run(["bash", str(REPO_ROOT / "run_train.sh"), "--job.plugins", "my_queries", "--help"], plugin)
+    assert re.search(r"--model\.query\.type\n.*one of [^\n]*anchored_mlp", help_text.stdout), help_text.stdout[:2000]
+
+    import my_queries  # noqa: F401 - what --plugins does for the tools
+
+    model = load_model(plugin / "outputs" / "anchored_mlp" / "checkpoints" / "step-20").model
+    tokens = torch.randint(0, model.args.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
+    (other_folder := plugin / "elsewhere").mkdir()  # not the folder holding my_queries.py
+    result = run([sys.executable, "-c", BLOCKED, str(export), json.dumps(tokens.tolist())],
+                 other_folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hf_logits = torch.tensor(json.loads(result.stdout.strip().splitlines()[-1]))
     with torch.no_grad():
-        assert_close(q_u, ref_anchored(unfused.layers[0].attn.query, x_u), "unfused Q(X)")
-        assert_close(q_f, ref_anchored(fused.layers[0].attn.query, x_f), "fused Q(X)")
-    assert_close(out_f, out_u, "logits")
-    weights = torch.randn(out_u.shape, generator=torch.Generator().manual_seed(2))
-    (out_u * weights).sum().backward()
-    (out_f * weights).sum().backward()
-    grads_u = dict(unfused.named_parameters())
-    for name, p in fused.named_parameters():
-        assert p.grad is not None, name
-        assert_close(p.grad, grads_u[name].grad, name)
+        expected = model(tokens)
+        assert ((hf_logits - expected).abs().max() / expected.abs().max()).item() <= 1e-5
+        compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break is an error
+        torch.testing.assert_close(compiled(tokens), expected, rtol=1e-4, atol=1e-4)

@@ -23,7 +23,7 @@ import torch
 from helpers.train import run_train, tiny_args
 
 from torchnlq.checkpoint.checkpointer import list_checkpoints
-from torchnlq.checkpoint.load import load_model
+from torchnlq.interop.load import load_model
 
 pytestmark = pytest.mark.integration  # trainer subprocesses, torchrun
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from torchnlq.checkpoint.export import check_export_folder, export_safetensors
-from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.export import check_export_folder, export_safetensors
+from torchnlq.interop.hf_gpt2 import export_hf_gpt2
 from torchnlq.data import token_format as fmt
 from torchnlq.data.prepare import prepare_dataset
 from torchnlq.errors import ConfigError, UserError
@@ -189,7 +189,7 @@ def test_job_name_must_be_a_plain_folder_name(tmp_path, name):
 
 
 def test_job_name_with_dots_and_dashes_is_fine(tmp_path):
-    from torchnlq.config.checks import check_job_config
+    from torchnlq.train.preflight import check_job_config
 
     for name in ("run-1.b_c", "res_gelu_lr2p6e-3", "..hidden"):
         cfg = tiny_config(tmp_path, name)

@@ -14,8 +14,8 @@ from torchnlq.data.token_file import TokenFile
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import KVCache
 from torchnlq.inference.evaluation import evaluate_source
-from torchnlq.checkpoint.export import export_safetensors
-from torchnlq.checkpoint.load import load_model
+from torchnlq.interop.export import export_safetensors
+from torchnlq.interop.load import load_model
 from torchnlq.inference.sampling import STOP_CONTEXT, STOP_EOT, STOP_LENGTH, generate_text, generate_tokens
 from torchnlq.train.validate import evaluate
 

@@ -27,10 +27,10 @@ import torch
 from torchnlq.benchmarks import gpu_check
 from torchnlq.benchmarks.gpu_check import Row, judge
 from torchnlq.cli import run_cli
-from torchnlq.config.checks import check_job_config
 from torchnlq.config.manager import load_job_config
 from torchnlq.models import GPT, QUERY_TYPES
 from torchnlq.models.query import LinearQuery, register_query
+from torchnlq.train.preflight import check_job_config
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO, SEQ, ACCUM = 2, 32, 2
@@ -465,13 +465,13 @@ def test_help_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     (["--device", "cpu", "--query-types", "quadratic"], "--query-types: unknown 'quadratic'"),
     (["--device", "cpu", "--query-types", "residual-mlp"], "did you mean 'residual_mlp'?"),
     (["--device", "cpu", "--steps", "0"], "--steps must be at least 1, got 0"),
-    (["--device", "cpu", "--steps", "two"], "--steps expects an integer, got 'two'"),
-    (["--device", "cpu", "--steps"], "--steps needs a value"),
-    (["--device", "cpu", "--query-types"], "--query-types needs a value"),
-    (["--device", "cpu", "--json"], "--json needs a value"),
+    (["--device", "cpu", "--steps", "two"], "argument --steps: invalid int value: 'two'"),
+    (["--device", "cpu", "--steps"], "argument --steps: expected one argument"),
+    (["--device", "cpu", "--query-types"], "argument --query-types: expected at least one argument"),
+    (["--device", "cpu", "--json"], "argument --json: expected one argument"),
     (["--device", "cpu", "--warmup", "0"], "--warmup must be at least 1"),
-    (["--device", "tpu"], "--device: unknown 'tpu' (choices: cuda, cpu)"),
-    (["--device", "cpu", "--compile-backend", "tvm"], "--compile-backend: unknown 'tvm'"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--device", "cpu", "--compile-backend", "tvm"], "argument --compile-backend: invalid choice: 'tvm'"),
     (["--device", "cpu", "--json", "{tmp}"], "is a folder"),
     (["--device", "cpu", "--json", "{tmp}/no/such/out.json"], "does not exist"),
     (["nowhere.toml", "--device", "cpu"], "config file 'nowhere.toml' not found"),

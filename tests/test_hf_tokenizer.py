@@ -1,4 +1,4 @@
-"""Tokenizer files in every export, and the tokenizer travelling with the model (torchnlq/data/hf_tokenizer.py).
+"""Tokenizer files in every export, and the tokenizer travelling with the model (torchnlq/interop/tokenizer_files.py).
 
 The references are independent of torchnlq's writer: the ``tokenizers`` library and
 ``transformers.AutoTokenizer`` read the written files and must encode a varied text to exactly
@@ -24,12 +24,12 @@ import regex
 import torch
 
 from torchnlq.checkpoint.checkpointer import Checkpointer
-from torchnlq.checkpoint.export import export_safetensors
-from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
-from torchnlq.checkpoint.load import LoadedModel, load_model
+from torchnlq.interop.export import export_safetensors
+from torchnlq.interop.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint
-from torchnlq.data import hf_tokenizer as hft
+from torchnlq.interop import tokenizer_files as hft
 from torchnlq.data import token_format as fmt
 from torchnlq.data.tokenizer import (
     ENDOFTEXT,
@@ -41,6 +41,7 @@ from torchnlq.data.tokenizer import (
 )
 from torchnlq.errors import UserError
 from torchnlq.inference.sampling import generate_text
+from torchnlq.train.run_start import checkpoint_files
 
 import helpers
 from helpers.checkpoints import BYTE_TOKENIZER, load_script, tiny_model
@@ -322,8 +323,11 @@ def test_auto_tokenizer_of_an_export_encodes_to_torchnlqs_ids(vocab, fmt_name, t
 
 def save_checkpoint(run: Path, model, desc: dict, step: int = 3, source: Path | None = None,
                     logger: logging.Logger | None = None) -> Path:
-    """What the trainer does at a save: Checkpointer.save of the model, its optimizer and the run's record."""
-    ckpt = Checkpointer(Checkpoint(interval=1, keep_latest_k=0), run, 0, logger or logging.getLogger("test"))
+    """What the trainer does at a save: Checkpointer.save of the model, its optimizer and the run's record,
+    with the tokenizer files the trainer hands it (``run_start.checkpoint_files``)."""
+    logger = logger or logging.getLogger("test")
+    ckpt = Checkpointer(Checkpoint(interval=1, keep_latest_k=0), run, 0, logger,
+                        extra_files=lambda: checkpoint_files(desc, source, None, logger))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if source is not None:  # a resumed run: the checkpoint it loaded is where the ranks can come from
         ckpt.load(source, model, opt, {})

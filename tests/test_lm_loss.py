@@ -97,7 +97,7 @@ def test_fsdp_and_compile_take_the_same_steps_with_either_loss(tmp_path: Path) -
 
 
 def test_compile_loss_with_the_chunked_loss_is_a_warning(tmp_path: Path) -> None:
-    from torchnlq.config.checks import config_warnings
+    from torchnlq.train.preflight import config_warnings
 
     warned = config_warnings(tiny_config(tmp_path, training__compile_loss=True))
     assert any("training.compile_loss" in w and "no effect" in w for w in warned)

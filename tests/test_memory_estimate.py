@@ -15,8 +15,8 @@ from helpers.train import tiny_config
 
 from torchnlq.benchmarks.activation_memory import measure_allocations
 from torchnlq.benchmarks.train_step_support import tensor_bytes
-from torchnlq.config.checks import check_job_config
 from torchnlq.parallel.memory_estimate import GIB, MemoryEstimate, estimate_memory, fit_warning
+from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import Trainer
 
 SHAPE = dict(model__n_layers=4, model__dim=128, model__n_heads=4, training__seq_len=128, training__micro_batch_size=8)
@@ -28,7 +28,6 @@ CASES = {
     "full-logits": {"training__loss_chunk_tokens": 0},
     "accumulation": {"training__grad_accum_steps": 2},
     "linear-gqa-rope": {"model__query__type": "linear", "model__n_kv_heads": 2, "model__positions": "rope"},
-    "fused": {"model__query__fuse_kv": True},
     "longer-sequences": {"training__seq_len": 256, "training__micro_batch_size": 4, "model__max_seq_len": 256},
 }
 

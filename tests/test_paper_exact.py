@@ -38,13 +38,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 from helpers.paper import as_paper_state_dict, paper_initial_weights
 
-from torchnlq.config.checks import check_job_config
 from torchnlq.config.job_config import Query
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import ConfigError
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.models.args import INIT_SCHEMES
 from torchnlq.models.query import QUERY_TYPES, QueryProjection, register_query
+from torchnlq.train.preflight import check_job_config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EPS = 1e-5
@@ -155,14 +155,6 @@ def test_paper_init_is_bitwise_the_papers(mode: str, tied: bool, hidden: int, se
     model = GPT(paper_model_args(mode, tied, hidden))
     expected = paper_initial_weights(seed, mode, L, D, V, T, hidden, tied)
     assert_bitwise(as_paper_state_dict(model.state_dict(), L), expected)
-
-
-def test_paper_init_of_the_fused_kv_query_is_the_same() -> None:
-    """fuse_kv changes the matmuls, not the parameters: the same draws."""
-    torch.manual_seed(5)
-    model = GPT(paper_model_args("residual_gelu", fuse_kv=True))
-    assert_bitwise(as_paper_state_dict(model.state_dict(), L), paper_initial_weights(5, "residual_gelu", L, D, V, T,
-                                                                                      HIDDEN, True))
 
 
 def test_the_trainer_starts_from_the_papers_weights(tmp_path: Path) -> None:

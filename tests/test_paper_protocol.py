@@ -84,7 +84,7 @@ def test_a_step_past_the_table_is_one_line(token_folder: Path) -> None:
 
 @pytest.mark.integration  # runs the trainer
 def test_the_runs_validation_loss_is_the_papers_estimate_on_its_row(tmp_path: Path, token_folder: Path) -> None:
-    from torchnlq.checkpoint.load import load_model
+    from torchnlq.interop.load import load_model
     from torchnlq.train.trainer import Trainer
 
     cfg = tiny_config(
@@ -114,8 +114,8 @@ def test_the_runs_validation_loss_is_the_papers_estimate_on_its_row(tmp_path: Pa
 
 
 def test_a_run_longer_than_the_table_is_refused_before_it_starts(tmp_path: Path) -> None:
-    from torchnlq.config.checks import check_job_config
     from torchnlq.errors import ConfigError
+    from torchnlq.train.preflight import check_job_config
 
     cfg = tiny_config(tmp_path, steps=6000, validation__protocol="paper", validation__interval=10)
     with pytest.raises(ConfigError, match="raise validation.interval to at least 11 or use validation.protocol = 'fixed'"):

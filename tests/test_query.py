@@ -273,52 +273,24 @@ def test_residual_branch_and_norm_gains_flags():
     assert make(Query(type="residual")).norm_gains() == {} and make(Query(type="linear")).norm_gains() == {}
 
 
-def test_fusion_contract_of_residual_mlp():
-    q = make(Query(type="residual_mlp", bottleneck_ratio=0.25))
-    assert q.supports_fuse_kv and q.kv_fusion_rows() == 8
-    # diag(g)·W1 as [r, d] rows: input channel i of W1 scaled by the RMSNorm gain g_i.
-    torch.testing.assert_close(q.kv_fusion_weight(), q.w1.weight * q.input_norm.weight[None, :])
-    for qtype in ("linear", "identity", "residual"):
-        assert not QUERY_TYPES[qtype].supports_fuse_kv
-        with pytest.raises(NotImplementedError):
-            make(Query(type=qtype)).kv_fusion_weight()
-
-
 def test_overriding_forward_drops_the_inherited_claims():
-    """supports_fuse_kv and linear_in_x describe the parent's forward: an override resets them."""
+    """linear_in_x describes the parent's forward: an override resets it."""
 
-    class SameForward(ResidualMLPQuery):
+    class SameForward(LinearQuery):
         pass
 
     class NewForward(ResidualMLPQuery):
         def forward(self, x):
             return x
 
-    class Declared(ResidualMLPQuery):
-        supports_fuse_kv = True
-
-        def forward(self, x, fused=None):
-            return x
-
     class NonlinearLinear(LinearQuery):
         def forward(self, x):
             return torch.tanh(self.w_q(x))
 
-    assert SameForward.supports_fuse_kv and Declared.supports_fuse_kv
-    assert not NewForward.supports_fuse_kv and not NewForward.linear_in_x
+    assert SameForward.linear_in_x and not NewForward.linear_in_x
     assert not NonlinearLinear.linear_in_x
     assert NonlinearLinear.has_residual_branch is False and NewForward.has_residual_branch  # not about forward
     assert "NewForward" not in {c.__name__ for c in QUERY_TYPES.values()}  # unregistered classes
-
-
-def test_claiming_fusion_without_a_fused_argument_fails_at_class_definition():
-    with pytest.raises(TypeError, match="supports_fuse_kv = True, so its forward must take 'fused'"):
-
-        class Broken(ResidualMLPQuery):
-            supports_fuse_kv = True
-
-            def forward(self, x):
-                return x
 
 
 def test_knobs_must_be_query_fields():

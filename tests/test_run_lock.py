@@ -125,19 +125,20 @@ def test_a_second_trainer_on_a_held_run_writes_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.integration  # builds trainers
 def test_a_checkpoint_saved_while_the_trainer_started_is_refused(tmp_path: Path, monkeypatch) -> None:
+    import torchnlq.train.trainer as trainer_mod
     from torchnlq.train.trainer import Trainer
 
     Trainer(tiny_config(tmp_path, "moved", steps=4)).train()
     checkpoints = tmp_path / "outputs/moved/checkpoints"
     config = (tmp_path / "outputs/moved/config.toml").read_text()
-    real_restore = Trainer._restore
+    real_start_run = trainer_mod.start_run
 
-    def restore_then_another_trainer_saves(self: Trainer) -> str | None:
-        line = real_restore(self)
+    def start_then_another_trainer_saves(*args, **kwargs):
+        start = real_start_run(*args, **kwargs)
         shutil.copytree(checkpoints / "step-4", checkpoints / "step-8")  # as if saved before our lock
-        return line
+        return start
 
-    monkeypatch.setattr(Trainer, "_restore", restore_then_another_trainer_saves)
+    monkeypatch.setattr(trainer_mod, "start_run", start_then_another_trainer_saves)
     with pytest.raises(UserError, match=r"changed while this trainer was starting \(it read step-4, now the latest "
                                         r"is step-8\)"):
         Trainer(tiny_config(tmp_path, "moved", steps=12, optimizer__lr=1e-3))

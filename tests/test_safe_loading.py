@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
 import torchnlq
 from torchnlq.checkpoint.checkpointer import RNG_FORMAT, load_rng_state, rng_state, set_rng_state
-from torchnlq.checkpoint.export import export_safetensors
-from torchnlq.checkpoint.load import load_model
+from torchnlq.interop.export import export_safetensors
+from torchnlq.interop.load import load_model
 from torchnlq.checkpoint.safe_reader import METADATA_GLOBALS, read_safe_metadata
 from torchnlq.errors import UserError
 from torchnlq.inference.evaluation import evaluate_source

@@ -274,8 +274,8 @@ def test_shipped_suites_load(suite: Path) -> None:
     loaded = load_suite(suite)
     assert loaded.baseline in {r.name for r in loaded.runs}
     assert len({r.name for r in loaded.runs}) == len(loaded.runs) >= 2
-    from torchnlq.config.checks import check_job_config
     from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import check_job_config
 
     for run in loaded.runs:  # every run's command line is a config that can run
         check_job_config(load_job_config(list(run.argv())))

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from torchnlq.checkpoint.checkpointer import list_checkpoints
+from torchnlq.checkpoint.checkpointer import compare_fingerprints, list_checkpoints
 from torchnlq.checkpoint.record import RunRecord
-from torchnlq.config.checks import check_job_config
 from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data.loader import build_data
 from torchnlq.data.synthetic import ensure_synthetic_corpus
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.inference.evaluation import evaluation_autocast
+from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import Trainer
 
 from helpers.train import tiny_config
@@ -133,10 +133,14 @@ def test_a_checkpoint_written_before_the_record_reads_and_resumes_with_the_same_
     assert (record.step, record.tokens_seen, record.skipped_steps, record.seq_len) == (20, 40960, 1, 128)
     assert record.validation.sequences == 64 and record.validation.micro_batch_size == 16
     assert record.mixed_precision is None  # the old trainer never recorded it
-    # What resume compares must be exactly what the old trainer saved.
-    assert record.resume_fingerprint() == OLD_META["fingerprint"]
+    # What resume compares must be exactly what the old trainer saved, less the removed fuse_kv option
+    # (the same function either way), which the fingerprint check skips.
+    current = OLD_META["model_args"] | {"query": {k: v for k, v in OLD_META["model_args"]["query"].items() if k != "fuse_kv"}}
+    expected = OLD_META | {"model_args": current, "fingerprint": OLD_META["fingerprint"] | {"model": current}}
+    assert record.resume_fingerprint() == expected["fingerprint"]
+    compare_fingerprints(OLD_META["fingerprint"], record.resume_fingerprint(), "old checkpoint")
     written = record.to_meta()
-    for key, value in OLD_META.items():
+    for key, value in expected.items():
         assert written[key] == value, key
 
 
@@ -208,7 +212,7 @@ def test_each_piece_decides_when_it_runs(tmp_path: Path) -> None:
 
 
 def test_a_knob_the_query_type_does_not_read_is_a_warning_not_an_error(tmp_path: Path) -> None:
-    from torchnlq.config.checks import config_warnings
+    from torchnlq.train.preflight import config_warnings
 
     cfg = tiny_config(tmp_path, "knobs", model__query__type="linear", model__query__activation="relu2")
     check_job_config(cfg)  # legal: one config file may serve several query types

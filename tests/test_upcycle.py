@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchnlq.checkpoint.load import load_model
-from torchnlq.checkpoint.upcycle import read_hf_gpt2, upcycle
+from torchnlq.interop.load import load_model
+from torchnlq.interop.upcycle import read_hf_gpt2, upcycle
 from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
@@ -101,7 +101,7 @@ def test_a_frozen_anchor_has_no_gradient(gpt2_folder: Path) -> None:
 
 def test_an_imported_gpt2_exports_back_to_transformers(gpt2_folder: Path, tmp_path: Path) -> None:
     """GPT-2 -> torchnlq -> --format hf-gpt2 -> GPT2LMHeadModel: the biases and the tanh GELU survive."""
-    from torchnlq.checkpoint.hf_gpt2 import export_hf_gpt2
+    from torchnlq.interop.hf_gpt2 import export_hf_gpt2
 
     out = export_hf_gpt2(upcycle(gpt2_folder), tmp_path / "back")
     x = tokens()
@@ -234,9 +234,5 @@ def test_options_that_cannot_work_together_are_one_line() -> None:
     from torchnlq.errors import ConfigError
     from torchnlq.models.args import ModelArgs
 
-    with pytest.raises(ConfigError, match="fuse_kv = true computes K,V .* without biases"):
-        ModelArgs(bias=True, query=Query(type="residual_mlp", fuse_kv=True))
-    with pytest.raises(ConfigError, match="fuse_kv = true needs a query with a fusable"):
-        ModelArgs(query=Query(type="anchored", fuse_kv=True))
     with pytest.raises(ConfigError, match="is not 'all' nor block indices"):
         ModelArgs(query=Query(type="anchored", layers="first"))

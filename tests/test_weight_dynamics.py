@@ -82,7 +82,7 @@ def test_a_resumed_run_measures_drift_from_the_same_initial_weights(tmp_path) ->
     drift = [t for t in whole if t.startswith("weights/") and t.endswith("/drift")]
     assert drift and all(whole[t][8] == split[t][8] > 0 for t in drift)
     # And the figure is what the test computes from the saved weights against a fresh seeded init.
-    from torchnlq.checkpoint.load import load_model
+    from torchnlq.interop.load import load_model
     from torchnlq.parallel.parallelize import reference_state_dict
 
     final = load_model(tmp_path / "outputs" / "whole" / "checkpoints" / "step-8").model

@@ -7,12 +7,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torchnlq.models.gpt import GPT
 
-from torchnlq.hf.auto import register_when_transformers_loads
 from torchnlq.version import __version__
 
-# AutoModelForCausalLM knows model_type "torchnlq" (--format hf exports) once transformers is imported,
-# without this import paying for transformers (torchnlq/hf/auto.py).
-register_when_transformers_loads()
+# Importing torchnlq has no side effects: `import torchnlq.hf` registers the transformers classes.
 
 __all__ = ["__version__", "load_pretrained"]
 
@@ -21,8 +18,8 @@ def load_pretrained(path: Any, device: Any = "cpu") -> GPT:
     """The GPT stored in a checkpoint folder or a safetensors export, in eval mode, fp32, on ``device``.
 
     Imports torch only when called, so ``import torchnlq`` stays light.
-    See :func:`torchnlq.checkpoint.load.load_model` for the metadata too.
+    See :func:`torchnlq.interop.load.load_model` for the metadata too.
     """
-    from torchnlq.checkpoint.load import load_model
+    from torchnlq.interop.load import load_model
 
     return load_model(path, device).model

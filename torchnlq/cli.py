@@ -1,11 +1,8 @@
 """Shared entry-point behaviour: user errors become one line and exit code 2.
 
-Under ``torchnlq.train.launch`` (multi-process runs), a worker does not print its ``error:``
-line: it leaves it in the launcher's folder (``TORCHNLQ_LAUNCH_DIR``), and the launcher prints
-the first one once, instead of torchrun's multi-rank failure report. A worker's traceback is
-handed over too, because when one rank stops, the others fail in their next collective with
-tracebacks of their own that say nothing about the cause: the launcher shows the first. A clean
-stop on a signal is handed over the same way, so the launcher can exit 0 with the resume hint.
+Under ``torchnlq.train.launch``, a worker leaves its ``error:`` line, traceback or clean stop in
+the launcher's folder (``TORCHNLQ_LAUNCH_DIR``) instead: the launcher shows the first, since the
+other ranks then fail in their collectives with tracebacks that say nothing about the cause.
 """
 
 from __future__ import annotations
@@ -38,12 +35,7 @@ def tell_launcher(kind: str, text: str) -> bool:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with torchnlq's one-line mistakes: a bad command line raises :class:`UserError`.
-
-    argparse's own report is a usage block and a ``prog: error:`` line on stderr; under
-    :func:`run_cli` this parser's mistakes are one ``error: ...`` line (naming ``--help``
-    for the usage) and exit code 2 like every other mistake.
-    """
+    """argparse with torchnlq's one-line mistakes: a bad command line raises :class:`UserError` (exit code 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")

@@ -1,11 +1,8 @@
 """Named moments where a fault test can hold a running trainer, to signal or kill it exactly there.
 
-A test sets ``TORCHNLQ_PAUSE_AT=name:step`` (``save:8``: the save of step 8, after its shards
-are written but before the checkpoint is renamed complete; ``validation:6``: as the validation
-of step 6 starts) and ``TORCHNLQ_PAUSE_DIR``. A process that reaches that moment writes its pid
-to ``<dir>/<name>-<step>-rank<R>`` and sleeps ``TORCHNLQ_PAUSE_SECONDS`` (default 3) before it
-goes on; the test waits for the file, then sends SIGTERM or SIGKILL. Without the variables
-(every real run) a pause point is one environment lookup.
+A test sets ``TORCHNLQ_PAUSE_AT=name:step`` (e.g. ``save:8``) and ``TORCHNLQ_PAUSE_DIR``; a process
+reaching that moment writes its pid to ``<dir>/<name>-<step>-rank<R>`` and sleeps
+``TORCHNLQ_PAUSE_SECONDS`` (default 3). In a real run a pause point is one environment lookup.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from pathlib import Path
 
 def pause_point(name: str, step: int) -> None:
     """Hold here for a while if the environment asks for ``name`` at ``step`` (fault tests only)."""
-    wanted = os.environ.get("TORCHNLQ_PAUSE_AT")
-    if wanted is None or wanted != f"{name}:{step}":
+    if os.environ.get("TORCHNLQ_PAUSE_AT") != f"{name}:{step}":
         return
     folder = Path(os.environ["TORCHNLQ_PAUSE_DIR"])
     (folder / f"{name}-{step}-rank{os.environ.get('RANK', '0')}").write_text(str(os.getpid()))

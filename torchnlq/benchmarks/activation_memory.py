@@ -1,19 +1,8 @@
 """Time and memory of one training step under each activation-checkpointing mode, with and without compile.
 
-Memory is measured without CUDA: ``torch.profiler`` with ``profile_memory=True``
-records every allocation and free of the CPU allocator (eager ops and inductor's
-compiled kernels alike) with its size. Summing the sizes over a window gives the
-bytes still held at its end; the running maximum gives the window's peak. Both
-are relative to the window's start, so parameters, gradients of earlier steps and
-optimizer state (allocated before) are excluded. Process RSS would be useless
-here: the allocator keeps freed pages, so RSS only ever grows.
-
-Two figures per configuration (gradients are set to None before each step):
-
-- *held after forward*: what forward leaves alive for backward (saved activations,
-  the logits and the loss): the number activation checkpointing reduces;
-- *peak fwd+bwd*: the highest point during forward and backward, including the
-  gradients backward allocates (the same for every mode) and recomputed activations.
+Memory is measured without CUDA, from the CPU allocations ``torch.profiler`` records (process
+RSS only ever grows), relative to a window's start: *held after forward* is what forward
+leaves for backward, *peak fwd+bwd* the highest point of forward and backward.
 """
 
 from __future__ import annotations
@@ -62,8 +51,7 @@ def _walk(events: list[Any]) -> Iterator[Any]:
 def measure_allocations(fn: Callable[[], Any]) -> tuple[Any, int, int]:
     """Run ``fn`` under the profiler: (its result, bytes allocated and not freed, peak bytes above the start).
 
-    Python's cyclic garbage collector is run before and paused during the window: a
-    collection inside it would free tensors of earlier steps and be counted as ``fn``'s.
+    The garbage collector is paused: a collection inside would free earlier tensors, counted as ``fn``'s.
     """
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     gc.collect()
@@ -163,16 +151,7 @@ def run_bench(
     warmup: int = 2,
     seed: int = 0,
 ) -> list[StepStats]:
-    """Step time and memory for every (compile, mode) pair.
-
-    The step time (forward, backward, AdamW) is the best of ``steps`` timed steps,
-    taken interleaved over the configurations (:func:`~torchnlq.benchmarks.timing.interleave`)
-    after ``warmup`` steps each (compilation, optimizer state): on a shared machine the
-    minimum of interleaved runs is the least disturbed figure, and each configuration
-    sees the same load.
-    The process CPU time is reported too: with one thread it is the work done,
-    whatever else the machine runs (wall time then includes waiting for a core).
-    """
+    """Step time (the best of ``steps`` interleaved, the least disturbed figure) and memory per (compile, mode)."""
     configs = [_Config(args, ac, c, micro_batch, seq_len, seed) for c in compile_options for ac in modes]
     for config in configs:
         for _ in range(warmup):

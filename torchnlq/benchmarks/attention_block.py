@@ -1,13 +1,7 @@
 """Micro-benchmark of one attention block (query, K,V, SDPA, out-projection) per query type.
 
-The block alone isolates what the query type changes: in a whole training step the
-MLP, the LM head and the optimizer dilute it. Every variant gets the same input
-``[batch, seq, dim]`` and its own seeded :class:`~torchnlq.models.gpt.Attention`;
-"fwd" is a forward with autograd recording (as in training), "fwd+bwd" adds the
-backward to the parameters and the input. Timings are medians over rounds that run
-the variants interleaved (:func:`torchnlq.benchmarks.timing.interleave`). The fused row
-always takes the fused path, even with fewer tokens than a model would fuse at
-(``Attention.fuse_min_tokens``), so it shows where fusing pays.
+The block alone isolates what the query type changes (a whole step dilutes it). Timings are
+medians over interleaved rounds of a forward with autograd ("fwd") and forward + backward.
 """
 
 from __future__ import annotations
@@ -39,7 +33,6 @@ VARIANTS: dict[str, Query] = {
     "identity": Query(type="identity"),
     "residual": Query(type="residual"),
     "residual_mlp": Query(type="residual_mlp"),
-    "residual_mlp fused": Query(type="residual_mlp", fuse_kv=True),
 }
 
 
@@ -63,9 +56,6 @@ class _Case:
         with torch.device(device):
             self.attn = Attention(args)
             self.attn.init_weights(args.init_std, args.init_std)
-            # The fused row measures the fused path at this shape even below the model's own
-            # threshold (2·kv_dim + r tokens, 1920 at gpt_small), where a model would run unfused.
-            self.attn.fuse_min_tokens = 0
             self.x = torch.randn(opts.batch, opts.seq, opts.dim, requires_grad=True)
             self.rope = None
             if opts.rope:

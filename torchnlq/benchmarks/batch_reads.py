@@ -1,17 +1,8 @@
 """Throughput of the training data loader alone: ``read_batch`` on a large uint16 token file.
 
-``read_batch`` gathers ``micro_batch`` random windows of ``seq_len + 1`` tokens with
-one fancy-indexing read of the mapped file (only those pages are touched) and
-converts them to int64 tensors. Offsets are random, as the pre-drawn batch schedule's
-are. Two cache states are measured: *warm* (the file's pages in the OS page cache,
-as after the first epoch or with a file smaller than RAM) and *cold* (the file's
-pages evicted with ``posix_fadvise(DONTNEED)`` before every read, so each window
-comes from the disk: the worst case of a corpus much larger than RAM). Eviction
-touches only this file's pages, never other processes' caches. :class:`TokenFile`
-advises its mapping ``MADV_RANDOM`` (no readahead around a faulting page); the
-"cold, readahead" row sets ``MADV_NORMAL`` back to show what that hint saves (a page
-fault then reads ``read_ahead_kb`` around the page, possibly megabytes for a 2 KiB window;
-the measured rows are in docs/performance.md, "Data loader alone").
+Reads at random offsets, *warm* (pages in the page cache) and *cold* (this file's pages evicted
+with ``posix_fadvise(DONTNEED)`` before every read); "cold, readahead" undoes TokenFile's
+``MADV_RANDOM`` to show what that hint saves (docs/performance.md, "Data loader alone").
 """
 
 from __future__ import annotations
@@ -68,12 +59,7 @@ MODES = ("warm", "cold", "cold, readahead")
 
 
 def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str) -> list[float]:
-    """Seconds of each of ``iters`` ``read_batch`` calls at random offsets, in one of :data:`MODES`.
-
-    warm: each micro-batch is read once untimed, then timed (its pages are cached).
-    cold: the file is unmapped, its pages evicted and the file mapped again before each
-    timed read (mapped pages cannot be evicted). Neither preparation is timed.
-    """
+    """Seconds of each of ``iters`` ``read_batch`` calls at random offsets, in one of :data:`MODES`."""
     tokens = TokenFile(path)
     gen = torch.Generator().manual_seed(0)
     offsets = torch.randint(len(tokens) - seq_len, (iters, micro_batch), generator=gen)
@@ -82,7 +68,7 @@ def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str
         if mode == "warm":
             read_batch(tokens, row, seq_len)
         else:
-            del tokens
+            del tokens  # mapped pages cannot be evicted
             _evict(path)
             tokens = TokenFile(path)
             if mode == "cold, readahead":

@@ -1,11 +1,4 @@
-"""Measure checkpoint save/load times: how long training is blocked, sync vs async.
-
-Builds a model of the given flavor with an AdamW state (one step taken, so the
-moments exist), then times :class:`~torchnlq.checkpoint.checkpointer.Checkpointer`
-saves into a temporary folder: a synchronous save, an asynchronous one (the
-time until ``save`` returns is what training waits for; the rest overlaps with
-training), and a load.
-"""
+"""Measure checkpoint save/load times: how long training is blocked, sync vs async."""
 
 from __future__ import annotations
 

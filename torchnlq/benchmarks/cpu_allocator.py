@@ -23,34 +23,11 @@ import tempfile
 from pathlib import Path
 
 from torchnlq.benchmarks.timing import markdown_table, median
+from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
 ARMS = ("keep", "default")
 BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
-
-
-def _take_int(argv: list[str], name: str, default: int, minimum: int) -> tuple[list[str], int]:
-    """Remove ``name N`` / ``name=N`` from ``argv``; the rest goes to bench.py."""
-    rest, value, i = [], default, 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == name or arg.startswith(name + "="):
-            if "=" in arg:
-                raw = arg.split("=", 1)[1]
-            elif i + 1 < len(argv):
-                raw, i = argv[i + 1], i + 1
-            else:
-                raise UserError(f"{name} needs a value")
-            try:
-                value = int(raw)
-            except ValueError:
-                raise UserError(f"{name} expects an integer, got {raw!r}") from None
-            if value < minimum:
-                raise UserError(f"{name} must be at least {minimum}, got {value}")
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, value
 
 
 def run_arm(arm: str, bench_args: list[str], folder: Path) -> tuple[float, float]:
@@ -69,21 +46,22 @@ def run_arm(arm: str, bench_args: list[str], folder: Path) -> tuple[float, float
 
 def main(argv: list[str]) -> int:
     """Entry point of scripts/bench_cpu_allocator.py."""
-    if "--help" in argv or "-h" in argv:
+    parser = ArgumentParser(prog="bench_cpu_allocator.py", add_help=False, allow_abbrev=False)
+    parser.add_argument("-h", "--help", action="store_true")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    opts, argv = parser.parse_known_args(argv)  # the rest goes to bench.py
+    if opts.help:
         print(__doc__)
         return 0
-    argv, rounds = _take_int(argv, "--rounds", 12, 1)
-    argv, steps = _take_int(argv, "--steps", 3, 1)
-    argv, warmup = _take_int(argv, "--warmup", 1, 0)
-    json_out = None
-    if "--json" in argv:
-        at = argv.index("--json")
-        if at + 1 >= len(argv):
-            raise UserError("--json needs a file name")
-        json_out = Path(argv[at + 1])
-        argv = argv[:at] + argv[at + 2:]
-        if json_out.is_dir() or not json_out.parent.is_dir():
-            raise UserError(f"--json '{json_out}' must be a file in an existing folder")
+    rounds, steps, warmup, json_out = opts.rounds, opts.steps, opts.warmup, opts.json
+    for name, value, minimum in (("--rounds", rounds, 1), ("--steps", steps, 1), ("--warmup", warmup, 0)):
+        if value < minimum:
+            raise UserError(f"{name} must be at least {minimum}, got {value}")
+    if json_out and (json_out.is_dir() or not json_out.parent.is_dir()):
+        raise UserError(f"--json '{json_out}' must be a file in an existing folder")
     if not argv or argv[0].startswith("-"):
         raise UserError("give a config first, e.g. train_configs/gpt_small_res_gelu.toml, then overrides")
     if not Path(argv[0]).is_file():

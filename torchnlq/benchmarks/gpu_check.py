@@ -54,7 +54,7 @@ from torch._dynamo.utils import counters
 from torchnlq.benchmarks.timing import machine_info, markdown_table
 from torchnlq.benchmarks.train_step import Variant
 from torchnlq.benchmarks.train_step_args import BenchOptions
-from torchnlq.config.checks import check_job_config
+from torchnlq.cli import ArgumentParser
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, script_command, unknown_choice
@@ -63,6 +63,7 @@ from torchnlq.parallel.float8 import MIN_CAPABILITY, float8_supported
 from torchnlq.parallel.memory_estimate import HEADROOM, estimate_memory
 from torchnlq.parallel.parallelize import apply_compile
 from torchnlq.train.metrics import PEAK_BF16_TFLOPS, peak_tflops
+from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import TrainingDiverged
 from torchnlq.train.validate import cross_entropy
 
@@ -76,23 +77,16 @@ DEFAULT_QUERY_TYPES = ("linear", "residual_mlp")
 DEVICES = ("cuda", "cpu")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
-# ----- verdict thresholds: references and project rules, not measurements made here -----------------
-#: Below this MFU a row is flagged. The low end of published figures for dense bf16 training:
-#: torchtitan reports 33-39% MFU for Llama 3.1 8B on H100 without float8 (its docs/performance.md);
-#: nanoGPT's README gives about 4 days on 8 x A100 40GB for its GPT-2 124M config (600k steps of
-#: 491,520 tokens), which is ~30% MFU with the same FLOP count (our arithmetic on their figures).
+# ----- verdict thresholds: references and project rules (docs/performance.md, "The first GPU run") ---
+#: Below this MFU a row is flagged: the low end of published figures for dense bf16 training.
 MFU_MIN = 0.30
-#: The project's target for the default profile (docs/performance.md, "Targets"): a row between
-#: MFU_MIN and this is not flagged, but its verdict notes the shortfall.
+#: The project's target for the default profile: a row under it is not flagged, but noted.
 MFU_TARGET = 0.45
-#: The data loader's share of a step above which a row is flagged (the "data loading < 1% of the
-#: step" target of docs/performance.md).
+#: The data loader's share of a step above which a row is flagged.
 DATA_SHARE_MAX = 0.01
-#: A peak above this share of the device's memory is flagged: the memory estimate's rule (leave
-#: HEADROOM of the card for the allocator's cache, the CUDA context and fragmentation).
+#: A peak above this share of the device's memory is flagged (the memory estimate's HEADROOM).
 MEMORY_SHARE_MAX = 1.0 - HEADROOM
-#: The trainer compiles every block with fullgraph=True and tests/test_compile_graphs.py requires one
-#: graph per kind of block reused every step: any graph break or later compilation is a problem.
+#: Training compiles with fullgraph=True, one graph per kind of block: any break or recompilation is a problem.
 GRAPH_BREAKS_MAX = 0
 RECOMPILES_MAX = 0
 
@@ -117,65 +111,30 @@ class CheckOptions:
     help: bool = False
 
 
-_VALUED = ("--steps", "--warmup", "--query-types", "--device", "--compile-backend", "--json")
-
-
-def _integer(name: str, raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise UserError(f"{name} expects an integer, got {raw!r}") from None
-
-
 def parse_args(argv: list[str]) -> CheckOptions:
-    """Split gpu_check's flags from the config path and overrides; every mistake is one UserError.
+    """Split gpu_check's flags from the config path and overrides (the rest); every mistake is one UserError.
 
-    The flags are taken out by hand (as scripts/bench.py does) so that everything else reaches
-    :func:`load_job_config` untouched. ``--query-types`` takes a comma-separated list, or several
-    names after it (``--query-types linear identity``), or ``all``.
+    ``--query-types`` takes comma-separated or several names, or ``all``; a *.toml among them is the config.
     """
-    opts, rest, i = CheckOptions(), [], 0
-    while i < len(argv):
-        name, has_value, value = argv[i].partition("=")
-        if name in ("-h", "--help"):
-            opts.help = True
-        elif name == "--no-float8":
-            opts.float8 = False
-        elif name in _VALUED:
-            if not has_value:
-                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                    raise UserError(f"{name} needs a value")
-                i, value = i + 1, argv[i + 1]
-            if name == "--query-types":
-                names = value.split(",")
-                # More names may follow as separate words; a config path (*.toml) or a flag ends them.
-                while not has_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") \
-                        and not argv[i + 1].endswith(".toml"):
-                    i += 1
-                    names += argv[i].split(",")
-                opts.query_types += [n.strip() for n in names if n.strip()]
-            elif name in ("--steps", "--warmup"):
-                setattr(opts, name[2:], _integer(name, value))
-            elif name == "--device":
-                opts.device = value
-            elif name == "--compile-backend":
-                opts.compile_backend = value
-            else:
-                opts.json = value
-        else:
-            rest.append(argv[i])
-        i += 1
-    opts.config_args = rest
+    parser = ArgumentParser(prog="gpu_check.py", add_help=False, allow_abbrev=False)
+    parser.add_argument("-h", "--help", action="store_true")
+    parser.add_argument("--steps", type=int, default=CheckOptions.steps)
+    parser.add_argument("--warmup", type=int, default=CheckOptions.warmup)
+    parser.add_argument("--query-types", nargs="+", action="extend", default=[])
+    parser.add_argument("--device", choices=DEVICES, default=CheckOptions.device)
+    parser.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=CheckOptions.compile_backend)
+    parser.add_argument("--no-float8", dest="float8", action="store_false")
+    parser.add_argument("--json")
+    known, rest = parser.parse_known_args(argv)
+    names = [n.strip() for word in known.query_types for n in word.split(",") if n.strip()]
+    known.query_types = [n for n in names if not n.endswith(".toml")]
+    opts = CheckOptions(config_args=[n for n in names if n.endswith(".toml")] + rest, **vars(known))
     if opts.help:
         return opts
     if opts.steps < 1:
         raise UserError(f"--steps must be at least 1, got {opts.steps}")
     if opts.warmup < 1:
         raise UserError(f"--warmup must be at least 1 (the first step compiles and is never timed), got {opts.warmup}")
-    if opts.device not in DEVICES:
-        raise UserError(f"--device: unknown {opts.device!r} (choices: {', '.join(DEVICES)})")
-    if opts.compile_backend not in COMPILE_BACKENDS:
-        raise UserError(f"--compile-backend: unknown {opts.compile_backend!r} (choices: {', '.join(COMPILE_BACKENDS)})")
     for qtype in opts.query_types:
         if qtype != "all" and qtype not in QUERY_TYPES:
             raise unknown_choice("--query-types", qtype, [*QUERY_TYPES, "all"])
@@ -190,11 +149,7 @@ def parse_args(argv: list[str]) -> CheckOptions:
 
 
 def _has_config_path(args: list[str]) -> bool:
-    """Whether the config arguments name a TOML file (positionally or as --job.config_file).
-
-    The same reading as load_job_config's: ``--key=value``, ``--key value`` (a value never starts
-    with ``--``) and a bare ``--flag``; any other word is the config path.
-    """
+    """Whether the config arguments name a TOML file (positionally or as --job.config_file), read as load_job_config."""
     i = 0
     while i < len(args):
         arg = args[i]
@@ -237,11 +192,7 @@ class RowSpec:
 
 
 def plan_rows(opts: CheckOptions, device: torch.device) -> tuple[list[str], list[RowSpec], tuple[bool, str]]:
-    """(config args, the rows, (float8 runs, why or why not)); every config is loaded and checked first.
-
-    Checking every row's config before the first step means a mistake in any of them is one
-    line before minutes of compilation, and nothing is written.
-    """
+    """(config args, the rows, (float8 runs, why or why not)); every row's config is checked before any runs."""
     config_args = list(opts.config_args)
     if not _has_config_path(config_args):
         default = DEFAULT_CONFIG if device.type == "cuda" else CPU_SMOKE_CONFIG
@@ -381,10 +332,7 @@ def format_header(info: dict[str, Any], cfg: JobConfig, opts: CheckOptions, conf
 # ----- the memory estimate (torchnlq/parallel/memory_estimate.py) ------------------------------------
 
 def memory_estimate(cfg: JobConfig, device_type: str) -> tuple[int | None, str]:
-    """(bytes, '') from :func:`~torchnlq.parallel.memory_estimate.estimate_memory` for one process, else (None, why).
-
-    An estimate must never stop the check: its failure is the reason shown after "estimate: n/a".
-    """
+    """(bytes, '') of the memory estimate for one process, else (None, why): it must never stop the check."""
     try:
         return estimate_memory(cfg, check_job_config(cfg), 1, device_type).total, ""
     except Exception as e:  # noqa: BLE001 - see the docstring
@@ -396,11 +344,7 @@ def memory_estimate(cfg: JobConfig, device_type: str) -> tuple[int | None, str]:
 
 @dataclass
 class Row:
-    """One row's figures (times in ms or s, memory in bytes, shares as fractions) and its verdict.
-
-    ``error`` is set when the row could not produce figures (out of memory at micro-batch 1,
-    a non-finite loss, a compiler that cannot run); the figures are then None.
-    """
+    """One row's figures (times in ms or s, memory in bytes, shares as fractions) and its verdict (or ``error``)."""
 
     query_type: str
     float8: bool
@@ -445,8 +389,7 @@ class Row:
 
 
 def smaller_micro_batch(micro: int, accum: int) -> tuple[int, int] | None:
-    """The next micro-batch to try after running out of memory, with the accumulation steps that keep
-    the tokens per step: the largest divisor of ``micro`` at most half of it; None at 1."""
+    """The largest divisor of ``micro`` at most half of it, with the accumulation that keeps the tokens; None at 1."""
     if micro <= 1:
         return None
     smaller = next(d for d in range(micro // 2, 0, -1) if micro % d == 0)
@@ -467,8 +410,7 @@ def _fresh_dynamo() -> Iterator[None]:
 def compile_for_check(trainer: Any, backend: str) -> None:
     """Re-compile the trainer's blocks with ``fullgraph=False`` (breaks are counted, not raised) on ``backend``.
 
-    ``Module.compile`` only stores the compiled call; nothing was traced yet (the Trainer runs no
-    forward when it is built), so this replaces what the trainer set up before its first use.
+    Nothing was traced yet (a new Trainer runs no forward), so this replaces the trainer's setup.
     """
     if not trainer.cfg.training.compile:
         return
@@ -488,10 +430,7 @@ def _out_of_memory(error: BaseException) -> bool:
 
 
 def _compile_failure(error: BaseException) -> str:
-    """The verdict of a compiler that cannot run here (no Triton, no C compiler, an unsupported GPU).
-
-    A finding, not a crash: the other rows still run.
-    """
+    """The verdict of a compiler that cannot run here (no Triton, no C compiler, ...): the other rows still run."""
     cause = getattr(error, "inner_exception", None)  # what the backend (inductor) raised
     what = (f"backend {getattr(error, 'backend_name', '?')!r} raised {type(cause).__name__}: {_first_line(str(cause))}"
             if cause is not None else f"{type(error).__name__}: {_first_line(str(error))}")

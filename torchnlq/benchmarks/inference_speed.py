@@ -1,20 +1,9 @@
 """Inference speed per query type: prefill and KV-cache decoding (the paper: "Inference speed has not been measured").
 
-At inference the nonlinear query's extra elementwise work (two norms, a GELU, a second
-small matmul) is not hidden behind large matmuls: a decode step multiplies one token per
-sequence, so every op is small and launch/memory bound. This benchmark answers what that
-costs. For every variant (each query type; the fused K,V + W1 projection; GQA) it builds a
-seeded model with the same shapes and measures, in interleaved rounds
-(:func:`torchnlq.benchmarks.timing.interleave`):
-
-- *prefill*: one forward of a ``batch x prompt`` prompt into an empty KV cache (tokens/s);
-- *decode*: ``decode`` steps of one new token per sequence against the cache that prefill
-  filled (ms per step, tokens/s = batch / step time);
-- *memory*: the model's weights, the KV cache at the end, and the peak a prefill + decode run
-  allocates above the weights (the CUDA allocator's peak; on a CPU the profiler's, as bench.py).
-
-Eager, or ``--compile`` (``torch.compile`` of the model with dynamic shapes, so that the
-growing cache position does not recompile every step).
+A decode step is small and launch/memory bound, so the nonlinear query's extra elementwise work
+is not hidden there. Per variant, in interleaved rounds: a prefill into an empty cache, decode
+steps against it, and the memory (weights, KV cache, peak above the weights). ``--compile``
+uses dynamic shapes, so the growing cache position does not recompile every step.
 """
 
 from __future__ import annotations
@@ -41,7 +30,6 @@ VARIANTS: dict[str, tuple[Query, dict]] = {
     "identity": (Query(type="identity"), {}),
     "residual": (Query(type="residual"), {}),
     "residual_mlp": (Query(type="residual_mlp"), {}),
-    "residual_mlp fused": (Query(type="residual_mlp", fuse_kv=True), {}),
     "linear GQA": (Query(type="linear"), {"gqa": True}),
     "residual_mlp GQA": (Query(type="residual_mlp"), {"gqa": True}),
 }

@@ -1,19 +1,6 @@
-"""Timing helpers shared by the benchmarks (scripts/bench.py, bench_attention.py, bench_loader.py).
+"""Timing helpers shared by the benchmarks: a device timer, interleaved rounds, machine info, Markdown tables.
 
-- :class:`DeviceTimer`: the duration of a callable on the device that runs it. On
-  CUDA, events recorded around the work give the GPU-timeline duration (the host
-  may run ahead; the synchronize at the end only fetches the result). On the CPU,
-  the wall clock.
-- :func:`interleave`: time several variants round-robin, so that a load change on
-  a shared machine (other jobs, thermal drift) affects every variant alike; the
-  order is a fresh (seeded) shuffle every round so no variant always runs right
-  after the same one (what ran before, e.g. its allocator pattern, shows in a step).
-- :func:`machine_info`: what a reader of a table needs to judge it (device, threads,
-  load average when measured).
-- :func:`markdown_table`.
-
-Allocation (peak memory) measurement is not here: it is
-:func:`torchnlq.benchmarks.activation_memory.measure_allocations`, reused by the benchmarks.
+Peak memory is :func:`torchnlq.benchmarks.activation_memory.measure_allocations`.
 """
 
 from __future__ import annotations
@@ -56,12 +43,10 @@ class DeviceTimer:
 
 
 def interleave(runs: Sequence[Callable[[], float]], rounds: int, seed: int = 0) -> list[list[float]]:
-    """Call every run once per round, in a seeded random order per round; returns each run's results.
+    """Call every run (one timed unit of work each) once per round, in a seeded random order; each run's results.
 
-    Each callable performs one timed unit of work and returns its duration. A fixed
-    cyclic order would always put the same variant before a given one, and what ran just
-    before shows in a step's time, enough to bias a ratio well beyond the noise (the measured
-    case is in docs/performance.md, "Tools"); shuffling spreads the predecessors over the rounds.
+    Interleaving lets a load change hit every variant alike; shuffling matters because what ran
+    just before shows in a step's time (docs/performance.md, "Tools").
     """
     results: list[list[float]] = [[] for _ in runs]
     order, rng = list(range(len(runs))), random.Random(seed)

@@ -119,7 +119,6 @@ class Variant:
         elif autocast == "fp32":
             self.trainer.autocast = contextlib.nullcontext
         self.precision = "fp32" if self.trainer.autocast is contextlib.nullcontext else "bf16 autocast"
-        # Times the reads by wrapping the loader the trainer reads through.
         self.reads = TimedLoader(self.trainer.loader, device)
         self.trainer.loader = self.reads
         self.cfg, self.timer = cfg, DeviceTimer(device)

@@ -1,17 +1,12 @@
-"""The command line of scripts/bench.py: its own flags apart from the config overrides.
-
-The benchmark's flags are taken out by hand rather than with argparse, because
-everything else (the config path and ``--section.key value`` overrides, with or
-without ``=``) must reach :func:`torchnlq.config.manager.load_job_config`
-untouched, and a mistake must be a one-line :class:`UserError`.
-"""
+"""The command line of scripts/bench.py: its own flags apart from the config overrides (passed on untouched)."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
+from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
 AUTOCAST_CHOICES = ("config", "bf16", "fp32")
@@ -30,47 +25,25 @@ class BenchOptions:
     help: bool = False
 
 
-_VALUED = {"--steps": int, "--warmup": int, "--json": str, "--autocast": str, "--compare": str}
-
-
-def _parse(name: str, raw: str, kind: type) -> Any:
-    try:
-        return kind(raw)
-    except ValueError:
-        raise UserError(f"{name} expects an integer, got {raw!r}") from None
-
-
-def _check_autocast(value: str, where: str) -> str:
-    if value not in AUTOCAST_CHOICES:
-        raise UserError(f"{where}--autocast: unknown {value!r} (choices: {', '.join(AUTOCAST_CHOICES)})")
-    return value
-
-
 def split_bench_args(argv: list[str]) -> tuple[BenchOptions, list[str]]:
     """(the benchmark's flags, the remaining arguments for ``load_job_config``)."""
-    opts, rest, i = BenchOptions(), [], 0
-    while i < len(argv):
-        name, has_value, value = argv[i].partition("=")
-        if name in ("-h", "--help"):
-            opts.help = True
-        elif name == "--real-data":
-            opts.real_data = True
-        elif name in _VALUED:
-            if not has_value:
-                if i + 1 >= len(argv):
-                    raise UserError(f"{name} needs a value")
-                i, value = i + 1, argv[i + 1]
-            parsed = _parse(name, value, _VALUED[name])
-            if name == "--compare":
-                opts.compare.append(parsed)
-            else:
-                setattr(opts, name[2:], parsed)
-        else:
-            rest.append(argv[i])
-        i += 1
+    parser = ArgumentParser(prog="bench.py", add_help=False, allow_abbrev=False)
+    parser.add_argument("-h", "--help", action="store_true")
+    parser.add_argument("--steps", type=int, default=BenchOptions.steps)
+    parser.add_argument("--warmup", type=int, default=BenchOptions.warmup)
+    parser.add_argument("--json")
+    parser.add_argument("--autocast", choices=AUTOCAST_CHOICES, default=BenchOptions.autocast)
+    parser.add_argument("--real-data", action="store_true")
+    parser.add_argument("--compare", action="append", default=[])
+    # argparse would read a spec of overrides alone ("--k=v") as a flag: hand it to --compare with "=".
+    words, glued = iter(argv), []
+    for arg in words:
+        value = next(words, None) if arg == "--compare" else None
+        glued.append(arg if value is None else f"{arg}={value}")
+    known, rest = parser.parse_known_args(glued)
+    opts = BenchOptions(**vars(known))
     if opts.steps < 1 or opts.warmup < 0:
         raise UserError(f"--steps must be at least 1 and --warmup at least 0 (got {opts.steps}, {opts.warmup})")
-    _check_autocast(opts.autocast, "")
     return opts, rest
 
 
@@ -89,16 +62,10 @@ def parse_variant(spec: str, default_autocast: str) -> tuple[str, list[str], str
     except ValueError as e:
         raise UserError(f"--compare {spec!r}: {e}") from None
     label = label.strip() or " ".join(tokens) or "base"
-    autocast, config_args, i = default_autocast, [], 0
-    while i < len(tokens):
-        name, has_value, value = tokens[i].partition("=")
-        if name == "--autocast":
-            if not has_value:
-                if i + 1 >= len(tokens):
-                    raise UserError(f"--compare {label!r}: --autocast needs a value")
-                i, value = i + 1, tokens[i + 1]
-            autocast = _check_autocast(value, f"--compare {label!r}: ")
-        else:
-            config_args.append(tokens[i])
-        i += 1
-    return label, config_args, autocast
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--autocast", choices=AUTOCAST_CHOICES, default=default_autocast)
+    try:
+        known, config_args = parser.parse_known_args(tokens)
+    except argparse.ArgumentError as e:
+        raise UserError(f"--compare {label!r}: {e}") from None
+    return label, config_args, known.autocast

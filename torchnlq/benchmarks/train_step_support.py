@@ -1,7 +1,4 @@
-"""Pieces of the training-step benchmark (torchnlq/benchmarks/train_step.py) that are not about timing:
-a random-token corpus, the data-loading timer, memory accounting of tensor subclasses,
-and keeping the trainer's log lines out of the benchmark's table.
-"""
+"""Pieces of the training-step benchmark that are not about timing: random data, the read timer, memory, logs."""
 
 from __future__ import annotations
 
@@ -38,9 +35,7 @@ def write_random_corpus(folder: Path, tokenizer: str) -> Path:
 class TimedLoader:
     """Wraps a trainer's loader: times each micro-batch's read and its host-to-device copy.
 
-    Installed as ``trainer.loader = TimedLoader(trainer.loader, device)``; the trainer
-    reads through it unchanged. The wrapper also does the copy, timed with CUDA events
-    on GPU, so the trainer's own ``.to(device)`` becomes a no-op.
+    The wrapper does the copy (timed with CUDA events), so the trainer's own ``.to(device)`` is a no-op.
     """
 
     def __init__(self, inner: MicroBatchSource, device: torch.device) -> None:

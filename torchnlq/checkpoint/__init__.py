@@ -1,2 +1,1 @@
-"""Checkpoints and exports: DCP save/resume, the metadata beside a checkpoint, loading for inference,
-safetensors and Hugging Face GPT-2 export."""
+"""DCP checkpoints: save/resume, the run's record and metadata beside them, and their safe reader."""

@@ -1,25 +1,16 @@
 """Save and resume: DCP checkpoints in ``<run>/checkpoints/step-N``.
 
-A checkpoint holds everything an exact resume needs: the model and optimizer
-(through ``get_state_dict``, so FSDP-sharded and plain models save the same
-FQN-keyed state and a checkpoint loads at any world size), the step and tokens
-seen (the run's :class:`~torchnlq.checkpoint.record.RunRecord`, in
-:data:`~torchnlq.checkpoint.metadata.META_FILE`), and every rank's
-RNG states (``rng-rank{r}.pt``: tensors and plain values, read with
-``weights_only=True``), and for a gpt2 run the tokenizer's ranks
-(``tokenizer.tiktoken``, a copy of the recorded ``.tiktoken`` file: the checkpoint is
-sampled from and exported without the user's ranks file). The data position needs no
-state: the batch of step s is a pure function of s. Reading a checkpoint runs no code from it: DCP's
-``.metadata`` and shards are read through :mod:`torchnlq.checkpoint.safe_reader`.
+A checkpoint holds everything an exact resume needs: the model and optimizer (FQN-keyed through
+``get_state_dict``, so it loads at any world size), the run's record (:data:`META_FILE`), every
+rank's RNG states (``rng-rank{r}.pt``, tensors read with ``weights_only=True``) and the trainer's
+``extra_files`` (a gpt2 run's tokenizer ranks). The batch of step s is a pure function of s: no
+data state. Reading a checkpoint runs no code from it (:mod:`torchnlq.checkpoint.safe_reader`).
 
-Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to
-``step-N`` only after all ranks finished, so a ``step-N`` folder is always
-complete, and a save killed midway leaves the previous checkpoint as the latest.
+Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to ``step-N`` only
+after all ranks finished, so a save killed midway leaves the previous checkpoint as the latest.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import logging
 import random
@@ -27,6 +18,7 @@ import re
 import shutil
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -46,7 +38,6 @@ from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
-from torchnlq.data.hf_tokenizer import TOKENIZER_RANKS_FILE, find_gpt2_ranks
 from torchnlq.errors import UserError
 from torchnlq.pause_points import pause_point
 
@@ -169,10 +160,8 @@ def _is_rng_state(state: dict[str, Any]) -> bool:
 def load_rng_state(path: Path) -> dict[str, Any]:
     """Read ``rng-rank{r}.pt`` with ``weights_only=True``, never running code from it.
 
-    Format 2 files hold only tensors and plain values. Format 1 files (torchnlq before
-    RNG_FORMAT 2) pickled NumPy's state tuple, whose uint32 array needs NumPy's array
-    reconstructor: exactly those globals (:func:`_numpy_array_globals`) are allowed while
-    reading, nothing else. Anything that is not an RNG state is a one-line UserError.
+    Format 1 files pickled NumPy's uint32 array: exactly its reconstructor's globals are allowed.
+    Anything that is not an RNG state is a one-line UserError.
     """
     try:
         with torch.serialization.safe_globals(_numpy_array_globals()):
@@ -207,20 +196,16 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 # Fingerprint keys newer than the first torchnlq checkpoints (checkpoints without them still resume).
 FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content"})
+# Keys of removed options that never changed the function (models.config.REMOVED_QUERY_FIELDS).
+FINGERPRINT_KEYS_REMOVED = frozenset({"model.query.fuse_kv"})
 
 
 def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
-    """Refuse to resume when model shape or data differ; name the first differing field.
-
-    Fingerprints are nested dicts (``{"model": {...}, "data": {...}}``); only the
-    sections present in ``current`` are compared (model-only loads pass just "model").
-    A key in :data:`FINGERPRINT_KEYS_ADDED_LATER` that an older checkpoint lacks is not
-    compared: that checkpoint is checked for everything it recorded.
-    """
+    """Refuse to resume when model shape or data differ (the sections in ``current``); name the first difference."""
     saved = flatten({k: v for k, v in saved.items() if k in current})
     current = flatten(current)
     for key in sorted(set(saved) | set(current)):
-        if key not in saved and key in FINGERPRINT_KEYS_ADDED_LATER:
+        if (key not in saved and key in FINGERPRINT_KEYS_ADDED_LATER) or key in FINGERPRINT_KEYS_REMOVED:
             continue
         if saved.get(key) != current.get(key):
             raise UserError(
@@ -243,7 +228,8 @@ class Checkpointer:
     """Saves, prunes and loads the run's checkpoints; one per process, all ranks call every method."""
 
     def __init__(
-        self, cfg: Checkpoint, run_dir: Path, rank: int, logger: logging.Logger, tiktoken_file: str | None = None
+        self, cfg: Checkpoint, run_dir: Path, rank: int, logger: logging.Logger,
+        extra_files: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.folder = run_dir / "checkpoints"
@@ -255,11 +241,8 @@ class Checkpointer:
             # A separate gloo group keeps background-save collectives off the training group.
             self._async_group = dist.new_group(backend="gloo")
         self.last_save_blocked_s = 0.0
-        # The tokenizer every checkpoint carries (rank 0 writes it): where to look, and what was found.
-        self.tiktoken_file = tiktoken_file  # data.tiktoken_file
-        self._tokenizer_source: Path | None = None  # the checkpoint this run resumed or started from
-        self._ranks: bytes | None = None
-        self._ranks_looked_up = False
+        self._extra_files_source = extra_files
+        self._extra_files: Mapping[str, bytes] | None = None  # asked for at the first save
 
     # ----- saving ---------------------------------------------------------------------------
 
@@ -284,7 +267,7 @@ class Checkpointer:
         torch.save(rng_state(), partial / f"rng-rank{self.rank}.pt")
         if self.rank == 0:
             write_meta(partial, record.to_meta())
-            self._write_tokenizer(partial, record.tokenizer)
+            self._write_extra_files(partial)
         if self.cfg.async_mode:
             future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
             self._pending = (future, partial, final, step)
@@ -294,33 +277,12 @@ class Checkpointer:
             self._finish(partial, final, step)
         self.last_save_blocked_s = time.perf_counter() - start
 
-    def _write_tokenizer(self, partial: Path, tokenizer: dict[str, Any]) -> None:
-        """Put the gpt2 ranks into the checkpoint, so generate.py and exports need no --tiktoken-file.
-
-        Looked up once, at the first save (:func:`find_gpt2_ranks`: data.tiktoken_file, the checkpoint
-        the run resumed from, $TORCHNLQ_TIKTOKEN_FILE, tiktoken's cache). Training never fails for
-        them: a run whose ranks are nowhere offline warns once and saves checkpoints without.
-        The byte tokenizer needs no file.
-        """
-        if tokenizer.get("name") != "gpt2":
-            return
-        if not self._ranks_looked_up:
-            self._ranks_looked_up = True
-            # A damaged copy in the resumed checkpoint must not hide a good file elsewhere: then look again without it.
-            sources = [self._tokenizer_source, None] if self._tokenizer_source is not None else [None]
-            for source in sources:
-                try:
-                    self._ranks = find_gpt2_ranks(tokenizer, source, self.tiktoken_file)
-                    break
-                except UserError as e:
-                    error = e
-            else:
-                self.logger.warning(
-                    f"warning: checkpoints will not carry the gpt2 tokenizer ({error}); generate.py and exports "
-                    "of them will need the ranks file"
-                )
-        if self._ranks is not None:
-            (partial / TOKENIZER_RANKS_FILE).write_bytes(self._ranks)
+    def _write_extra_files(self, partial: Path) -> None:
+        """Write the files every checkpoint carries (``extra_files``, asked for once, at the first save)."""
+        if self._extra_files is None:
+            self._extra_files = dict(self._extra_files_source()) if self._extra_files_source is not None else {}
+        for name, data in self._extra_files.items():
+            (partial / name).write_bytes(data)
 
     def wait(self) -> None:
         """Block until a background save is written, then make it visible (rename, prune)."""
@@ -367,14 +329,9 @@ class Checkpointer:
     def load(
         self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, fingerprint: dict[str, Any]
     ) -> RunRecord:
-        """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record.
-
-        ``fingerprint`` is this run's :meth:`RunRecord.resume_fingerprint`: a checkpoint of
-        another model shape or data order is refused, naming the first difference.
-        """
+        """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record."""
         meta = read_meta(path)
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
-        self._tokenizer_source = path  # its tokenizer ranks, if it carries them, go on into this run's checkpoints
         model_only = optimizer is None
         rng_file = path / f"rng-rank{self.rank}.pt"
         # Read (and check) before anything is loaded; a new rank after a world-size change keeps its seed.
@@ -396,52 +353,6 @@ class Checkpointer:
         if rng is not None:
             set_rng_state(rng)
         return RunRecord.from_meta(meta, path / META_FILE)
-
-    def load_model_only(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
-        """Load only the weights of another run's checkpoint (checkpoint.initial_load_path); returns a note for the log.
-
-        ``model_fingerprint`` is ``{"model": ...}``: the shapes must match, the data may differ.
-        ``path`` may also be a safetensors export or a Hugging Face GPT-2 folder; from either, a
-        run whose query is ``anchored`` starts from a linear-query model (upcycling: W_Q becomes
-        the anchor, f keeps this run's own initialisation, zero at the start).
-        """
-        from torchnlq.checkpoint.load import is_export
-        from torchnlq.checkpoint.upcycle import is_hf_gpt2_folder, pretrained_weights
-
-        if is_export(path) or is_hf_gpt2_folder(path):
-            return self._load_pretrained(path, model, model_fingerprint, pretrained_weights(path))
-        meta = read_meta(path)
-        compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
-        self._tokenizer_source = Path(path)
-        model_sd, _ = get_state_dict(model, [])
-        state = {MODEL_KEY: model_sd}
-        try:
-            load_dcp(state, path)
-        except DCPReadError as e:
-            raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
-        set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
-        return ""
-
-    def _load_pretrained(self, path: str, model: nn.Module, model_fingerprint: dict[str, Any],
-                         pretrained: tuple[Any, dict[str, Any]]) -> str:
-        """Load a full (unsharded) state dict read from an export or a Hugging Face folder into ``model``.
-
-        Returns a note for the run's log ("" unless the load upcycled a linear query).
-        """
-        from torchnlq.checkpoint.upcycle import anchored_from_linear
-        from torchnlq.models.args import ModelArgs
-
-        source_args, state = pretrained
-        run_args = ModelArgs.from_dict(model_fingerprint["model"])
-        upcycling = anchored_from_linear(source_args, run_args)
-        # Upcycling compares the shapes as if this run's query were the source's linear one.
-        expected = dataclasses.replace(run_args, query=source_args.query) if upcycling else run_args
-        compare_fingerprints({"model": source_args.to_dict()}, {"model": expected.to_dict()},
-                             f"checkpoint.initial_load_path {path}")
-        self._tokenizer_source = Path(path)
-        set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
-                       options=StateDictOptions(full_state_dict=True, strict=not upcycling))
-        return "upcycled: its W_Q anchors this run's queries, f starts at zero" if upcycling else ""
 
     def close(self) -> None:
         """Finish any background save."""

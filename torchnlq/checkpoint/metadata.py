@@ -1,16 +1,8 @@
 """What a torchnlq checkpoint folder holds besides the DCP shards.
 
-A checkpoint is a folder ``<run>/checkpoints/step-N/`` written with
-torch.distributed.checkpoint (DCP). Its state dict has the model's parameters
-under the top-level key :data:`MODEL_KEY` (plain FQNs of the unwrapped model,
-e.g. ``model.layers.0.attn.kv.weight``), and the folder holds a small JSON file,
-:data:`META_FILE`, that says how to rebuild the model without the run's config:
-``{"step", "model_args", "tokenizer", "seq_len", "validation", "data_fingerprint", ...}``.
-A gpt2 run's checkpoint also carries its tokenizer: ``tokenizer.tiktoken``, the ``.tiktoken``
-ranks whose sha256 ``tokenizer`` records (:data:`torchnlq.data.hf_tokenizer.TOKENIZER_RANKS_FILE`;
-named there, not here, so that this module stays free of torch and the data package).
-The folder is renamed into place only once complete, so a ``step-N`` folder
-that exists is a loadable checkpoint.
+A checkpoint is a DCP folder ``<run>/checkpoints/step-N/`` with the model's parameters under
+:data:`MODEL_KEY` (plain FQNs of the unwrapped model) and a JSON file, :data:`META_FILE`, that
+says how to rebuild the model without the run's config. This module stays free of torch.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from torchnlq.errors import UserError
 META_FILE = "torchnlq.json"
 MODEL_KEY = "model"
 
-# An export folder (torchnlq.checkpoint.export): safetensors weights + config.json (+ tokenizer).
+# An export folder (torchnlq.interop.export): safetensors weights + config.json (+ tokenizer).
 EXPORT_FORMAT = "torchnlq-safetensors"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"

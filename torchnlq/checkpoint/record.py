@@ -1,16 +1,8 @@
-"""One typed record of a run's metadata, and the three files it is written to.
+"""One typed record of a run's metadata, written into every checkpoint (``torchnlq.json``, read back
+by resume and the tools) and into ``<run>/run_info.json`` (read by suites and comparisons).
 
-The trainer keeps a :class:`RunRecord` up to date and writes it
-
-* into every checkpoint as ``torchnlq.json`` (:meth:`RunRecord.to_meta`), which resume
-  checks (:meth:`RunRecord.resume_fingerprint`) and the tools read back
-  (:meth:`RunRecord.from_meta`: evaluation's validation settings and precision,
-  sampling's tokenizer, the exports' ``config.json``);
-* into ``<run>/run_info.json`` (:meth:`RunRecord.to_run_info`), which suites and run
-  comparisons read without opening TensorBoard (:func:`read_run_info`).
-
-The JSON keys are those torchnlq has always written, so checkpoints and exports made
-before this record existed still resume and load; fields they lack read as None.
+The JSON keys are those torchnlq has always written, so older checkpoints and exports still
+load; fields they lack read as None.
 """
 
 from __future__ import annotations
@@ -42,10 +34,7 @@ class DataRecord:
 
 @dataclass(frozen=True)
 class ValidationRecord:
-    """The validation set: enough to draw the same windows again (evaluation does).
-
-    Read from a hand-made export, any of these may be None (evaluation then asks for it).
-    """
+    """The validation set: enough to draw the same windows again (None: not recorded, evaluation asks)."""
 
     seed: int | None
     sequences: int | None
@@ -58,13 +47,7 @@ class ValidationRecord:
 
 @dataclass
 class RunRecord:
-    """A run's metadata: the model, its data and validation, its precision and progress.
-
-    Fields other than ``model_args`` are None when read from a file that does not
-    record them (a hand-made export, a checkpoint of an older torchnlq).
-    ``mixed_precision`` is what the run computed in ("bf16" or "fp32"), not what the
-    config asked for: a CPU run is always "fp32".
-    """
+    """A run's metadata: the model, its data and validation, its precision and progress."""
 
     model_args: ModelArgs
     tokenizer: dict[str, Any]
@@ -74,7 +57,7 @@ class RunRecord:
     name: str | None = None
     steps: int | None = None
     world_size: int | None = None
-    mixed_precision: str | None = None
+    mixed_precision: str | None = None  # what the run computed in, not what the config asked for
     step: int = 0
     tokens_seen: int = 0
     skipped_steps: int = 0

@@ -1,21 +1,15 @@
 """Read DCP checkpoints without running code from the folder: the one way torchnlq opens them.
 
-torch.distributed.checkpoint (DCP) stores a checkpoint's index, ``.metadata``, as a pickle, and
-its stock reader unpickles it with ``pickle.load``; non-tensor items (the optimizer's
-``param_groups``: learning rate, betas, flags) are ``torch.load``-ed with ``weights_only=False``
-by its default planner. Either runs whatever a planted file asks for. Here:
+DCP's stock reader unpickles ``.metadata`` with ``pickle.load``, and its default planner
+``torch.load``-s non-tensor items (the optimizer's ``param_groups``) with ``weights_only=False``:
+either runs whatever a planted file asks for. Here:
 
-* :class:`SafeFileSystemReader` unpickles ``.metadata`` with :class:`MetadataUnpickler`, whose
-  ``find_class`` hands out only the classes DCP writes into it (:data:`METADATA_GLOBALS`:
-  DCP's metadata dataclasses, ``_StorageInfo``, ``torch.Size``, torch dtypes and layouts,
-  ``pathlib`` paths, ``collections.OrderedDict``, ``set``/``frozenset``); any other global is a
-  one-line :class:`UserError` naming it. The result must be a DCP ``Metadata`` whose shards lie
-  inside the folder.
-* :class:`SafeLoadPlanner` loads the non-tensor items with ``weights_only=True``; DCP itself
-  reads tensors with ``weights_only=True``. The reader refuses to run with any other planner.
-* :func:`load_dcp` puts the two together: every DCP read of torchnlq (resume,
-  ``checkpoint.initial_load_path``, :func:`torchnlq.checkpoint.load.load_model` and the tools
-  behind it) goes through it, and every failure comes back as one line.
+* :class:`MetadataUnpickler` resolves only the classes DCP writes into ``.metadata``
+  (:data:`METADATA_GLOBALS`); any other global is a one-line :class:`UserError` naming it, and
+  the shards must lie inside the folder;
+* :class:`SafeLoadPlanner` loads the non-tensor items with ``weights_only=True`` (the reader
+  refuses any other planner);
+* :func:`load_dcp` puts the two together: every DCP read of torchnlq goes through it.
 """
 
 from __future__ import annotations
@@ -114,11 +108,7 @@ def _refuse(folder: Any, what: str) -> NoReturn:
 
 
 def read_safe_metadata(folder: str | Path, file: str | Path | None = None) -> dcp_metadata.Metadata:
-    """Unpickle ``folder/.metadata`` (or ``file``) with :class:`MetadataUnpickler` and check what came out.
-
-    A global outside the allow-list, an object that is not DCP ``Metadata``, or a shard outside
-    the folder is refused with one line; a damaged file is "corrupt".
-    """
+    """Unpickle ``folder/.metadata`` (or ``file``) with :class:`MetadataUnpickler` and check what came out."""
     path = Path(file) if file is not None else Path(folder, METADATA_FILE)
     try:
         with open(path, "rb") as f:
@@ -168,11 +158,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 
 
 class SafeFileSystemReader(FileSystemReader):
-    """``FileSystemReader`` whose ``.metadata`` goes through :func:`read_safe_metadata`.
-
-    Tensors are read by DCP with ``weights_only=True``; non-tensor items by :class:`SafeLoadPlanner`
-    (required). A weights-only refusal in a shard is a one-line :class:`UserError` naming the file.
-    """
+    """``FileSystemReader`` reading ``.metadata`` with :func:`read_safe_metadata`; needs :class:`SafeLoadPlanner`."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
         # Mirrors FileSystemReader.read_metadata (torch 2.x): the global file, or a rank's own.
@@ -227,11 +213,7 @@ def damaged_shards(folder: str | Path) -> list[str]:
 
 
 def load_dcp(state: dict[str, Any], folder: str | Path) -> None:
-    """``dcp.load(state)`` from ``folder`` through :class:`SafeFileSystemReader` and :class:`SafeLoadPlanner`.
-
-    A refused or damaged ``.metadata`` and a refused shard raise :class:`UserError`; any other
-    failure of DCP raises :class:`DCPReadError` with one line, for the caller to word.
-    """
+    """``dcp.load(state)`` from ``folder``, safely; a refusal is a UserError, other failures DCPReadError."""
     reader = SafeFileSystemReader(str(folder))
     reader.read_metadata()  # refusals surface here, before DCP would log and wrap them
     with warnings.catch_warnings():

@@ -1,13 +1,8 @@
 """The job configuration: one dataclass per TOML section.
 
-Every field is declared with :func:`option`, which carries its one-line doc
-(shown by ``--help`` and in docs/configs.md) and its allowed values or range
-(checked by :mod:`torchnlq.config.manager`). Fields whose values are the names of
-a registry (query types, activations, norms, flavors, position kinds) say so with
-``registry=``: the names are written once, in the registry, and
-:mod:`torchnlq.config.checks` checks them. Builders receive only the section
-they need (``build_model_args(cfg.model, ...)``, ``build_optimizer(cfg.optimizer, ...)``),
-never the whole :class:`JobConfig`.
+Every field is declared with :func:`option`: its one-line doc (``--help``, docs/configs.md) and its
+allowed values or range (checked by :mod:`torchnlq.config.manager`). Builders receive only the
+section they need, never the whole :class:`JobConfig`.
 """
 
 from __future__ import annotations
@@ -15,33 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The [model] sections are the model package's own (it is self-contained and exported as is).
+from torchnlq.models.config import Model, Query, option  # noqa: F401 - Model, Query: importable from here too
+
 
 # torch's generators take seeds up to 2**64 - 1 (a larger one overflows deep inside the first draw).
 SEED_MAX = 2**64 - 1
-
-
-def option(
-    default: Any,
-    doc: str,
-    *,
-    choices: tuple[Any, ...] | None = None,
-    min: float | None = None,
-    max: float | None = None,
-    min_exclusive: bool = False,
-    registry: str | None = None,
-) -> Any:
-    """Declare a config field with its doc line and its allowed values.
-
-    ``min``/``max`` bound numbers (``min_exclusive`` makes the lower bound
-    strict); ``choices`` lists the allowed values of a string field; ``registry``
-    names the registry whose keys are the allowed values instead (see
-    :func:`torchnlq.config.checks.registry_choices`). A ``None`` default means
-    "unset / derived", and ``None`` stays allowed for the field.
-    """
-    meta = {
-        "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive, "registry": registry,
-    }
-    return field(default=default, metadata=meta)
 
 
 def section(cls: type, doc: str) -> Any:
@@ -56,97 +30,12 @@ class Job:
     dump_folder: str = option("./outputs", "Folder that holds all runs.")
     name: str = option("debug", "Run name; the run folder is dump_folder/name.")
     description: str = option("", "Free text describing the run, kept in the resolved config.")
-
-
-@dataclass
-class Query:
-    """The attention query projection: the subject of the paper."""
-
-    type: str = option(
-        "linear",
-        "Query type (torchnlq/models/query.py): linear is X·W_Q, identity W_Q = I, residual X + X·W_Q, "
-        "residual_mlp the paper's (X + f(X))/2, anchored X·W_Q + f(X) for upcycling a pretrained W_Q.",
-        registry="query types",
+    plugins: list[str] = option(
+        [],
+        "Python modules imported before the config is checked, so that query types and flavors they register "
+        "(register_query, FLAVORS) can be named (like torchtitan's custom_import); importable by name, e.g. from "
+        "the working directory. On the command line: comma-separated.",
     )
-    activation: str = option(
-        "gelu", "residual_mlp, anchored: activation inside f (gelu is the exact erf form).", registry="activations"
-    )
-    input_norm: str = option("rms", "residual_mlp, anchored: norm applied to X before W1.", registry="norms")
-    output_norm: str = option("layer", "residual_mlp, anchored: norm applied after W2.", registry="norms")
-    bottleneck_ratio: float = option(
-        0.5, "residual_mlp, anchored: bottleneck width r as a fraction of the model width d.", min=0.0,
-        min_exclusive=True,
-    )
-    half_scale: bool = option(
-        True,
-        "identity, residual, residual_mlp (the types whose query contains X itself): halve the query, "
-        "Q = X/2, (X + X·W_Q)/2, (X + f(X))/2, as the paper's code (its attention scale 1/(2·sqrt(head_dim)) "
-        "gives the same logits); false gives X, X + X·W_Q, X + f(X) at the usual 1/sqrt(head_dim).",
-    )
-    fuse_kv: bool = option(
-        False,
-        "residual_mlp with input_norm rms or none: compute X·W1 in the same matmul as K,V "
-        "(X·[W_K | W_V | diag(g)·W1], then divide by rms(X)); same function, same parameters, one launch fewer.",
-    )
-    layers: str = option(
-        "all",
-        "anchored: the blocks whose query gets the nonlinear branch f: 'all', or block indices such as "
-        "'0-5' or '0,3,11' (the others keep X·W_Q alone).",
-    )
-    train_anchor: bool = option(
-        True, "anchored: whether the anchor W_Q (taken from a pretrained model) trains; false freezes it."
-    )
-
-
-@dataclass
-class Model:
-    """The model: a named flavor, with optional per-field overrides."""
-
-    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
-    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1)
-    dim: int | None = option(None, "Override the flavor's model width d.", min=1)
-    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1)
-    n_kv_heads: int | None = option(
-        None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
-    )
-    mlp_ratio: float | None = option(
-        None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
-        min=0.0, min_exclusive=True,
-    )
-    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1)
-    max_seq_len: int | None = option(
-        None, "Override the flavor's number of positions (learned position table size).", min=1
-    )
-    vocab_size: int | None = option(
-        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1
-    )
-    vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
-    tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
-    bias: bool = option(
-        False,
-        "Biases in every Linear (the query's, K,V, out-projections, MLP) and LayerNorm, as GPT-2 has them: "
-        "for models imported from Hugging Face GPT-2 (scripts/upcycle.py); torchnlq's own models have none.",
-    )
-    mlp_activation: str = option(
-        "gelu",
-        "Activation of the MLP: gelu (exact erf form: nanoGPT, the paper) or gelu_tanh (GPT-2's gelu_new, "
-        "for imported GPT-2 weights).",
-        choices=("gelu", "gelu_tanh"),
-    )
-    positions: str = option(
-        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
-    )
-    rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
-    norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
-    init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
-    init: str = option(
-        "torchnlq",
-        "Order of the initial random draws (same distributions either way): torchnlq draws each parameter once, "
-        "in module order; paper repeats every draw of the paper's training script (its module constructors, fused "
-        "Q,K,V matrix, nanoGPT's init), so for the same training.seed the initial weights are bitwise its own.",
-        choices=("torchnlq", "paper"),
-    )
-    query: Query = section(Query, "The attention query projection.")
 
 
 @dataclass

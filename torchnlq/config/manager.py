@@ -1,9 +1,7 @@
 """Load a JobConfig from a TOML file plus ``--section.key value`` overrides.
 
-Every value, from the file or the command line, goes through the same checks:
-known section and key (with a "did you mean"), the field's type, its choices
-and range. Any failure is a :class:`ConfigError` whose message is one line
-naming the key.
+Every value, from the file or the command line, goes through the same checks (known key, type,
+choices, range); any failure is a one-line :class:`ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -17,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.config.job_config import JobConfig
+from torchnlq.config.plugins import import_plugins
+from torchnlq.models.config import REMOVED_QUERY_FIELDS
 from torchnlq.errors import ConfigError, closest
 
 if sys.version_info >= (3, 11):
@@ -30,17 +30,14 @@ CONFIG_FILE_OPTION = "job.config_file"
 
 
 def load_job_config(args: list[str]) -> JobConfig:
-    """Build the config from ``[CONFIG.toml] [--section.key value | --section.key=value ...]``.
-
-    The TOML file (optional; also ``--job.config_file CONFIG.toml``) is applied first,
-    then the overrides in order.
-    """
+    """Build the config from ``[CONFIG.toml] [--section.key value | --section.key=value ...]``, file first."""
     path, overrides = _split_args(args)
     cfg = JobConfig()
     if path is not None:
         apply_file(cfg, path)
     for key, raw in overrides:
         set_from_string(cfg, key, raw)
+    import_plugins(cfg.job.plugins)  # before anything checks a registry name
     return cfg
 
 
@@ -129,6 +126,8 @@ def _suggest(name: str, choices: list[str]) -> str:
 
 def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field, str]:
     """Find the section object and field for ``a.b.c``; unknown parts are errors."""
+    if dotted.startswith("model.query.") and dotted.split(".", 2)[2] in REMOVED_QUERY_FIELDS:
+        raise ConfigError(f"{dotted} was removed: {REMOVED_QUERY_FIELDS[dotted.split('.', 2)[2]]}; delete it")
     parts = dotted.split(".")
     if len(parts) < 2:
         raise ConfigError(f"option '--{dotted}' must be --section.key (e.g. --training.steps)")
@@ -219,6 +218,8 @@ def _parse_string(key: str, raw: str | None, typ: Any) -> Any:
         if lowered in ("false", "0", "no", "off"):
             return False
         raise ConfigError(f"--{key} expects true or false, got '{raw}'")
+    if typing.get_origin(base) is list:  # a comma-separated list on the command line
+        return [part.strip() for part in raw.split(",") if part.strip()]
     if base in (int, float):
         try:
             return base(raw) if base is float else int(raw, 0)
@@ -234,6 +235,11 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
         if optional:
             return None
         raise ConfigError(f"{key} cannot be unset")
+    if typing.get_origin(base) is list:
+        (item,) = typing.get_args(base)
+        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+            raise ConfigError(f"{key} expects a list of {item.__name__}, got {value!r}")
+        return list(value)
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):

@@ -1,10 +1,6 @@
-"""Render a JobConfig: as TOML (the resolved config of a run), as ``--help`` text,
-and as the Markdown reference in docs/configs.md. All three walk the same
-dataclass fields, so the docs cannot drift from the code.
+"""Render a JobConfig as TOML, as ``--help`` text and as docs/configs.md, from the same dataclass fields.
 
-Fields backed by a registry (``option(registry=...)``) have their allowed names
-passed in by the caller (:func:`torchnlq.config.checks.registry_choices`): this
-module sits below the model code and does not import it.
+Registry-backed names are passed in by the caller: this module sits below the model code.
 """
 
 from __future__ import annotations
@@ -89,12 +85,7 @@ def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None, g
 
 
 def help_text(cfg: JobConfig | None = None, registries: Choices | None = None, source: str | None = None) -> str:
-    """The ``--help`` text: usage, then every option with its doc, default and allowed values.
-
-    With ``cfg`` (the config a command line resolves to, named ``source`` in the header),
-    each option whose value there differs from the built-in default shows that value too.
-    ``registries`` maps registry-backed option names to their allowed names.
-    """
+    """The ``--help`` text: usage, then every option with its doc, default, allowed values and ``cfg``'s value."""
     defaults = JobConfig()
     given = dict((name, value) for name, _, value in iter_options(cfg)) if cfg is not None else {}
     out = [

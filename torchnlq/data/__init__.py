@@ -1,7 +1,6 @@
 """Data: tokenizers, token-file preparation, the pre-drawn batch schedule, the synthetic corpus.
 
-``prepare_dataset`` is imported lazily (it pulls in Hugging Face ``datasets``),
-so building a trainer never pays for that import.
+``prepare_dataset`` is imported lazily: it pulls in Hugging Face ``datasets``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Token files, the pre-drawn batch schedule and the fixed validation set.
 
-The paper gives every model the same data by drawing all training offsets in
-advance from one seeded generator: ``randint(len(train) - 1024, (steps, 480))``
-with seed 42; step s, micro-step m reads row s, columns 12m..12m+11, each the
-start of a 1025-token window. :class:`BatchSchedule` is that table, sliced per
-rank so that any world size reads the same global batch. It holds no iterator
-state: a batch is a pure function of (step, micro_step, rank), so resuming
-needs only the step.
+The paper draws all training offsets in advance from one seeded generator
+(``randint(len(train) - 1024, (steps, 480))``, seed 42). :class:`BatchSchedule` is that
+table, sliced per rank: a batch is a pure function of (step, micro_step, rank), so any
+world size reads the same global batch and resuming needs only the step.
 """
 
 from __future__ import annotations
@@ -33,12 +30,9 @@ def _prepare_hint(folder: Path, tokenizer: str) -> str:
 
 
 def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dict[str, Any]]:
-    """Open ``cfg.path``'s train.bin and val.bin and check them against the config.
+    """Open ``cfg.path``'s train.bin and val.bin and check them against the config (UserError if they do not fit).
 
-    With ``cfg.synthetic`` the seeded offline corpus is generated first when the
-    folder holds no complete token files. Raises UserError for a missing or
-    incomplete folder, a tokenizer other than ``cfg.tokenizer``, or a split
-    shorter than one ``seq_len + 1`` window.
+    With ``cfg.synthetic`` the offline corpus is generated first when the folder is incomplete.
     """
     folder = Path(cfg.path).expanduser()
     if folder.exists() and not folder.is_dir():
@@ -86,8 +80,7 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
 def _check_token_ids(tokens: TokenFile, meta: dict[str, Any]) -> None:
     """Token ids must be below the tokenizer's vocabulary: else training reads garbage or dies in the embedding.
 
-    ``meta.json`` records the largest id of each split when prepare_data.py wrote it; a sample of
-    the file itself is checked in any case (a file replaced or damaged after it was prepared).
+    Checks meta.json's recorded largest id and a sample of the file (replaced or damaged since).
     """
     vocab = meta["vocab_size"]
     split = tokens.path.stem
@@ -107,9 +100,8 @@ def _fingerprint(t: torch.Tensor) -> str:
 class BatchSchedule:
     """Every training batch's start offsets, drawn once from a seeded generator.
 
-    ``offsets[s]`` (int64, ``global_batch`` entries) is step s's global batch.
-    The table costs 8 bytes x steps x global_batch (230 MB for 60k x 480).
-    Extending ``steps`` keeps the earlier rows (torch fills the table in order).
+    ``offsets[s]`` (int64, ``global_batch`` entries) is step s's global batch. Extending
+    ``steps`` keeps the earlier rows (torch fills the table in order).
     """
 
     def __init__(self, num_tokens: int, seq_len: int, steps: int, global_batch: int, seed: int):
@@ -135,12 +127,7 @@ class BatchSchedule:
     def offsets_for(
         self, step: int, micro_step: int, rank: int, world_size: int, micro_batch_size: int, grad_accum_steps: int
     ) -> torch.Tensor:
-        """Start offsets (LongTensor[micro_batch_size]) of one rank's micro-batch.
-
-        Rank r owns the contiguous slice of row ``step`` of width
-        grad_accum_steps x micro_batch_size; its micro-step m takes columns
-        (r * grad_accum_steps + m) * micro_batch_size onwards.
-        """
+        """Start offsets (LongTensor[micro_batch_size]) of one rank's micro-batch: a slice of row ``step``."""
         self.check_layout(world_size, micro_batch_size, grad_accum_steps)
         if not 0 <= step < self.steps:
             raise IndexError(f"step {step} outside the schedule's 0..{self.steps - 1}")
@@ -167,18 +154,13 @@ def build_batch_schedule(train: TokenFile, training: Training, data: Data, world
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-# The paper's evaluation tables have 600000 // 1000 rows (Generate_Indices.ipynb): one per
-# evaluation of a run of up to 600k updates at an interval of 1000. The row count is part of
-# the draw (the validation table comes after the train one from the same generator), so it is fixed.
+# The paper's evaluation tables have 600000 // 1000 rows (Generate_Indices.ipynb). Fixed: the
+# row count is part of the draw (the validation table follows the train one from one generator).
 PAPER_EVALUATION_ROWS = 600
 
 
 class ValidationSet:
-    """A fixed set of validation windows, identical for every model and every evaluation.
-
-    ``sequences`` start offsets are drawn once from ``seed``; iterating yields
-    (x, y) micro-batches of ``micro_batch_size`` (the last one may be smaller).
-    """
+    """A fixed set of validation windows drawn once from ``seed``, identical for every model and evaluation."""
 
     protocol = "fixed"
 
@@ -213,16 +195,11 @@ class ValidationSet:
 
 
 class PaperValidationRows:
-    """The paper's validation protocol: a fresh row of a seeded table at every evaluation.
+    """The paper's validation protocol: after step s, row s // interval of a seeded table.
 
-    The paper's index notebook seeds one generator and draws two tables of ``rows x sequences``
-    offsets from it, first the evaluation table of the *train* split (below ``len(train) -
-    seq_len``), then the one of the validation split (below ``len(val) - seq_len``). Its
-    training loop evaluates after every ``interval`` updates: evaluation k reads row k of the
-    validation table, all ``sequences`` columns (2400 = 200 micro-batches of 12). The train
-    table is drawn here only to advance the generator exactly as the notebook does; how many
-    values it consumes depends on its bound, so the train split's length is needed.
-    After step s the row is s // interval (also for a last step between two intervals).
+    The paper's notebook draws two ``rows x sequences`` tables from one generator, the train
+    split's first, then the validation split's. The train table is drawn here only to advance
+    the generator as the notebook does (how far depends on its bound: ``train_tokens``).
     """
 
     protocol = "paper"
@@ -276,11 +253,7 @@ class PaperValidationRows:
 def build_validation_set(
     val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int, train_tokens: int | None = None,
 ) -> ValidationSet | PaperValidationRows:
-    """The run's validation batches; ``cfg.micro_batch_size`` unset means ``default_micro_batch_size``.
-
-    ``cfg.protocol = "paper"`` needs ``train_tokens`` (the length of the train split: see
-    :class:`PaperValidationRows`).
-    """
+    """The run's validation batches; ``cfg.protocol = "paper"`` needs ``train_tokens`` (the train split's length)."""
     micro = cfg.micro_batch_size or default_micro_batch_size
     if cfg.protocol == "paper":
         if train_tokens is None:

@@ -1,11 +1,7 @@
-"""What the trainer reads: one builder for a run's data, and a loader of a step's micro-batches.
+"""What the trainer reads: :func:`build_data` (a run's :class:`RunData`) and a loader of a step's micro-batches.
 
-:func:`build_data` opens the token files (generating the synthetic corpus first when
-``data.synthetic`` asks for it), draws the batch schedule and the validation set
-(fixed, or the paper's rows), and returns them as one :class:`RunData`. The trainer asks its
-:class:`TrainLoader` for ``micro_batches(step)`` and never sees offsets or files.
-A benchmark that wants to time the reads wraps the loader (any object with the same
-``micro_batches`` method) instead of patching module globals.
+The trainer asks its loader for ``micro_batches(step)`` and never sees offsets or files; a
+benchmark times the reads by wrapping the loader (any :class:`MicroBatchSource`).
 """
 
 from __future__ import annotations
@@ -36,12 +32,7 @@ class MicroBatchSource(Protocol):
 
 
 class TrainLoader:
-    """This rank's micro-batches of every step, read from the pre-drawn :class:`BatchSchedule`.
-
-    Step s, micro-step m reads a fixed slice of the schedule's row s (see
-    :meth:`BatchSchedule.offsets_for`): a pure function of (s, m, rank), so resuming
-    needs only the step and any world size reads the same global batch.
-    """
+    """This rank's micro-batches of every step, read from the pre-drawn :class:`BatchSchedule`."""
 
     def __init__(
         self, tokens: TokenFile, schedule: BatchSchedule, rank: int, world_size: int,
@@ -99,12 +90,7 @@ class RunData:
 
 
 def build_data(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
-    """Open ``data.path`` and draw the schedule and validation set of a run on ``world_size`` processes.
-
-    The global batch is micro_batch_size x grad_accum_steps x world_size sequences of
-    ``training.seq_len`` tokens; the validation set is read once here and evaluated
-    at every interval. Raises UserError for missing or mismatched token files.
-    """
+    """Open ``data.path`` and draw the schedule and validation set of a run on ``world_size`` processes."""
     train, val, meta = open_token_files(data, training.seq_len)
     schedule = build_batch_schedule(train, training, data, world_size)
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)

@@ -1,14 +1,9 @@
-"""Hugging Face datasets or local files -> uint16 token files + meta.json.
+"""Hugging Face datasets or local files -> uint16 token files + meta.json (docs/data.md).
 
-The paper's recipe (nanoGPT's openwebtext/prepare.py): load the dataset, split
-0.0005 of the documents off as validation with seed 2357 when the dataset has
-no validation split, encode each document with the ordinary GPT-2 encoding and
-append the eot id, and concatenate each split into one uint16 file. The
-on-disk format is described in :mod:`torchnlq.data.token_format` and docs/data.md.
-
-Also here: the report of what a prepare made (:func:`format_report`, per input file
-and split) and the adoption of a nanoGPT data folder (:func:`adopt_folder`), which
-only checks its ``train.bin`` / ``val.bin`` and writes the ``meta.json`` beside them.
+The paper's recipe (nanoGPT's openwebtext/prepare.py): split 0.0005 of the documents off
+as validation (seed 2357) unless the dataset has a validation split, encode each document
+ordinarily and append the eot id. Also: the report of a prepare (:func:`format_report`) and
+the adoption of a nanoGPT data folder (:func:`adopt_folder`).
 """
 
 from __future__ import annotations
@@ -38,18 +33,12 @@ from torchnlq.errors import UserError
 from torchnlq.paths import protected_folders
 
 JSON_SUFFIXES = (".json", ".jsonl")
-# How a local text file becomes documents: the whole file, paragraphs separated by blank
-# (empty or whitespace-only) lines, or single lines. See _text_documents.
-TEXT_SPLITS = ("file", "paragraph", "line")
-# The column that remembers which input file a document came from (per-file counts in the
-# report). A name no hub dataset or JSON record is likely to use: it must not shadow theirs.
+TEXT_SPLITS = ("file", "paragraph", "line")  # how a text file becomes documents (_text_documents)
+# Each document's input file (per-file counts); a name no dataset's own column is likely to shadow.
 FILE_COLUMN = "__torchnlq_input_file__"
-# Bumped when _text_documents changes what a text file's documents are, so datasets' cache
-# of an earlier reading is not reused for the same files.
+# Bumped when _text_documents changes, so datasets' cache of an earlier reading is not reused.
 TEXT_READER_VERSION = 2
 
-
-# What a token folder holds: the files prepare writes (and replaces), its default cache, its temporaries.
 TOKEN_FILES = (fmt.META_NAME, *(fmt.split_file("", s).name for s in fmt.SPLITS))
 CACHE_NAME = "hf_cache"
 
@@ -62,11 +51,8 @@ def _is_ours(name: str) -> bool:
 def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     """Refuse an output folder prepare could spoil; return it (user-expanded).
 
-    Refused always: the working directory, the home folder and their parents, and a
-    path that is not a folder. A folder holding anything besides ``hf_cache/`` and
-    prepare's temporaries is refused unless ``overwrite``, and then it must be a
-    previous token folder (one of meta.json, train.bin, val.bin): only those three
-    files are replaced; nothing else in it is touched.
+    A non-empty folder (``hf_cache/`` and temporaries aside) needs ``overwrite`` and must be
+    a previous token folder, whose three files alone are replaced.
     """
     path = Path(out).expanduser()
     fix = "choose a new folder such as data/NAME"
@@ -117,10 +103,7 @@ def check_options(
     files: Sequence[str] | None, text_field: str, text_split: str, val_fraction: float, split_seed: int,
     cache_dir: str | Path | None,
 ) -> list[Path] | None:
-    """Every check of prepare's options that needs no dataset loaded; returns the resolved input files.
-
-    Run before anything is created, so a mistake here leaves no trace.
-    """
+    """Every check of prepare's options that needs no dataset (run before anything is created); the input files."""
     if not (math.isfinite(val_fraction) and 0.0 < val_fraction < 1.0):
         raise UserError(f"--val-fraction {val_fraction} must lie strictly between 0 and 1 (the paper uses 0.0005)")
     if split_seed < 0:
@@ -149,8 +132,7 @@ def check_options(
 
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
-    """No progress bars or warnings from datasets: reading local files is quick, and a mistake found
-    while reading them (a missing field, too few documents) must be the only line on the terminal."""
+    """No progress bars or warnings from datasets: a mistake in local files must be the only line shown."""
     import datasets
     from datasets.utils import logging as ds_logging
 
@@ -191,35 +173,25 @@ def _input_paths(files: Sequence[str]) -> list[Path]:
 def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
     """Paragraphs of a text: runs of lines separated by blank lines, each without its final line break.
 
-    A line is blank when it holds nothing but whitespace: WikiText's raw files separate their
-    paragraphs with ``" \\n"`` lines, which a split on ``"\\n\\n"`` misses (the whole file would
-    become one document). Several blank lines in a row are one separator; whitespace inside a
-    paragraph (WikiText's leading space on every line) is kept, as GPT-2 tokenizes it.
+    Whitespace-only lines count as blank (WikiText separates paragraphs with ``" \\n"``);
+    whitespace inside a paragraph is kept, as GPT-2 tokenizes it.
     """
     block: list[str] = []
     for line in lines:
         if line.strip():
             block.append(line)
         elif block:
-            yield _without_final_newline("".join(block))
+            yield "".join(block).removesuffix("\n")
             block = []
     if block:
-        yield _without_final_newline("".join(block))
-
-
-def _without_final_newline(text: str) -> str:
-    # Every paragraph, the file's last one included, ends the same way: at its last character.
-    return text.removesuffix("\n")
+        yield "".join(block).removesuffix("\n")
 
 
 def _text_documents(files: list[tuple[str, int, int, int]], text_split: str) -> Iterator[dict[str, Any]]:
     """The documents of text files, each with the index of its file (the generator of ``from_generator``).
 
-    ``files`` holds (path, index in --files, size, mtime_ns); size and mtime are unused here but
-    make datasets' cache key change when a file does. Files are read as UTF-8 in text mode, so
-    ``\\r\\n`` and ``\\r`` line ends become ``\\n`` (as datasets' "text" builder reads them):
-    ``file`` yields the whole text, ``line`` each line without its line break, ``paragraph``
-    the blocks between blank lines (:func:`_paragraphs`).
+    ``files`` holds (path, index in --files, size, mtime_ns): size and mtime only key datasets' cache.
+    Text mode turns ``\\r\\n`` and ``\\r`` into ``\\n``, as datasets' "text" builder does.
     """
     for path, index, _size, _mtime in files:
         with open(path, encoding="utf-8") as f:
@@ -255,11 +227,8 @@ def _load_text_files(paths: Sequence[Path], text_split: str, cache_dir: Path, nu
 def _load_json_files(paths: Sequence[Path], text_field: str, cache_dir: Path, num_proc: int | None) -> Any:
     """Local JSON/JSONL files as one Dataset of (text_field, file index), in --files order.
 
-    One datasets split per file (``data_files={"file0": [...], ...}``): a single build, and each
-    record's file is known from its split. An empty file (0 bytes) adds nothing and is left out
-    of the build: datasets infers the columns from the first split's first records, which an
-    empty file does not have. A split without records is skipped too (``load_dataset`` would
-    refuse it). The text field is checked in every other file here, where the file can be named.
+    One datasets split per file, so each record's file is known. Empty files and splits are left
+    out: datasets infers the columns from the first split's records, and refuses an empty split.
     """
     import datasets
 
@@ -289,10 +258,7 @@ def _load_json_files(paths: Sequence[Path], text_field: str, cache_dir: Path, nu
 def _load_files(
     paths: Sequence[Path], text_split: str, text_field: str, cache_dir: Path, num_proc: int | None
 ) -> tuple[Any, dict[str, Any]]:
-    """Local text or JSON/JSONL files (checked by :func:`check_options`) as a DatasetDict with one 'train' split.
-
-    Every document carries the index of its file (column ``FILE_COLUMN``) for the per-file counts.
-    """
+    """Local text or JSON/JSONL files as a DatasetDict with one 'train' split (with ``FILE_COLUMN``)."""
     import datasets
 
     kind = "json" if all(p.suffix.lower() in JSON_SUFFIXES for p in paths) else "text"
@@ -384,8 +350,7 @@ def _count_per_file(ds: Any, n_files: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _token_chunks(ds: Any, bar: tqdm) -> Iterator[np.ndarray]:
-    # Arrow batches in dataset order; a list column's flattened values are the
-    # concatenated documents, so no per-document Python work here.
+    # A list column's flattened values are the concatenated documents: no per-document Python work.
     for batch in ds.select_columns(["ids"]).with_format("arrow").iter(batch_size=4096):
         for chunk in batch.column("ids").chunks:
             arr = chunk.flatten().to_numpy(zero_copy_only=False)
@@ -412,15 +377,9 @@ def prepare_dataset(
 ) -> dict[str, Any]:
     """Tokenize a dataset into ``out``/train.bin, val.bin, meta.json; returns the meta dict.
 
-    ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``. Text
-    files become documents per ``text_split`` (file, paragraph or line); JSON
-    records take their ``text_field``. ``cache_dir`` (default ``out``/hf_cache)
-    holds datasets' arrow caches. ``out`` must be new or empty (``hf_cache/`` aside);
-    ``overwrite`` lets it be a previous token folder, whose three files are replaced
-    (:func:`check_out_folder`). Nothing appears under the final names until every
-    file is complete. Every option is checked before anything is created
-    (:func:`check_options`); a failure later removes the folders this call created,
-    except a hub download, which is kept for the next try.
+    ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``; ``cache_dir`` (default
+    ``out``/hf_cache) holds datasets' caches. A failure removes the folders this call created,
+    except a hub download, kept for the next try.
     """
     out = check_out_folder(out, overwrite)
     paths = check_options(files, text_field, text_split, val_fraction, split_seed, cache_dir)
@@ -430,8 +389,6 @@ def prepare_dataset(
     if num_proc is not None and num_proc <= 1:
         num_proc = None  # datasets' single-process path; no worker pool to start
 
-    # Everything this call creates (out, the cache, missing parents) is removed again when it fails,
-    # except a hub download that succeeded: it is kept for the next try (and the error says where).
     created = {p for p in (_first_missing(out), _first_missing(cache)) if p is not None}
     out.mkdir(parents=True, exist_ok=True)
     loaded: list[Any] = []
@@ -534,11 +491,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def format_report(meta: dict[str, Any], folder: str | Path) -> str:
-    """What :func:`prepare_dataset` made, as printed by prepare_data.py: documents and tokens per input and split.
-
-    One row per input file (a hub dataset is one input), then a total row; a document's
-    tokens include the eot id appended to it, so they add up to the sizes of the .bin files.
-    """
+    """What :func:`prepare_dataset` made, as printed by prepare_data.py: documents and tokens per input and split."""
     source = meta.get("source", {})
     splits = list(meta["tokens"])
     if source.get("per_file"):
@@ -562,8 +515,7 @@ def format_report(meta: dict[str, Any], folder: str | Path) -> str:
 
 # ---------------------------------------------------------------------------- adopting a nanoGPT folder
 
-# nanoGPT writes meta.pkl for its character-level datasets (their own vocabulary). It is a pickle,
-# and unpickling runs whatever code the file names: it is never opened, only mentioned.
+# nanoGPT's meta.pkl (character-level datasets): a pickle runs code when loaded, so it is never opened.
 NANOGPT_META = "meta.pkl"
 # Tokens read per step of the scan (32 MiB): the memmap pages through the file without holding it.
 SCAN_TOKENS = 1 << 24
@@ -579,10 +531,7 @@ def adoption_tokenizer(name: str) -> dict[str, Any]:
 
 
 def scan_tokens(path: Path, eot_id: int) -> tuple[int, int, int]:
-    """(tokens, largest id, number of eot ids) of a uint16 token file, read whole in chunks through a memmap.
-
-    The whole file, not a sample: the largest id goes into meta.json, and training trusts it.
-    """
+    """(tokens, largest id, number of eot ids) of a uint16 token file, all of it (training trusts the largest id)."""
     n = path.stat().st_size // fmt.DTYPE.itemsize
     tokens = np.memmap(path, dtype=fmt.DTYPE, mode="r", shape=(n,))
     largest, eots = -1, 0
@@ -600,12 +549,8 @@ def scan_tokens(path: Path, eot_id: int) -> tuple[int, int, int]:
 def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Make a nanoGPT data folder (``train.bin``, ``val.bin``: uint16 ids) a torchnlq token folder.
 
-    Checks what can be checked without knowing the text: both files exist, their sizes are whole
-    uint16 tokens and not zero, and every id is below ``tokenizer``'s vocabulary (a full scan).
-    The working directory, the home folder and their parents are refused, as for every writer.
-    Then writes ``meta.json`` beside them (atomically) and nothing else; the .bin files are used
-    as they are. A folder that already has a meta.json is refused unless ``overwrite``. nanoGPT's
-    ``meta.pkl`` is never read. Returns (meta, notes): the notes say what could not be checked.
+    Checks the files' sizes and that every id is below ``tokenizer``'s vocabulary, then writes
+    only ``meta.json`` beside them. Returns (meta, notes): the notes say what could not be checked.
     """
     path = Path(folder).expanduser()
     given = f"--adopt '{folder}'"

@@ -1,13 +1,8 @@
 """The offline corpus for the debug run, generated from a seed by this code.
 
-Short English-like stories from a small probabilistic grammar over a limited
-vocabulary, byte-tokenized, one story per document, documents separated by
-the eot id. The text has structure at several ranges, so a tiny model's loss
-falls well below the unigram entropy within ~100 steps: word spelling, sentence
-templates ("the quick fox sees the old owl."), fixed per-seed facts ("the fox is
-red." always the same colour for the fox), the story's protagonist recurring
-through the document, and small sums ("two and three make five.").
-Same format as scripts/prepare_data.py writes (see docs/data.md).
+Byte-tokenized stories from a small grammar, with structure at several ranges (spelling,
+sentence templates, fixed per-seed facts, a recurring protagonist, small sums), so a tiny
+model's loss falls well below the unigram entropy within ~100 steps.
 """
 
 from __future__ import annotations
@@ -114,12 +109,7 @@ def unigram_entropy(tokens: TokenFile | np.ndarray | str | Path) -> float:
 
 
 def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
-    """Write the synthetic corpus (train.bin, val.bin, meta.json) into ``path`` unless already there.
-
-    Atomic and idempotent: a complete corpus of the same seed and generator
-    version is left alone; files appear only when fully written. A folder
-    holding other (non-synthetic) token files is refused rather than overwritten.
-    """
+    """Write the synthetic corpus into ``path`` unless already there (atomic; other token files are refused)."""
     folder = Path(path).expanduser()
     if fmt.is_complete(folder):
         source = fmt.read_meta(folder).get("source", {})

@@ -1,8 +1,4 @@
-"""A token file on disk (``train.bin`` / ``val.bin``) and reading windows of it.
-
-The lowest piece of the data package: the synthetic corpus, the batch schedule and
-the validation set all read through :class:`TokenFile` and :func:`read_batch`.
-"""
+"""A token file on disk (``train.bin`` / ``val.bin``) and reading windows of it."""
 
 from __future__ import annotations
 
@@ -20,12 +16,8 @@ from torchnlq.errors import UserError
 class TokenFile:
     """A read-only uint16 token file (``train.bin`` / ``val.bin``), memory-mapped for random reads.
 
-    The mapping is advised ``MADV_RANDOM``: a micro-batch reads a few KiB at each of a
-    dozen random offsets, and without the hint every page fault on an uncached part of
-    the file also reads the kernel's readahead window around it (``read_ahead_kb``, which
-    can be megabytes for a window of a few KiB). From disk that makes a micro-batch's read
-    take a large share of a GPU micro-step; with the hint it is negligible, and reads from
-    the page cache are unaffected. The figures (``scripts/bench_loader.py``) are in
+    The mapping is advised ``MADV_RANDOM``: without it every page fault on an uncached part also
+    reads the kernel's readahead window (possibly megabytes for a window of a few KiB); see
     docs/performance.md, "Data loader alone".
     """
 
@@ -53,11 +45,7 @@ class TokenFile:
         return len(self.tokens)
 
     def sample_windows(self, windows: int = 256, window_tokens: int = 512) -> list[np.ndarray]:
-        """``windows`` evenly spaced windows of the tokens (the whole file when it is smaller than that).
-
-        At most ``windows * window_tokens`` tokens (256 KiB by default) are read however
-        large the file, so the checks built on them are cheap enough for every start.
-        """
+        """``windows`` evenly spaced windows of the tokens (the whole file when smaller): cheap at every start."""
         n = len(self.tokens)
         if n <= windows * window_tokens:
             return [self.tokens]
@@ -80,10 +68,7 @@ class TokenFile:
 
 
 def read_batch(tokens: TokenFile, offsets: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets (LongTensor[B, seq_len] each) for the windows starting at ``offsets``.
-
-    ``y`` is ``x`` shifted by one token: x = tokens[o : o+T], y = tokens[o+1 : o+T+1].
-    """
+    """Inputs and targets (LongTensor[B, seq_len] each) of the windows at ``offsets``; ``y`` is ``x`` shifted by one."""
     starts = offsets.numpy() if isinstance(offsets, torch.Tensor) else np.asarray(offsets)
     # One gather of all [B, T+1] windows; numpy reads only the touched pages.
     idx = starts.astype(np.int64)[:, None] + np.arange(seq_len + 1, dtype=np.int64)

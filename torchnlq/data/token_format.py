@@ -1,10 +1,7 @@
-"""The on-disk token format shared by prepare.py, synthetic.py and batches.py.
+"""The on-disk token format: ``train.bin``, ``val.bin`` (raw little-endian uint16) and ``meta.json``.
 
-A data folder holds ``train.bin`` and ``val.bin`` (each split's documents
-tokenized, each followed by the eot id, concatenated, raw little-endian uint16,
-no header) and ``meta.json`` (tokenizer, counts, source). Files are written
-under temporary names and renamed at the end; ``meta.json`` is renamed last
-and removed first, so a folder with a ``meta.json`` is always complete.
+Files are written under temporary names and renamed at the end; ``meta.json`` is renamed
+last and removed first, so a folder with a ``meta.json`` is always complete.
 """
 
 from __future__ import annotations
@@ -32,11 +29,7 @@ def split_file(folder: str | Path, split: str) -> Path:
 
 
 def temp_name(final: Path) -> Path:
-    """A per-process temporary name beside ``final``.
-
-    The pid makes concurrent writers (several ranks creating the same
-    synthetic corpus) never share a half-written file.
-    """
+    """A per-process temporary name beside ``final`` (concurrent ranks never share a half-written file)."""
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
@@ -71,11 +64,7 @@ def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> int:
 
 
 def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
-    """Move the written temporary split files into place, then write meta.json.
-
-    ``temps`` maps split name -> temporary file. meta.json goes first out and
-    last in: an interruption in between leaves a folder readers call incomplete.
-    """
+    """Move the temporary split files (``temps``: split -> file) into place; meta.json goes first out, last in."""
     meta_path = folder / META_NAME
     meta_tmp = temp_name(meta_path)
     meta_tmp.write_text(json.dumps(meta, indent=2) + "\n")
@@ -120,10 +109,7 @@ def make_meta(
     tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any],
     max_token_id: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The meta.json content: tokenizer fields at the top, then counts, the largest id per split, and source.
-
-    ``max_token_id`` is checked against ``vocab_size`` whenever the folder is opened for training.
-    """
+    """The meta.json content: tokenizer fields, counts, the largest id per split, and source."""
     extra = {"max_token_id": max_token_id} if max_token_id is not None else {}
     return extra | {
         "format_version": FORMAT_VERSION,

@@ -1,10 +1,7 @@
 """Tokenizers: tiktoken GPT-2 (with offline file support) and a byte-level one.
 
-Both share one small interface (:class:`Tokenizer`) so the data pipeline, the
-trainer and the tools never care which one they hold. ``encode`` is always the
-*ordinary* encoding: special-token text such as ``"<|endoftext|>"`` inside a
-document is encoded as plain text, never turned into the eot id (the paper
-uses ``encode_ordinary`` and appends the eot id itself).
+``encode`` is always the *ordinary* encoding: ``"<|endoftext|>"`` in a document is plain
+text, never the eot id (the paper uses ``encode_ordinary`` and appends the eot id itself).
 """
 
 from __future__ import annotations
@@ -19,12 +16,10 @@ from typing import Any
 
 from torchnlq.errors import UserError
 
-# Base (unpadded) vocabulary size of each tokenizer name, so that a model can be
-# sized without loading the tokenizer's files (see padded_vocab_size).
+# Base (unpadded) vocabulary sizes: a model is sized without loading the tokenizer's files.
 BASE_VOCAB_SIZE = {"gpt2": 50257, "byte": 257}
 
-# sha256 of tiktoken's r50k_base ranks file: the GPT-2 BPE merges, whose ids
-# equal tiktoken.get_encoding("gpt2")'s.
+# sha256 of tiktoken's r50k_base ranks file (the same ids as tiktoken.get_encoding("gpt2")).
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 # The GPT-2 pre-tokenisation regex (tiktoken's faster equivalent of the original).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -90,10 +85,8 @@ class ByteTokenizer(Tokenizer):
 
 @contextlib.contextmanager
 def _tiktoken_cache_disabled() -> Iterator[None]:
-    # load_tiktoken_bpe copies even a local file into TIKTOKEN_CACHE_DIR
-    # (default /tmp/data-gym-cache), keyed by the *path*: that litters /tmp and
-    # would later serve a stale copy if the file at that path changed. An empty
-    # TIKTOKEN_CACHE_DIR is tiktoken's documented way to turn the cache off.
+    # load_tiktoken_bpe copies even a local file into its cache, keyed by the *path*: a stale copy
+    # would be served after the file changed. An empty TIKTOKEN_CACHE_DIR turns the cache off.
     old = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""
     try:
@@ -129,9 +122,7 @@ def _load_ranks(path: str, expected_hash: str | None) -> tuple[dict[bytes, int],
 class GPT2Tokenizer(Tokenizer):
     """GPT-2 BPE through tiktoken, ids identical to ``tiktoken.get_encoding("gpt2")``.
 
-    The ranks come from, in order: ``tiktoken_file``, the TORCHNLQ_TIKTOKEN_FILE
-    environment variable, or tiktoken's own loader (network or its cache).
-    ``expected_hash=None`` skips the sha256 check so tests can use a toy ranks file.
+    Ranks from ``tiktoken_file``, else TORCHNLQ_TIKTOKEN_FILE, else tiktoken's own loader.
     """
 
     name = "gpt2"
@@ -188,9 +179,8 @@ class GPT2Tokenizer(Tokenizer):
             d["tiktoken_sha256"] = self.file_sha256
         return d
 
-    # Pickle by recipe, not by the 50k-entry rank table: datasets' map(num_proc)
-    # and its cache fingerprint both pickle the tokenizer. The file's sha256 is
-    # in the state so changed file contents change the fingerprint.
+    # Pickle by recipe, not by the rank table (datasets' map(num_proc) and cache fingerprint pickle
+    # the tokenizer); the file's sha256 in the state makes changed contents change the fingerprint.
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "expected_hash": self.expected_hash, "file_sha256": self.file_sha256}
 
@@ -203,11 +193,7 @@ class GPT2Tokenizer(Tokenizer):
 def build_tokenizer(
     name: str, tiktoken_file: str | None = None, *, expected_hash: str | None = GPT2_TIKTOKEN_SHA256
 ) -> Tokenizer:
-    """The tokenizer called ``name`` ("gpt2" or "byte").
-
-    ``tiktoken_file`` is a local GPT-2 ranks file (gpt2 only); ``expected_hash``
-    is its required sha256 (``None`` accepts any file: for tests with toy ranks).
-    """
+    """The tokenizer called ``name`` ("gpt2" or "byte"); ``expected_hash=None`` accepts any ranks file."""
     if name == "byte":
         return ByteTokenizer()
     if name == "gpt2":
@@ -216,11 +202,7 @@ def build_tokenizer(
 
 
 def padded_vocab_size(tokenizer_name: str, multiple: int) -> int:
-    """The embedding rows a model needs for ``tokenizer_name``: its base vocabulary rounded up to ``multiple``.
-
-    Padding (gpt2 with 64: 50257 -> 50304) gives friendlier matmul shapes; the extra
-    rows are never targets. ``model.vocab_size``, when set, replaces this number.
-    """
+    """The embedding rows a model needs for ``tokenizer_name``: its base vocabulary rounded up to ``multiple``."""
     if tokenizer_name not in BASE_VOCAB_SIZE:
         raise UserError(f"unknown tokenizer '{tokenizer_name}'; choose one of: {', '.join(sorted(BASE_VOCAB_SIZE))}")
     return -(-BASE_VOCAB_SIZE[tokenizer_name] // multiple) * multiple

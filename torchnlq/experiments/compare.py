@@ -1,20 +1,9 @@
 """Compare finished training runs the way the paper's Table 1 does, with seeds grouped.
 
-``scripts/compare_runs.py RUN... --baseline RUN [--out DIR] [--step N] [--x steps|tokens] [--allow-different-data]``
-
-Each RUN is a run folder (``config.toml``, ``run_info.json``, ``tb/``) or a folder
-of run folders (a suite's dump folder). Runs whose resolved configs differ only
-in ``training.seed`` (and in keys that cannot change the result: ``[job]``,
-``[metrics]``, ``[checkpoint]`` but its ``initial_load_*``) form one group. Per
-group it reports the validation loss at the last validation step every run has
-(or ``--step``): the mean over seeds and the sample standard deviation (n − 1),
-and the relative improvement over the baseline's group mean, (L_base − L)/L_base
-in %, as in the paper; with at least two seeds on both sides, ``±`` after the
-improvement is the standard error of the difference of the two means (relative
-to L_base).
-
-Comparisons are only meaningful on identical data: runs whose batch or
-validation fingerprints differ are refused unless ``--allow-different-data``.
+Runs whose resolved configs differ only in ``training.seed`` (and in result-neutral keys)
+form one group; per group: the mean and sample std of the validation loss at a common step,
+and the relative improvement (L_base − L)/L_base over the baseline group (docs/experiments.md).
+Runs that saw different data are refused unless ``--allow-different-data``.
 """
 
 from __future__ import annotations
@@ -38,8 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-# Sections that cannot change a run's losses: differing there does not split a seed group
-# (except checkpoint.initial_load_*, see group_key).
+# Sections that cannot change a run's losses (but checkpoint.initial_load_*, see group_key).
 IGNORED_SECTIONS = ("job", "checkpoint", "metrics")
 _SEED_IN_NAME = re.compile(r"(^|[_-])seed-?\d+")
 
@@ -120,10 +108,7 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
 
 
 def group_key(config: dict[str, Any]) -> str:
-    """The resolved config without the seed and the result-neutral sections, as a comparable string.
-
-    A run started from another run's weights (``checkpoint.initial_load_*``) is no seed replicate.
-    """
+    """The resolved config without the seed and the result-neutral sections, as a comparable string."""
     kept = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
     kept["initial_load"] = {k: v for k, v in config.get("checkpoint", {}).items() if k.startswith("initial_load")}
     kept["training"] = {k: v for k, v in config.get("training", {}).items() if k != "seed"}
@@ -267,10 +252,7 @@ def check_out_folder(out: str | Path, runs: list[Path]) -> None:
 
 def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path, step: int | None = None,
                  allow_different_data: bool = False, x: str = "steps") -> list[Path]:
-    """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs.
-
-    ``x``: the plots' x axis, "steps" or "tokens" (training tokens seen, from each run's batch size).
-    """
+    """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs."""
     if x not in X_AXES:
         raise UserError(f"--x {x!r} is not an x axis; choose one of: {', '.join(X_AXES)}")
     folders = expand_paths(list(paths))

@@ -1,21 +1,8 @@
-"""The comparison's two figures, after the paper's: loss curves (Figure 1) and relative improvement (Figure 2).
+"""The comparison's figures, after the paper's: loss curves (Figure 1), relative improvement (Figure 2).
 
-Needs matplotlib (``pip install -e '.[plots]'``); without it :func:`plot_comparison`
-writes nothing and returns a note saying so, and the tables still come out.
-
-What the figures show, and how they say it:
-
-- A group of seeds is drawn as the mean over its runs, at the points all of its runs logged;
-  only a group of two or more seeds gets a ±1 std band, and its legend entry says so (a
-  single seed says "1 seed": it has no spread to show).
-- Line styles: solid is the validation loss, dashed the (smoothed) training loss; the legend
-  has an entry for each style, since colours alone name the groups.
-- The y axis carries the loss's unit: nats per token, or nats per byte when the runs used the
-  byte tokenizer (``data.tokenizer`` in their resolved config.toml).
-- The x axis is the optimizer step, or (``x="tokens"``) the training tokens seen by then:
-  step x seq_len x micro_batch_size x grad_accum_steps x world_size of each run.
-- Labels are built from the group names without repeating them: a baseline group named
-  "baseline" is not labelled "baseline (baseline)".
+Needs matplotlib (``pip install -e '.[plots]'``); without it :func:`plot_comparison` writes
+nothing and returns a note saying so. A seed group is drawn as the mean of its runs (with a
+±1 std band from two seeds on); the x axis is optimizer steps or training tokens.
 """
 
 from __future__ import annotations
@@ -56,12 +43,7 @@ def smooth(values: list[float], window: int) -> list[float]:
 
 
 def relative_improvement(base: dict[float, float], other: dict[float, float]) -> tuple[list[float], list[float]]:
-    """100 (L_base − L)/L_base at ``other``'s x positions inside the baseline's range.
-
-    L_base is the baseline's value there, linearly interpolated between its two neighbouring
-    points when the baseline has none at exactly that x (groups with another validation
-    interval, or another batch size on a token axis); where both have a point it is exact.
-    """
+    """100 (L_base − L)/L_base at ``other``'s x positions inside the baseline's range (L_base interpolated)."""
     bx = sorted(base)
     if not bx:
         return [], []
@@ -79,11 +61,7 @@ def _interpolate(curve: dict[float, float], xs: list[float], x: float) -> float:
 
 
 def loss_unit(runs: list[RunData]) -> str:
-    """The loss's unit from the runs' ``data.tokenizer``: nats per token, or nats per byte for the byte tokenizer.
-
-    Runs with different tokenizers (only comparable with --allow-different-data) name each unit with
-    its tokenizer.
-    """
+    """The loss's unit from the runs' ``data.tokenizer``: nats per token, or nats per byte for the byte tokenizer."""
     tokenizers = sorted({str(r.config.get("data", {}).get("tokenizer", "")) for r in runs})
     units = {UNITS.get(t, DEFAULT_UNIT) for t in tokenizers}
     if len(units) == 1:
@@ -92,11 +70,7 @@ def loss_unit(runs: list[RunData]) -> str:
 
 
 def tokens_per_step(run: RunData) -> int:
-    """Training tokens of one optimizer step of ``run``: seq_len x micro_batch_size x grad_accum_steps x world_size.
-
-    All ranks together: the trainer's global batch is micro_batch_size x grad_accum_steps x world_size
-    sequences. A run whose records lack a factor is a UserError (a token axis would be wrong).
-    """
+    """Training tokens of one optimizer step of ``run`` (all ranks); a UserError when its records lack a factor."""
     from torchnlq.errors import UserError
 
     training = run.config.get("training", {})
@@ -120,10 +94,7 @@ def _words(text: str) -> set[str]:
 
 
 def arm_label(group: Group, is_base: bool, band: bool) -> str:
-    """A group's legend entry: its name, "baseline" unless the name says it already, and what the line is.
-
-    ``band``: the figure draws a ±1 std band for groups of several seeds (a single seed has none).
-    """
+    """A group's legend entry: its name, "baseline" unless the name says it already, and what the line is."""
     notes = [] if not is_base or "baseline" in _words(group.name) else ["baseline"]
     n = len(group.runs)
     notes.append("1 seed" if n == 1 else f"mean of {n} seeds" + (", ±1 std" if band else ""))
@@ -141,11 +112,7 @@ def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, floa
 
 
 def plot_comparison(groups: list[Group], base: Group, out: Path, x: str = "steps") -> tuple[list[Path], str]:
-    """Write loss_curves.png and relative_improvement.png into ``out``; returns (paths, note).
-
-    ``x``: "steps" or "tokens" (see the module docstring). The figures are closed after saving;
-    :func:`draw_loss_curves` and :func:`draw_relative_improvement` return them open.
-    """
+    """Write loss_curves.png, relative_improvement.png and the weight-dynamics plots into ``out``; (paths, note)."""
     try:
         import matplotlib
 
@@ -187,10 +154,7 @@ def weight_statistics(groups: list[Group]) -> list[tuple[str, str]]:
 
 
 def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "steps") -> Any:
-    """One statistic of one query matrix over training: a panel per group (its first seed), a line per layer.
-
-    Layers are coloured from dark (first block) to light (last), with a colour bar for the depth.
-    """
+    """One statistic of one query matrix over training: a panel per group (its first seed), a line per layer."""
     import matplotlib.pyplot as plt
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize

@@ -1,32 +1,10 @@
-"""Experiment suites: many training runs from one TOML file, run one after another, then compared.
+"""Experiment suites: many training runs from one TOML file (the format: docs/experiments.md, "Suites").
 
-A suite file lists its runs explicitly, as a grid over one base config, or both
-(every explicit run crossed with the grid)::
-
-    name = "shakespeare_tiny"              # default: the file's stem
-    dump_folder = "./outputs/suites/x"     # where the runs go (relative to the working directory)
-    config = "../train_configs/a.toml"     # default config of the runs (relative to this file)
-    overrides = ["--training.steps=300"]   # shared by every run
-    baseline = "baseline"                  # the comparison baseline: a run name (or its arm's name)
-    compare_step = 59000                   # optional: compare there, not at the last common validation step
-
-    [[runs]]                               # optional; without runs the grid expands `config` alone
-    name = "baseline"
-    config = "../train_configs/b.toml"     # optional, else the top-level config
-    overrides = ["--optimizer.lr=1e-3"]
-
-    [grid]                                 # optional; the cartesian product, crossed with every run
-    "training.seed" = [1337, 1338, 1339]
-
-Each run is ``run_train.sh CONFIG OVERRIDES`` with the overrides in this order
-(later ones win): the suite's shared ``overrides``, the command line's, the
-run's own, the grid values, then ``--job.name`` and ``--job.dump_folder``, which
-the suite owns. A command-line override of a key that a run or the grid sets is
-refused: it would silently collapse the arms. Every run's config is loaded (and
-its model shapes checked) before anything is launched, so a typo costs nothing.
-
-Running a suite (skip finished runs, resume interrupted ones, compare) is
-:mod:`torchnlq.experiments.suite_run`.
+A suite lists ``[[runs]]``, a ``[grid]`` over one config, or both (every run crossed with the
+grid). Overrides apply in this order (later wins): the suite's shared ones, the command line's,
+the run's own, the grid values, then ``--job.name`` and ``--job.dump_folder``, which the suite
+owns. Every run's config is loaded and checked before anything is launched. Running a suite
+is :mod:`torchnlq.experiments.suite_run`.
 """
 
 from __future__ import annotations
@@ -306,7 +284,7 @@ def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: 
 
 def _validate_run(where: str, run: SuiteRun) -> int:
     """Load the run's config and resolve its model shapes (a typo fails here, before any launch); its steps."""
-    from torchnlq.config.checks import check_job_config
+    from torchnlq.train.preflight import check_job_config
 
     try:
         cfg = load_job_config([str(run.config), *run.overrides])

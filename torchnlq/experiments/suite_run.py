@@ -1,19 +1,8 @@
 """Run a suite: each run through run_train.sh, one after another, then the comparison.
 
-``scripts/run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.key value ...]``
-
-- A run whose ``run_info.json`` says ``finished`` at the same ``training.steps`` is skipped.
-- Any other run is launched with its command; for an interrupted run that is the
-  resume (the trainer picks up ``<run>/checkpoints/step-N`` by itself).
-- A failed run (non-zero exit, e.g. a divergence) is reported and the suite goes on:
-  one bad arm should not cost the night's other runs. The exit code is then 1.
-- Ctrl-C or SIGTERM to the suite is passed to the running training process exactly once
-  (it runs in its own process group): it finishes its step, saves a checkpoint and exits;
-  then the suite stops. The same command later resumes where it stopped.
-- ``--dry-run`` prints the commands (e.g. to spread them over a cluster) and runs nothing.
-- At the end the finished runs are compared (:mod:`torchnlq.experiments.compare`) into the
-  suite's dump folder: ``comparison.md``, ``comparison.csv``, ``runs.csv`` and plots.
-  ``suite.log`` there records each launch with its exit code and wall time.
+Finished runs are skipped and interrupted ones resume; a failed run is reported and the suite
+goes on (one bad arm should not cost the night's other runs). Ctrl-C or SIGTERM is passed to
+the running trainer once, which checkpoints and exits; then the suite stops.
 """
 
 from __future__ import annotations
@@ -100,9 +89,8 @@ def _log(suite: Suite, line: str) -> None:
 def launch(cmd: list[str]) -> tuple[int, str | None]:
     """Run one training command; returns (exit code, name of a signal the suite received meanwhile).
 
-    The child gets its own session, so a terminal's Ctrl-C reaches only the suite, which
-    forwards it (and SIGTERM) once: the trainer then saves a checkpoint and exits cleanly.
-    A second signal is forwarded too, so a stuck run can still be killed the trainer's way.
+    The child gets its own session, so a terminal's Ctrl-C reaches only the suite, which forwards
+    every SIGINT/SIGTERM to it (a second one still stops a stuck run the trainer's way).
     """
     received: list[str] = []
     started: list[subprocess.Popen] = []  # the child, once it exists
@@ -183,15 +171,14 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
 
 
 def check_data(suite: Suite) -> None:
-    """Refuse, before the first launch, a run whose data cannot be opened (one line, not one failure per run).
+    """Refuse, before the first launch, an unfinished run whose data cannot be opened (one line, not one per run).
 
-    Reads the token files only: a synthetic corpus that does not exist yet is left to the trainer,
-    which generates it. Finished runs (skipped) are not checked.
+    A synthetic corpus that does not exist yet is left to the trainer, which generates it.
     """
-    from torchnlq.config.checks import check_data_fits_model, check_job_config
     from torchnlq.config.manager import load_job_config
     from torchnlq.data import token_format as fmt
     from torchnlq.data.batches import open_token_files
+    from torchnlq.train.preflight import check_data_fits_model, check_job_config
 
     opened: dict[tuple[str, str, int], dict[str, Any]] = {}
     for run in suite.runs:

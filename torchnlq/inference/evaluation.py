@@ -1,11 +1,7 @@
 """Validation loss of a checkpoint or export (library code behind ``scripts/evaluate.py``).
 
-The loss is computed on the same fixed validation windows training uses: a
-:class:`~torchnlq.data.batches.ValidationSet` drawn with the checkpoint's
-``seq_len`` and its ``validation`` seed and micro-batch size, through the
-trainer's own :func:`torchnlq.train.validate.evaluate`. On the same data folder
-the result therefore equals the ``val_loss`` the run logged at that step. No tokenizer
-files are needed (the data is tokenized already), so evaluation works offline for every model.
+The windows are those the run validated on (its ``seq_len`` and ``validation`` settings) and the
+loss is the trainer's own, so on the same data folder it equals the ``val_loss`` the run logged.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.record import RunRecord, ValidationRecord
 from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
@@ -98,9 +94,7 @@ def resolve_settings(
 def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_dir: str | Path) -> None:
     """UserError when the model and the data both record their .tiktoken file's sha256 and the two differ.
 
-    Evaluation needs no tokenizer files (the data is already tokenized), but ids of another
-    vocabulary under the same name would give a meaningless loss. Either side may not know
-    (a model or data folder made with tiktoken's download records none): then nothing is compared.
+    Ids of another vocabulary under the same name would give a meaningless loss.
     """
     model_sha = tokenizer.get("tiktoken_sha256")
     info = data_meta.get("tokenizer_info")
@@ -113,11 +107,7 @@ def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_
 
 
 def evaluation_autocast(record: RunRecord, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
-    """The autocast the run validated under: bf16 on CUDA when it computed in bf16, else none (fp32).
-
-    On a CPU every run computed in fp32 (the trainer autocasts on CUDA only), so a
-    CPU evaluation is fp32 whatever the run recorded.
-    """
+    """The autocast the run validated under: bf16 on CUDA when it computed in bf16, else none (fp32, as on a CPU)."""
     if device.type == "cuda" and record.mixed_precision == "bf16":
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext
@@ -132,10 +122,7 @@ def evaluate_source(
     seq_len: int | None = None,
     device: str = "cpu",
 ) -> EvalResult:
-    """Loss and perplexity of a checkpoint/export on ``data_dir``'s validation windows, as its run drew them.
-
-    A run with ``validation.protocol = "paper"`` is evaluated on the paper's row of the checkpoint's step.
-    """
+    """Loss and perplexity of a checkpoint/export on ``data_dir``'s validation windows, as its run drew them."""
     loaded = as_loaded(source, device)
     settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
     folder = Path(data_dir).expanduser()

@@ -1,29 +1,9 @@
 """Multiple-choice evaluation in the HellaSwag format (library code behind ``evaluate.py --multiple-choice``).
 
-A task is a local JSON-lines file, one row per line:
-
-* the context: ``ctx``; or, without ``ctx``, ``ctx_a`` and ``ctx_b`` joined by one space
-  (``ctx_a`` alone when ``ctx_b`` is empty). These are the field names of HellaSwag's own
-  ``hellaswag_{train,val}.jsonl``, which nanoGPT-style evaluations (build-nanogpt's
-  ``hellaswag.py``) read, and of the Hugging Face copy ``Rowan/hellaswag``;
-* ``endings``: a list of at least two strings;
-* ``label``: the index of the right ending, an integer or a string of digits (the Hugging Face
-  copy stores it as a string). Other fields (``ind``, ``activity_label``, ``split``, ...) are ignored.
-
-Each ending is scored by the log-likelihood the model gives its tokens after the context:
-the context is encoded as is and the ending as ``" " + ending``, separately, and the two token
-lists are concatenated (the nanoGPT/HellaSwag rule; an empty context becomes end-of-text).
-``acc`` picks the ending with the largest sum of token log-probabilities; ``acc_norm`` the one
-with the largest mean per token (nanoGPT's ``acc_norm``, normalised by the ending's token count,
-not by its characters as lm-evaluation-harness's ``acc_norm`` is). Ties go to the first ending.
-
-The log-probabilities are the model's softmax over its whole (padded) vocabulary in fp32, as in
-training and ``val_loss``. When context + ending exceed ``max_seq_len + 1`` tokens, the context is
-cut from the left so that the model still sees the last ``max_seq_len`` tokens. Endings are scored
-in batches (right-padded; the model is causal, so padding after a sequence changes nothing in it).
-
-The file is data: it is read as UTF-8 JSON lines and nothing else, and a malformed row is one
-:class:`~torchnlq.errors.UserError` naming its line.
+A task is a local JSON-lines file with HellaSwag's fields (``ctx`` or ``ctx_a``/``ctx_b``,
+``endings``, ``label``). Context and ``" " + ending`` are encoded separately and concatenated
+(nanoGPT's rule); ``acc`` picks the largest sum of the ending's token log-probabilities,
+``acc_norm`` the largest mean per token. The format and the scoring: docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -37,11 +17,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from torchnlq.checkpoint.export import export_source
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.data.tokenizer import Tokenizer
 from torchnlq.errors import UserError
-from torchnlq.inference.sampling import tokenizer_from_description
+from torchnlq.inference.sampling import model_tokenizer
 from torchnlq.models.gpt import GPT
 
 DEFAULT_BATCH_SIZE = 16  # sequences per forward; the logits take batch x seq x vocab x 4 bytes
@@ -59,11 +38,9 @@ class ChoiceRow:
 
 @dataclass(frozen=True)
 class ContinuationScore:
-    """The log-likelihood of a continuation's tokens given their context.
+    """The log-likelihood (sum over ``tokens``) of a continuation given its context.
 
-    ``logprob`` is the sum over the ``tokens`` continuation tokens; ``greedy`` says whether every
-    one of them is the argmax of the model (over the tokenizer's ids, as greedy sampling picks);
-    ``truncated`` whether the context was cut from the left to fit ``max_seq_len``.
+    ``greedy``: every token is the model's argmax; ``truncated``: the context was cut from the left.
     """
 
     logprob: float
@@ -88,17 +65,9 @@ class MultipleChoiceResult:
 
     def lines(self) -> list[str]:
         """The report, one ``name: value`` per line."""
-        return [
-            f"acc: {self.acc:.6f}",
-            f"acc_norm: {self.acc_norm:.6f}",
-            f"rows: {self.rows}",
-            f"endings: {self.endings}",
-            f"tokens: {self.tokens}",
-            f"truncated: {self.truncated}",
-        ]
+        counts = (f"{k}: {getattr(self, k)}" for k in ("rows", "endings", "tokens", "truncated"))
+        return [f"acc: {self.acc:.6f}", f"acc_norm: {self.acc_norm:.6f}", *counts]
 
-
-# ---------------------------------------------------------------- reading the file
 
 def check_limit(limit: int | None) -> None:
     """UserError for a --limit that selects no rows."""
@@ -142,11 +111,7 @@ def parse_row(obj: object, path: Path, line: int) -> ChoiceRow:
 
 
 def read_rows(path: str | Path, limit: int | None = None) -> list[ChoiceRow]:
-    """The first ``limit`` rows (all when None) of a HellaSwag-format JSON-lines file.
-
-    Blank lines are skipped; line numbers in errors count every line from 1. Only the lines
-    up to the ``limit``-th row are read.
-    """
+    """The first ``limit`` rows (all when None) of a HellaSwag-format JSON-lines file; blank lines are skipped."""
     check_limit(limit)
     p = Path(path).expanduser()
     if not p.exists():
@@ -174,13 +139,8 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[ChoiceRow]:
     return rows
 
 
-# ---------------------------------------------------------------- scoring
-
 def encode_row(tokenizer: Tokenizer, row: ChoiceRow) -> tuple[list[int], list[list[int]]]:
-    """The context's tokens and each ending's tokens, by the HellaSwag rule (module doc).
-
-    An empty context becomes end-of-text: the first ending token needs a token to follow.
-    """
+    """The context's tokens (end-of-text when empty) and each ending's tokens, by the HellaSwag rule."""
     context = tokenizer.encode(row.context) or [tokenizer.eot_id]
     return context, [tokenizer.encode(" " + ending) for ending in row.endings]
 
@@ -207,12 +167,9 @@ def score_continuations(
     batch_size: int = DEFAULT_BATCH_SIZE,
     vocab_limit: int | None = None,
 ) -> list[ContinuationScore]:
-    """Log-likelihood of each ``(context ids, continuation ids)`` pair, in request order.
+    """Log-likelihood of each ``(context ids, continuation ids)`` pair (context not empty), in request order.
 
-    The context must hold at least one token. Requests are sorted by length (longest first)
-    and run ``batch_size`` at a time, right-padded; the result does not depend on the batching
-    beyond float rounding. ``vocab_limit`` (the tokenizer's vocabulary size) bounds the argmax
-    behind ``greedy``; the log-probabilities themselves use the whole vocabulary.
+    Batches are right-padded (the model is causal); ``vocab_limit`` bounds only the argmax behind ``greedy``.
     """
     if batch_size < 1:
         raise UserError(f"batch size {batch_size} must be at least 1")
@@ -290,17 +247,6 @@ def score_rows(
     )
 
 
-def model_tokenizer(loaded: LoadedModel, tiktoken_file: str | None = None) -> Tokenizer:
-    """The tokenizer a loaded model carries (``tiktoken_file`` overrides it), checked against its vocabulary."""
-    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file, export_source(loaded))
-    if tokenizer.vocab_size > loaded.args.vocab_size:
-        raise UserError(
-            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "
-            f"{loaded.args.vocab_size}; the checkpoint's tokenizer metadata is wrong"
-        )
-    return tokenizer
-
-
 def evaluate_multiple_choice(
     source: str | Path | LoadedModel,
     path: str | Path,
@@ -309,10 +255,7 @@ def evaluate_multiple_choice(
     device: str = "cpu",
     tiktoken_file: str | None = None,
 ) -> MultipleChoiceResult:
-    """Accuracy (raw and length-normalised) of a checkpoint or export on a HellaSwag-format file.
-
-    The file is read and checked before the model is loaded, so a bad row costs no load.
-    """
+    """Accuracy (raw and length-normalised) of a checkpoint or export on a HellaSwag-format file (read first)."""
     if batch_size < 1:
         raise UserError(f"--batch-size={batch_size} must be at least 1")
     rows = read_rows(path, limit)

@@ -1,10 +1,7 @@
 """Sampling from a trained model with the KV cache (library code behind ``scripts/generate.py``).
 
-The prompt is fed once (prefill), then one token per step through
-:class:`torchnlq.models.gpt.KVCache`, so a step costs one token's forward,
-not the whole sequence's. Sampling draws from a private ``torch.Generator``
-seeded with ``seed``: the same seed, prompt and settings give the same text,
-and the global RNG is untouched. Temperature 0 is greedy decoding (argmax).
+Sampling draws from a private generator seeded with ``seed`` (the global RNG is untouched);
+temperature 0 is greedy decoding.
 """
 
 from __future__ import annotations
@@ -16,10 +13,10 @@ from typing import Any
 
 import torch
 
-from torchnlq.checkpoint.export import export_source
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.export import export_source
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.config.job_config import SEED_MAX
-from torchnlq.data.hf_tokenizer import tokenizer_from_folder
+from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT, KVCache
@@ -41,11 +38,7 @@ class Generation:
 def sample_next(
     logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """Next token ids [B] from last-position logits [B, V] (float32).
-
-    ``temperature == 0`` takes the argmax; otherwise logits / temperature,
-    restricted to the ``top_k`` largest when set, are sampled from.
-    """
+    """Next token ids [B] from last-position logits [B, V] (float32); temperature 0 takes the argmax."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
@@ -81,10 +74,8 @@ def generate_tokens(
 ) -> Generation:
     """Sample up to ``max_new_tokens`` tokens after ``prompt`` with a KV cache.
 
-    Stops early at ``eot_id`` (not included in ``new_tokens``) or when the
-    context is full: every sampled token is predicted from at most
-    ``max_seq_len`` positions. ``vocab_limit`` masks the padded rows of the
-    vocabulary (ids the tokenizer cannot decode).
+    Stops early at ``eot_id`` (not included) or when the context is full. ``vocab_limit`` masks the
+    padded rows of the vocabulary (ids the tokenizer cannot decode).
     """
     check_sampling(max_new_tokens, temperature, top_k, seed)
     max_len = model.args.max_seq_len
@@ -125,11 +116,8 @@ def tokenizer_from_description(
 ) -> Tokenizer:
     """Rebuild the tokenizer a model was trained with from its ``describe()`` dict.
 
-    ``source`` is the checkpoint or export folder the model came from: what it carries
-    (a checkpoint's ranks file, an export's vocab.json) is used first, so a gpt2 model needs
-    nothing else. ``tiktoken_file`` overrides it. Otherwise gpt2 needs the standard GPT-2
-    ranks file, unless the run recorded another file's sha256 (a toy vocabulary in tests):
-    then it needs that very file.
+    What the ``source`` folder carries comes first, unless ``tiktoken_file`` overrides it. A gpt2
+    model that recorded another ranks file's sha256 needs that very file.
     """
     name = desc.get("name")
     if not name:
@@ -150,6 +138,17 @@ def tokenizer_from_description(
     return build_tokenizer(name, tiktoken_file)
 
 
+def model_tokenizer(loaded: LoadedModel, tiktoken_file: str | None = None) -> Tokenizer:
+    """The tokenizer a loaded model carries (``tiktoken_file`` overrides it), checked against its vocabulary."""
+    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file, export_source(loaded))
+    if tokenizer.vocab_size > loaded.args.vocab_size:
+        raise UserError(
+            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "
+            f"{loaded.args.vocab_size}; the checkpoint's tokenizer metadata is wrong"
+        )
+    return tokenizer
+
+
 def generate_text(
     source: str | Path | LoadedModel,
     prompt: str,
@@ -160,19 +159,10 @@ def generate_text(
     device: str = "cpu",
     tiktoken_file: str | None = None,
 ) -> tuple[str, Generation]:
-    """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation).
-
-    The tokenizer is the one the checkpoint or export carries; ``tiktoken_file`` overrides it.
-    """
+    """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation)."""
     check_sampling(max_new_tokens, temperature, top_k, seed)
     loaded = as_loaded(source, device)
-    tokenizer = tokenizer_from_description(loaded.tokenizer, tiktoken_file, export_source(loaded))
-    if tokenizer.vocab_size > loaded.args.vocab_size:
-        raise UserError(
-            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but the model only "
-            f"{loaded.args.vocab_size}; "
-            "the checkpoint's tokenizer metadata is wrong"
-        )
+    tokenizer = model_tokenizer(loaded, tiktoken_file)
     # An empty prompt starts from end-of-text, the document boundary the model was trained on.
     ids = tokenizer.encode(prompt) or [tokenizer.eot_id]
     result = generate_tokens(

@@ -1,8 +1,4 @@
-"""Model summary: parameter shapes, parameter counts and FLOPs per token of a config, built on meta.
-
-Library code behind ``scripts/model_summary.py``; the model is built on the
-meta device, so even the largest flavor costs no memory.
-"""
+"""Model summary of a config (library code behind ``scripts/model_summary.py``), built on meta: no memory."""
 
 from __future__ import annotations
 
@@ -12,12 +8,12 @@ from typing import Any
 
 import torch
 
-from torchnlq.config.checks import check_job_config, config_warnings
 from torchnlq.config.job_config import JobConfig
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.parallel.memory_estimate import DEFAULT_CARD_GIB, GIB, estimate_memory, fit_warning
+from torchnlq.train.preflight import check_job_config, config_warnings
 
 _LAYER_PREFIX = re.compile(r"^layers\.(\d+)\.")
 
@@ -35,33 +31,15 @@ def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int, card_gib: floa
 
 
 def summarize(cfg: JobConfig) -> list[str]:
-    """The summary as ``name: value`` lines.
-
-    First the model's sizes; then the parameter shapes, block parameters
-    listed once as ``layers.*.<name>: (shape)`` since blocks are identical;
-    then the totals
-    ``total_params``, ``non_embedding_params`` and ``flops_per_token`` (at
-    ``training.seq_len``).
-    """
+    """The summary as ``name: value`` lines: sizes, parameter shapes (blocks once, as ``layers.*``), totals."""
     args = check_job_config(cfg)  # the trainer's checks: a summary of a config that cannot run is an error
     seq_len = cfg.training.seq_len
     with torch.device("meta"):
         model = GPT(args)
 
-    lines = [
-        f"flavor: {cfg.model.flavor}",
-        f"query: {args.query.type}",
-        f"n_layers: {args.n_layers}",
-        f"dim: {args.dim}",
-        f"n_heads: {args.n_heads}",
-        f"n_kv_heads: {args.n_kv_heads}",
-        f"head_dim: {args.head_dim}",
-        f"mlp_hidden: {args.mlp_hidden}",
-        f"vocab_size: {args.vocab_size}",
-        f"max_seq_len: {args.max_seq_len}",
-        f"positions: {args.positions}",
-        f"tie_embeddings: {args.tie_embeddings}",
-    ]
+    sizes = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden", "vocab_size", "max_seq_len",
+             "positions", "tie_embeddings")
+    lines = [f"flavor: {cfg.model.flavor}", f"query: {args.query.type}", *(f"{k}: {getattr(args, k)}" for k in sizes)]
     for name, param in model.named_parameters():
         match = _LAYER_PREFIX.match(name)
         if match and match.group(1) != "0":
@@ -83,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     """``model_summary.py [CONFIG] [--section.key=value ...]``: print the summary; user errors exit 2."""
     argv = sys.argv[1:] if argv is None else argv
     if "--help" in argv or "-h" in argv:
-        from torchnlq.config.checks import registry_choices
+        from torchnlq.config.registries import registry_choices
         from torchnlq.config.render import help_text
 
         usage = ("usage: python scripts/model_summary.py [CONFIG.toml] [--section.key VALUE ...] [--processes N] "
@@ -114,23 +92,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _pop_option(argv: list[str], name: str, kind: type, default: Any) -> tuple[list[str], Any]:
     """Take ``name VALUE`` / ``name=VALUE`` out of ``argv`` (a positive number); the rest goes to the config."""
-    rest, value, i = [], default, 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == name or arg.startswith(name + "="):
-            if "=" in arg:
-                raw = arg.split("=", 1)[1]
-            elif i + 1 < len(argv):
-                raw, i = argv[i + 1], i + 1
-            else:
-                raise UserError(f"{name} needs a value")
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise UserError(f"{name} expects a positive {'integer' if kind is int else 'number'}, got {raw!r}") from None
-            if not value > 0 or value != value or value == float("inf"):
-                raise UserError(f"{name} expects a positive {'integer' if kind is int else 'number'}, got {raw!r}")
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, value
+    import argparse
+
+    from torchnlq.cli import ArgumentParser
+
+    def positive(raw: str) -> Any:
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):  # nan and inf too
+            what = "integer" if kind is int else "number"
+            raise argparse.ArgumentTypeError(f"expects a positive {what}, got {raw!r}")
+        return value
+
+    parser = ArgumentParser(prog="model_summary.py", add_help=False, allow_abbrev=False)
+    parser.add_argument(name, dest="value", type=positive, default=default)
+    known, rest = parser.parse_known_args(argv)
+    return rest, known.value

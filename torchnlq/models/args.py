@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from torchnlq.config.job_config import Query
-from torchnlq.errors import ConfigError, unknown_choice
-from torchnlq.models.query import query_num_params
+from .config import REMOVED_QUERY_FIELDS, Query
+from .errors import ConfigError, unknown_choice
+from .query import query_num_params
 
 POSITIONS = ("learned", "rope")
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper) or GPT-2's tanh approximation.
@@ -79,11 +79,6 @@ class ModelArgs:
             raise unknown_choice("model.positions", self.positions, POSITIONS)
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise unknown_choice("model.mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
-        if self.bias and self.query.fuse_kv:
-            raise ConfigError(
-                "model.query.fuse_kv = true computes K,V and the query's first matmul without biases; "
-                "set model.query.fuse_kv = false for a model with model.bias = true"
-            )
         if self.init not in INIT_SCHEMES:
             raise unknown_choice("model.init", self.init, INIT_SCHEMES)
         if self.positions == "rope" and self.head_dim % 2:
@@ -116,7 +111,8 @@ class ModelArgs:
 
         Unknown keys are a ConfigError rather than silently dropped: they mean
         the dict came from a newer torchnlq whose model this one cannot build.
-        Missing keys take the field defaults; the result is validated.
+        Keys of removed options that did not change the function (:data:`REMOVED_QUERY_FIELDS`)
+        are dropped. Missing keys take the field defaults; the result is validated.
         """
         if not isinstance(d, dict):
             raise ConfigError(f"model_args must be a JSON object, got {type(d).__name__}")
@@ -126,6 +122,7 @@ class ModelArgs:
             query = asdict(query)
         if not isinstance(query, dict):
             raise ConfigError(f"model_args.query must be a JSON object, got {type(query).__name__}")
+        query = {k: v for k, v in query.items() if k not in REMOVED_QUERY_FIELDS}
         for what, known, given in (
             ("model_args", {f.name for f in fields(cls)} - {"init"}, d),
             ("model_args.query", {f.name for f in fields(Query)}, query),

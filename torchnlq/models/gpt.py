@@ -1,15 +1,17 @@
 """A GPT-2-style decoder whose attention query comes from the query registry.
 
 Pre-LN blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``; no biases anywhere (LayerNorms
-included), unless ``model.bias`` asks for GPT-2's (for imported GPT-2 weights); learned absolute positions (GPT-2) or RoPE; a fused
-K,V projection with optional GQA/MQA; the LM head optionally tied to the token
-embedding. The model knows nothing of parallelism, logging or files: those are
+included), unless ``model.bias`` asks for GPT-2's (for imported GPT-2 weights); learned absolute
+positions (GPT-2) or RoPE; one K,V projection with optional GQA/MQA; the LM head optionally tied
+to the token embedding. The model knows nothing of parallelism, logging or files: those are
 applied from outside, block by block, through ``model.layers``.
 
 For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally: the
 cache keeps every layer's keys and values and the number of positions already
 seen, so a prompt is fed once and then one token per step. Without a cache
-(training, validation) the forward is the plain full-sequence one.
+(training, validation) the forward is the plain full-sequence one. The Hugging Face wrapper
+(``torchnlq/interop/modeling_torchnlq.py``) drives the same blocks with transformers' cache
+(anything with ``pos`` and ``update(k, v)`` serves as a layer's cache) and a padding mask.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torchnlq.models.args import ModelArgs
-from torchnlq.models.lm_loss import DEFAULT_CHUNK_TOKENS, linear_cross_entropy
-from torchnlq.models.paper_init import init_like_paper
-from torchnlq.models.query import QueryProjection, build_query
-from torchnlq.models.rope import RotaryEmbedding, apply_rotary
+from .args import ModelArgs
+from .lm_loss import DEFAULT_CHUNK_TOKENS, linear_cross_entropy
+from .paper_init import init_like_paper
+from .query import QueryProjection, build_query
+from .rope import RotaryEmbedding, apply_rotary
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
@@ -89,21 +91,7 @@ class LayerKV:
 
 
 class Attention(nn.Module):
-    """Causal self-attention: registry query, fused linear K,V, SDPA, out-projection.
-
-    With ``model.query.fuse_kv`` the query's first projection joins the K,V matmul:
-    ``X·[W_K | W_V | diag(g)·W1]`` (d -> 2·kv_dim + r), the weight concatenated at each
-    forward from the unchanged parameters (same state_dict, gradients to the originals;
-    docs/performance.md has the measurements), when the forward has enough tokens for
-    that copy to pay (not in one-token decode steps, see ``_fusion_applies``). The query
-    finishes its part (the 1/rms(X) scale) in ``query(x, fused)``, so hooks on the query
-    still see its input X. Only the query's fusion contract is used (``kv_fusion_rows``,
-    ``kv_fusion_weight``, ``forward(x, fused)``); code that wraps the linears from outside
-    (float8) calls :meth:`disable_kv_fusion` where the fused matmul would bypass its wrapper.
-    """
-
-    #: Fewest tokens (batch x seq) for the fused path; None means the fused weight's row count.
-    fuse_min_tokens: int | None = None
+    """Causal self-attention: registry query, one linear K,V projection, SDPA, out-projection."""
 
     def __init__(self, args: ModelArgs, layer: int = 0) -> None:
         super().__init__()
@@ -117,18 +105,6 @@ class Attention(nn.Module):
         # K and V stay linear (the paper); one matmul for both, K rows first.
         self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=args.bias)
         self.proj = nn.Linear(args.q_dim, args.dim, bias=args.bias)
-        self.fuse_kv = args.query.fuse_kv  # check_config has rejected queries that cannot fuse
-
-    def disable_kv_fusion(self) -> None:
-        """Compute K,V and the query in separate matmuls from now on (same function, same parameters).
-
-        For code that swaps this module's linears from outside (float8): the fused path reads
-        their weights directly and would bypass the swapped modules' own forward.
-        """
-        self.fuse_kv = False
-
-    def extra_repr(self) -> str:
-        return f"fuse_kv={self.fuse_kv}"
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
@@ -139,44 +115,18 @@ class Attention(nn.Module):
             if bias is not None:
                 nn.init.zeros_(bias)
 
-    def _fusion_applies(self, x: torch.Tensor) -> bool:
-        """Whether this forward takes the fused path (same function either way).
-
-        Only while fusion is on (``model.query.fuse_kv``, until :meth:`disable_kv_fusion`),
-        and only with at least as many tokens as fused weight rows (2·kv_dim + r): the
-        concatenation copies those rows at every forward, and what the fusion saves (a
-        [tokens, d] pass for the normalised X, one launch) grows with the tokens; a decode
-        step (one token per sequence) is cheaper unfused.
-        ``fuse_min_tokens`` overrides that threshold (0: always fuse, for tests and benchmarks).
-        """
-        if not self.fuse_kv:
-            return False
-        rows = self.kv.out_features + self.query.kv_fusion_rows()
-        threshold = rows if self.fuse_min_tokens is None else self.fuse_min_tokens
-        return x.shape[0] * x.shape[1] >= threshold
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(q [B, T, q_dim], k, v [B, T, kv_dim]) from the block input x, fused or not."""
-        kv_dim = self.n_kv_heads * self.head_dim
-        if not self._fusion_applies(x):
-            k, v = self.kv(x).split(kv_dim, dim=-1)
-            q = self.query(x)
-            return (q if self.q_bias is None else q + self.q_bias), k, v
-        extra = self.query.kv_fusion_weight()
-        pieces = [self.kv.weight, extra]
-        if torch.is_autocast_enabled(x.device.type):
-            # Cast the pieces, not the concatenation: the cat then moves half the bytes and the
-            # matmul gets its weight already in the autocast dtype (no second cast of it).
-            dtype = torch.get_autocast_dtype(x.device.type)
-            pieces = [w.to(dtype) for w in pieces]
-        out = F.linear(x, torch.cat(pieces, dim=0))
-        k, v, fused = out.split([kv_dim, kv_dim, extra.shape[0]], dim=-1)
-        return self.query(x, fused), k, v
-
-    def forward(self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``mask`` (boolean, broadcastable to [B, H, T, past + T], True = may attend) replaces the
+        causal rule, for padded batches; it is applied after the cache has added this step's keys."""
         batch, seq_len, _ = x.shape
         # The query sees the whole d-dim vector; only its output is split into heads.
-        q, k, v = self.project(x)
+        q = self.query(x)
+        if self.q_bias is not None:
+            q = q + self.q_bias
+        k, v = self.kv(x).split(self.n_kv_heads * self.head_dim, dim=-1)
         q = q.view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -188,8 +138,12 @@ class Attention(nn.Module):
         # enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads), the same
         # grouping as repeat_interleave, without materialising the copies.
         gqa = self.n_kv_heads != self.n_heads
-        if cache is None:
+        if cache is None and mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        elif mask is not None:
+            if cache is not None:
+                k, v = cache.update(k, v)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         else:
             y = self._attend_cached(q, k, v, cache, gqa)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
@@ -251,8 +205,11 @@ class Block(nn.Module):
         self.ln_2.reset_parameters()
         self.mlp.init_weights(init_std, residual_std)
 
-    def forward(self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope, cache)
+    def forward(
+        self, x: torch.Tensor, rope: RopeTables | None = None, cache: LayerKV | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, cache, mask)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -351,10 +308,14 @@ class GPT(nn.Module):
         if cache is not None:
             cache.pos += seq_len
         x = self.ln_f(x)
-        weight = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        weight = self.head_weight()
         if targets is not None:
             return linear_cross_entropy(x, weight, targets, chunk_tokens=loss_chunk_tokens)
         return F.linear(x, weight)
+
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight [vocab_size, dim]: the token embedding when tied."""
+        return self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameters actually allocated (shared tensors once), optionally minus token/position embeddings."""

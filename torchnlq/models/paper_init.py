@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from torchnlq.errors import ConfigError
+from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from torchnlq.models.gpt import GPT, Block
+    from .gpt import GPT, Block
 
 Fill = Callable[[torch.Tensor], object]
 

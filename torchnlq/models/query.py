@@ -3,34 +3,12 @@
 Every query type maps the attention block's input X (the output of ``ln_1``,
 shape ``[B, T, dim]``) to the concatenated query heads ``[B, T, n_heads * head_dim]``;
 the attention module splits the result into heads afterwards, so f is never
-applied per head. Keys and values are not the query's business: they stay one
-fused linear projection in :mod:`torchnlq.models.gpt`.
+applied per head. Keys and values stay one linear projection in :mod:`torchnlq.models.gpt`.
 
-Adding a query type is one class and one decorator::
-
-    @register_query("my_query")
-    class MyQuery(QueryProjection):
-        def __init__(self, cfg, dim, n_heads, head_dim, norm_eps):
-            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
-            self.w = nn.Linear(dim, self.q_dim, bias=False)
-
-        def forward(self, x):
-            return torch.tanh(self.w(x))
-
-The base class supplies a default ``init_weights`` (every ``nn.Linear`` gets
-N(0, init_std), every norm is reset to gain 1) and a default ``count_params``
-(builds the query alone on the meta device), so a new type needs neither.
-
-Everything the rest of torchnlq asks of a query type is a class attribute or a
-method of :class:`QueryProjection` (its docstring lists them): the attention's
-K,V fusion, the GPT-2 export, the diagnostics and the config checks use only
-those, never a type name or a query's submodules.
-
-K,V fusion (``model.query.fuse_kv``): a query whose first operation is a
-linear map of X (after at most a per-token scalar) can hand that map to the
-attention module, which computes it in the same matmul as K and V. The query
-says so with ``supports_fuse_kv``, gives the rows with :meth:`kv_fusion_weight`
-and accepts the product in ``forward(x, fused)``; the parameters stay its own.
+Adding a query type is one subclass of :class:`QueryProjection` with ``@register_query(name)``,
+in this file or in the user's own module (``[job] plugins``; docs/extending.md). Everything the
+rest of torchnlq asks of a query type is a class attribute or a method of the base class (its
+docstring lists them), never a type name or a query's submodules.
 
 The identity term (``model.query.half_scale``): every type whose query contains X
 itself (identity, residual, residual_mlp) halves its output when ``half_scale`` is
@@ -43,7 +21,6 @@ attention here keeps one scale, 1/sqrt(head_dim), for every query type.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -51,13 +28,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torchnlq.config.job_config import Query
-from torchnlq.errors import ConfigError, unknown_choice
+from .config import Query
+from .errors import ConfigError, unknown_choice
 
 QUERY_TYPES: dict[str, type[QueryProjection]] = {}
-#: The ``[model.query]`` fields a query type may read (its ``knobs``): all but ``type``, which
-#: picks the class, and ``fuse_kv``, which the attention reads and ``supports_fuse_kv`` governs.
-KNOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Query) if f.name not in ("type", "fuse_kv"))
+#: The ``[model.query]`` fields a query type may read (its ``knobs``): all but ``type``, which picks the class.
+KNOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Query) if f.name != "type")
 
 
 def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryProjection]]:
@@ -80,7 +56,11 @@ def get_query_class(name: str) -> type[QueryProjection]:
     try:
         return QUERY_TYPES[name]
     except KeyError:
-        raise unknown_choice("model.query.type", name, list(QUERY_TYPES)) from None
+        error = unknown_choice("model.query.type", name, list(QUERY_TYPES))
+        raise type(error)(
+            f"{error}; a type a plugin module registers needs that module imported first "
+            "([job] plugins in a config, --plugins for the tools)"
+        ) from None
 
 
 def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> QueryProjection:
@@ -149,8 +129,6 @@ class QueryProjection(nn.Module):
     - ``requires_full_width``: the output contains X itself, so n_heads * head_dim must equal
       dim; :meth:`check_config` makes a mismatch a ConfigError at build time, not a
       broadcast error deep inside the first forward.
-    - ``supports_fuse_kv``, :meth:`kv_fusion_rows`, :meth:`kv_fusion_weight` and
-      ``forward(x, fused)``: the attention's K,V fusion (``model.query.fuse_kv``).
     - ``linear_in_x`` and :meth:`linear_weight`: Q(X) = X·Wᵀ for one matrix W (GPT-2 export).
     - ``has_residual_branch``, :meth:`residual_branch` and :meth:`norm_gains`: diagnostics.
     - :meth:`fused_qkv_weight` and :meth:`paper_init_linears`: where the paper's code
@@ -158,13 +136,6 @@ class QueryProjection(nn.Module):
 
     A type whose query contains X itself (``requires_full_width``) reads ``half_scale``
     and multiplies its whole output by :func:`identity_term_scale` (see the module doc).
-
-    ``supports_fuse_kv`` and ``linear_in_x`` describe what ``forward`` computes, so a
-    subclass that overrides ``forward`` does not inherit them: they are False unless its own
-    class body sets them. With ``fuse_kv = true`` such a subclass is then a ConfigError
-    (from :meth:`check_config`), never a TypeError in the first fused forward; to fuse, it
-    sets ``supports_fuse_kv = True`` and its ``forward`` takes ``fused`` (checked when the
-    class is defined).
     """
 
     type_name: ClassVar[str] = ""
@@ -172,8 +143,6 @@ class QueryProjection(nn.Module):
     knobs: ClassVar[tuple[str, ...]] = ()
     #: True when the output contains X itself, so n_heads * head_dim must equal dim.
     requires_full_width: ClassVar[bool] = False
-    #: True when the query implements :meth:`kv_fusion_rows`, :meth:`kv_fusion_weight` and ``forward(x, fused)``.
-    supports_fuse_kv: ClassVar[bool] = False
     #: True when Q(X) = X·Wᵀ for the matrix :meth:`linear_weight` returns.
     linear_in_x: ClassVar[bool] = False
     #: True when Q(X) is (a scale times) X + f(X) and :meth:`residual_branch` returns f(X).
@@ -181,13 +150,8 @@ class QueryProjection(nn.Module):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if "forward" in vars(cls):
-            # The inherited claims described the parent's forward, not this one.
-            for claim in ("supports_fuse_kv", "linear_in_x"):
-                if claim not in vars(cls):
-                    setattr(cls, claim, False)
-        if cls.supports_fuse_kv and "fused" not in inspect.signature(cls.forward).parameters:
-            raise TypeError(f"{cls.__name__} sets supports_fuse_kv = True, so its forward must take 'fused'")
+        if "forward" in vars(cls) and "linear_in_x" not in vars(cls):
+            cls.linear_in_x = False  # the inherited claim described the parent's forward, not this one
         unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
         if unknown:
             raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
@@ -199,13 +163,8 @@ class QueryProjection(nn.Module):
         self.q_dim = n_heads * head_dim
         self.knob_values: dict[str, object] = {k: getattr(cfg, k) for k in self.knobs}
 
-    def forward(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
-        """Q(X) ``[B, T, q_dim]`` from X ``[B, T, dim]``.
-
-        ``fused`` (``[B, T, kv_fusion_rows()]``) is X·kv_fusion_weight()ᵀ, computed by the
-        attention in its K,V matmul; it is passed only to ``supports_fuse_kv`` types, so
-        the others may define ``forward(self, x)``.
-        """
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Q(X) ``[B, T, q_dim]`` from X ``[B, T, dim]``."""
         raise NotImplementedError(f"query type {self.type_name!r} defines no forward")
 
     @classmethod
@@ -216,13 +175,6 @@ class QueryProjection(nn.Module):
                 f"model.query.type={cls.type_name!r} needs n_heads*head_dim == dim (got {q_dim} != {dim}); "
                 f"use model.query.type='linear' or make model.n_heads divide model.dim"
             )
-        if cfg.fuse_kv and not cls.supports_fuse_kv:
-            fusable = sorted(name for name, c in QUERY_TYPES.items() if c.supports_fuse_kv)
-            raise ConfigError(
-                f"model.query.fuse_kv = true needs a query with a fusable input projection "
-                f"({', '.join(fusable)}), not model.query.type={cls.type_name!r}; set model.query.fuse_kv = false"
-            )
-
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         """Number of parameters. Default: build this query alone on the meta device and count (no memory)."""
@@ -260,17 +212,6 @@ class QueryProjection(nn.Module):
     def norm_gains(self) -> dict[str, nn.Module]:
         """The norms whose gain vector (``weight``) diagnostics report, by statistic name; default none."""
         return {}
-
-    def kv_fusion_rows(self) -> int:
-        """r, the number of rows :meth:`kv_fusion_weight` appends to the K,V weight (``supports_fuse_kv`` only)."""
-        raise NotImplementedError(f"query type {self.type_name!r} cannot be fused with the K,V projection")
-
-    def kv_fusion_weight(self) -> torch.Tensor:
-        """Rows ``[r, dim]`` to append to the K,V weight (``supports_fuse_kv`` types only).
-
-        Built from the parameters at every call, so that gradients reach them.
-        """
-        raise NotImplementedError(f"query type {self.type_name!r} cannot be fused with the K,V projection")
 
     def linear_weight(self) -> torch.Tensor | None:
         """W ``[q_dim, dim]`` (fp32, detached) with forward(x) = x·Wᵀ for ``linear_in_x`` types; else None."""
@@ -403,8 +344,6 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
 }
 NORMS = ("rms", "layer", "none")
-# Input norms that are a per-token scalar times a per-channel gain (or nothing): fusable with K,V.
-FUSABLE_INPUT_NORMS = ("rms", "none")
 
 
 def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
@@ -429,7 +368,6 @@ class ResidualMLPQuery(QueryProjection):
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
     requires_full_width = True
-    supports_fuse_kv = True
     has_residual_branch = True
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
@@ -461,15 +399,6 @@ class ResidualMLPQuery(QueryProjection):
                 f"model.query.bottleneck_ratio={cfg.bottleneck_ratio} gives r = round({cfg.bottleneck_ratio}*{dim}) = "
                 f"{rank} < 1; raise model.query.bottleneck_ratio to at least {1 / dim:.3g}"
             )
-        if cfg.fuse_kv and cfg.input_norm not in FUSABLE_INPUT_NORMS:
-            # LayerNorm subtracts the per-token mean first: not a per-token scalar times X, so
-            # LN(X)·W1 is no column block of one matmul with X·W_K, X·W_V.
-            raise ConfigError(
-                f"model.query.fuse_kv = true needs model.query.input_norm in {FUSABLE_INPUT_NORMS} "
-                f"(got {cfg.input_norm!r}: LayerNorm is not a per-token scale of X); "
-                "set model.query.fuse_kv = false or change model.query.input_norm"
-            )
-
     @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
@@ -480,43 +409,12 @@ class ResidualMLPQuery(QueryProjection):
         norms = {"gain_in": self.input_norm, "gain_out": self.output_norm}
         return {key: norm for key, norm in norms.items() if not isinstance(norm, nn.Identity)}
 
-    def kv_fusion_rows(self) -> int:
-        """r: the fused matmul computes in_norm(X)·W1 up to the per-token 1/rms(X)."""
-        return self.rank
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]."""
+        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
 
-    def kv_fusion_weight(self) -> torch.Tensor:
-        """diag(g)·W1 as ``[r, dim]`` rows (W1 alone for input_norm none), built from the parameters.
-
-        RMSNorm(X)·W1 = (X·diag(g)·W1) / rms(X): the gain moves into the weight, and the
-        per-token 1/rms(X) is applied afterwards by ``forward(x, fused)``. Computed at every
-        call so that gradients flow to ``w1.weight`` and the gain, which stay the parameters.
-        """
-        if isinstance(self.input_norm, nn.RMSNorm):
-            return self.w1.weight * self.input_norm.weight
-        return self.w1.weight
-
-    def _first_projection(self, x: torch.Tensor, fused: torch.Tensor | None) -> torch.Tensor:
-        """in_norm(X)·W1, or the same from ``fused`` = X·kv_fusion_weight()ᵀ (computed by the caller)."""
-        if fused is None:
-            return self.w1(self.input_norm(x))
-        if isinstance(self.input_norm, nn.RMSNorm):
-            # RMSNorm's per-token 1/rms(X) = 1/sqrt(mean(X²) + eps), applied to r columns instead of d.
-            # mean(X²) as ‖X‖²/d: one reduction kernel, no [B, T, d] temporary for X² (eager CPU/GPU).
-            eps = self.input_norm.eps if self.input_norm.eps is not None else torch.finfo(x.dtype).eps
-            # At least fp32 (as RMSNorm computes internally), also for bf16 activations under FSDP.
-            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.promote_types(x.dtype, torch.float32))
-            inv_rms = torch.rsqrt(norm.square() / x.shape[-1] + eps)
-            # Back to the matmul's dtype (bf16 under autocast), as the unfused W1 output would be.
-            return (fused * inv_rms).to(fused.dtype)
-        return fused
-
-    def residual_branch(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
-        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]; see ``forward`` for ``fused``."""
-        return self.output_norm(self.w2(self.act(self._first_projection(x, fused))))
-
-    def forward(self, x: torch.Tensor, fused: torch.Tensor | None = None) -> torch.Tensor:
-        """Q(X); ``fused`` ([B, T, r]), when given, is X·kv_fusion_weight()ᵀ from the fused K,V matmul."""
-        return (x + self.residual_branch(x, fused)) * self.scale
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.residual_branch(x)) * self.scale
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, rank={self.rank}"
@@ -557,7 +455,7 @@ class AnchoredQuery(QueryProjection):
     @classmethod
     def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
         super().check_config(cfg, dim, q_dim)
-        ResidualMLPQuery.check_config(dataclasses.replace(cfg, fuse_kv=False), dim, dim)
+        ResidualMLPQuery.check_config(cfg, dim, dim)
 
     @classmethod
     def check_layers(cls, cfg: Query, n_layers: int) -> None:
@@ -602,7 +500,10 @@ class AnchoredQuery(QueryProjection):
         return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.w_q(x)
+        # A frozen anchor is detached here too, not only by requires_grad: loaders that replace the
+        # parameter (transformers' from_pretrained) would otherwise let fine-tuning move it.
+        weight = self.w_q.weight if self.knob_values["train_anchor"] else self.w_q.weight.detach()
+        q = F.linear(x, weight)
         return q + self.branch(x) if self.has_branch else q
 
     def extra_repr(self) -> str:

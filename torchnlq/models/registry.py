@@ -9,10 +9,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from torchnlq.config.job_config import Model
-from torchnlq.errors import ConfigError, unknown_choice
-from torchnlq.models.args import ModelArgs, divides_message
-from torchnlq.models.gpt import GPT
+from .args import ModelArgs, divides_message
+from .config import Model
+from .errors import ConfigError, unknown_choice
+from .gpt import GPT
 
 
 @dataclass(frozen=True)

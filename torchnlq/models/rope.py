@@ -27,9 +27,20 @@ def rope_tables(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape [max_seq_len, head_dim] (computed in float64, returned in ``dtype``)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float64) / head_dim))
-    positions = torch.arange(max_seq_len, device=device, dtype=torch.float64)
-    angles = torch.outer(positions, inv_freq)  # [T, head_dim/2]
+    positions = torch.arange(max_seq_len, device=device)
+    return rope_at(positions, head_dim, theta, dtype)
+
+
+def rope_at(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape [*positions.shape, head_dim] for integer ``positions`` of any shape.
+
+    The tables of :func:`rope_tables` at those rows, bit for bit (for per-row positions of a
+    left-padded batch).
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim))
+    angles = positions.to(torch.float64)[..., None] * inv_freq  # [..., head_dim/2]
     angles = torch.cat((angles, angles), dim=-1)  # the same angle for channel i and i + head_dim/2
     # float64 for the angles: m·θ at m ~ 1e4 loses digits in float32.
     return angles.cos().to(dtype), angles.sin().to(dtype)

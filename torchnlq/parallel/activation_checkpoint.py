@@ -1,19 +1,11 @@
 """Activation checkpointing of transformer blocks, applied in place.
 
-A checkpointed block keeps only its input during forward and recomputes the
-rest in backward (``full``, ``selective``), or keeps the outputs of the
-expensive ops — matmuls and attention — and recomputes only the cheap
-elementwise ones (``op``, selective activation checkpointing).
+A checkpointed block keeps only its input and recomputes the rest in backward (``full``,
+``selective``), or keeps the matmul and attention outputs and recomputes the rest (``op``).
 
-We do not wrap blocks in ``checkpoint_wrapper``: that inserts a
-``_checkpoint_wrapped_module`` child, so ``named_parameters()`` and
-``named_modules()`` change (``state_dict()`` strips the prefix through hooks,
-but optimizer groups, logging or anything keyed by parameter name would not).
-Instead each block's ``forward`` is replaced, on the instance only, by a call
-of :func:`torch.utils.checkpoint.checkpoint` (non-reentrant) around the class's
-forward. The module tree, parameter names and ``state_dict`` keys stay exactly
-those of the plain model, and FSDP2 / ``Module.compile`` applied later see an
-ordinary block.
+Not ``checkpoint_wrapper``: its ``_checkpoint_wrapped_module`` child changes every parameter name.
+Each block's ``forward`` is replaced, on the instance only, by a non-reentrant
+:func:`torch.utils.checkpoint.checkpoint` around the class's forward, so names and keys stay.
 """
 
 from __future__ import annotations
@@ -34,10 +26,8 @@ from torchnlq.config.job_config import ActivationCheckpoint
 
 aten = torch.ops.aten
 
-# Ops whose outputs "op" mode saves: the matmuls (the FLOPs) and every fused attention kernel.
-# On CPU, SDPA dispatches to _scaled_dot_product_flash_attention_for_cpu (torch 2.13); when it
-# falls back to the math path, that is a composite of bmm/softmax, so bmm is listed too.
-# _scaled_mm is float8's matmul. Names missing from this torch build are skipped.
+# Ops whose outputs "op" mode saves: the matmuls (bmm for SDPA's math path, _scaled_mm for float8)
+# and every fused attention kernel. Names missing from this torch build are skipped.
 _SAVED_OP_NAMES = (
     "mm",
     "addmm",
@@ -73,11 +63,7 @@ def op_context_fn() -> tuple[Any, Any]:
 
 
 def checkpoint_block(block: nn.Module, context_fn: Callable[[], tuple[Any, Any]] | None = None) -> None:
-    """Make ``block`` recompute its forward in backward, in place; names and keys are unchanged.
-
-    ``context_fn`` (e.g. :func:`op_context_fn`) selects what is saved anyway;
-    None recomputes the whole block.
-    """
+    """Make ``block`` recompute its forward in backward, in place; ``context_fn`` selects what is saved anyway."""
     if "forward" in vars(block):
         raise RuntimeError(f"{type(block).__name__} already has an instance forward (checkpointed twice?)")
     inner = block.forward  # the class's forward, bound to this block
@@ -98,11 +84,7 @@ def is_checkpointed(block: nn.Module) -> bool:
 
 
 def apply_activation_checkpointing(model: nn.Module, cfg: ActivationCheckpoint) -> nn.Module:
-    """Checkpoint ``model.layers`` per ``cfg.mode``: none, full, selective (every n-th block) or op.
-
-    ``selective`` checkpoints blocks every, 2·every, ... counting from 1 (with
-    every = 2: the 2nd, 4th, ...), so every = 1 is the same as full.
-    """
+    """Checkpoint ``model.layers`` per ``cfg.mode``: none, full, selective (every ``every``-th block) or op."""
     if cfg.mode == "none":
         return model
     if cfg.mode not in ("full", "selective", "op"):

@@ -1,9 +1,6 @@
 """Process group and device mesh from torchrun's environment.
 
-``init_distributed`` reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` (and
-``LOCAL_WORLD_SIZE``) as set by ``torch.distributed.run``; without them the
-run is one process and no process group is created. ``build_mesh`` turns the
-``[parallelism]`` section into the device mesh that FSDP2 shards over: 1-D
+Without torchrun's variables the run is one process with no process group. The mesh is 1-D
 ``("dp_shard",)`` for FSDP, 2-D ``("dp_replicate", "dp_shard")`` for HSDP.
 """
 
@@ -63,12 +60,7 @@ def _pick_device(device_pref: str, local_rank: int, local_world_size: int) -> to
 
 
 def init_distributed(device_pref: str) -> DistInfo:
-    """Read torchrun's environment, pick this process's device and, for several processes, join the group.
-
-    CUDA processes use ``cuda:LOCAL_RANK`` and NCCL (with gloo for CPU tensors,
-    which checkpoint planning exchanges); CPU processes use gloo. A single
-    process (no torchrun, or ``--nproc_per_node 1``) creates no process group.
-    """
+    """Read torchrun's environment, pick this process's device and, for several processes, join the group."""
     world_size = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)
@@ -83,7 +75,7 @@ def init_distributed(device_pref: str) -> DistInfo:
         # Before the process group: NCCL binds each rank to the current device.
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"  # gloo: checkpoint planning's CPU tensors
         dist.init_process_group(
             backend=backend, rank=rank, world_size=world_size, device_id=device if device.type == "cuda" else None
         )
@@ -127,12 +119,7 @@ def _init_single_process_group(device: torch.device) -> None:
 
 
 def build_mesh(info: DistInfo, cfg: Parallelism) -> DeviceMesh | None:
-    """The device mesh FSDP2 shards over, or None for a single unsharded process.
-
-    One process gets no mesh unless ``parallelism.fsdp_single_process`` is set; then a
-    1-rank process group is created here if none exists (destroy it with
-    :func:`destroy_distributed`). ``dp_replicate > 1`` gives the 2-D HSDP mesh.
-    """
+    """The device mesh FSDP2 shards over (``fsdp_single_process``: a 1-rank one), or None for a single process."""
     replicate, shard = resolve_degrees(info.world_size, cfg)
     if info.world_size == 1:
         if not cfg.fsdp_single_process:

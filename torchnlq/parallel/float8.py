@@ -1,10 +1,7 @@
 """float8 training of the linear layers through torchao.
 
-:func:`convert_to_float8` swaps eligible ``nn.Linear`` modules for torchao's
-``Float8Linear`` (it runs anywhere, so tests check on CPU exactly which modules
-were swapped); :func:`apply_float8` adds the hardware check a real run needs.
-torchao is imported lazily: runs without float8 never pay for it, and its
-import-time noise about CUDA kernels that a CPU build cannot load is silenced.
+:func:`convert_to_float8` swaps eligible ``nn.Linear`` modules (anywhere, so tests run on CPU);
+:func:`apply_float8` adds the hardware check. torchao is imported lazily and quietly.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import torch.nn as nn
 
 from torchnlq.config.job_config import Float8
 from torchnlq.errors import UserError
-from torchnlq.models.gpt import Attention
 
 # float8 matmuls (torch._scaled_mm) need Ada (8.9) or Hopper/Blackwell (9.0+) tensor cores.
 MIN_CAPABILITY = (8, 9)
@@ -52,12 +48,7 @@ def float8_linear_class() -> type[nn.Module]:
 
 
 def is_float8_eligible(module: nn.Module, fqn: str) -> bool:
-    """The module filter: an ``nn.Linear`` that is not the LM head, with both sizes multiples of 16.
-
-    A tied LM head is not a module (``model.lm_head is None``: forward reuses the
-    embedding matrix), so only an untied ``lm_head`` needs skipping: the logits are
-    the most precision-sensitive matmul and the vocabulary need not divide 16.
-    """
+    """The module filter: an ``nn.Linear`` with both sizes multiples of 16, not the (precision-sensitive) LM head."""
     if not isinstance(module, nn.Linear):
         return False
     if fqn == "lm_head" or fqn.endswith(".lm_head"):
@@ -66,25 +57,12 @@ def is_float8_eligible(module: nn.Module, fqn: str) -> bool:
 
 
 def convert_to_float8(model: nn.Module, recipe: str) -> nn.Module:
-    """Swap every eligible ``nn.Linear`` of ``model`` for ``Float8Linear``, in place; no hardware check.
-
-    ``recipe`` is a torchao recipe name (tensorwise, rowwise). Parameter names
-    are unchanged (``Float8Linear`` keeps ``weight``), so checkpoints load either way.
-    Attention modules whose K,V or query linears were swapped stop fusing the query
-    with K,V (``model.query.fuse_kv``): the fused matmul reads those weights directly
-    and would compute in high precision what float8 was asked to compute.
-    """
+    """Swap every eligible ``nn.Linear`` for ``Float8Linear`` (torchao ``recipe``), in place; no hardware check."""
     with quiet_torchao_import():
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         config = Float8LinearConfig.from_recipe_name(recipe)
         convert_to_float8_training(model, config=config, module_filter_fn=is_float8_eligible)
-    float8_cls = float8_linear_class()
-    for attn in model.modules():
-        if isinstance(attn, Attention) and attn.fuse_kv:
-            fused_side = (attn.kv, *attn.query.modules())  # what the fused matmul would read
-            if any(isinstance(m, float8_cls) for m in fused_side):
-                attn.disable_kv_fusion()
     return model
 
 

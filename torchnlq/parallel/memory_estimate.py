@@ -1,25 +1,10 @@
 """How much memory one process of a run needs, estimated without allocating it.
 
-The estimate runs one training step of the real model, with the config's activation
-checkpointing, loss path and optimizer, on *fake* tensors (``FakeTensorMode``: shapes,
-dtypes and devices, no data) and counts the bytes a real allocator would hold: every
-tensor an op creates is added when it is made and removed when its last Python or
-autograd reference dies. So the figure follows the code, whatever a query type or a
-checkpointing mode saves for backward; nothing is a hand-written activation formula.
-
-What it is and is not:
-
-* the step is the eager one: ``torch.compile`` fuses elementwise ops and usually holds
-  less (compiled figures in docs/performance.md);
-* bf16 on CUDA is simulated with the CPU autocast, whose op list differs from CUDA's in
-  a few ops; fake CPU tensors also pick the CPU attention kernel (flash-style, like CUDA's);
-* FSDP over N processes divides the weights, gradients and optimizer state by N and adds
-  the all-gathered weights of two blocks; the activations are those of one micro-batch on
-  one process (every process holds its own);
-* allocator caching and fragmentation are not modelled (CUDA typically reserves 5-10% more
-  than it allocates): compare with the allocator's peak *allocated* figure, as bench.py does.
-
-docs/performance.md has the estimate against measured peaks at several shapes.
+The estimate runs one eager training step of the real model (the config's checkpointing, loss
+path and optimizer) on fake tensors and counts the bytes a real allocator would hold, so the
+figure follows the code, not a hand-written activation formula. bf16 on CUDA is simulated with
+the CPU autocast; FSDP divides the state by N and adds two all-gathered blocks; allocator
+caching is not modelled (compare with the peak *allocated*). See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -46,19 +31,13 @@ GIB = 2**30
 DEFAULT_CARD_GIB = 32.0
 # Leave this share of a card free for the allocator's cache, CUDA context and fragmentation.
 HEADROOM = 0.125
-# torchao's 8-bit AdamW: one byte per state element plus one fp32 scale per block of this size,
-# for tensors of at least MIN_8BIT_NUMEL elements (smaller ones keep fp32 states).
+# torchao's 8-bit AdamW: a byte per state element plus an fp32 scale per block, from MIN_8BIT_NUMEL elements.
 ADAMW8BIT_BLOCK = 256
 MIN_8BIT_NUMEL = 4096
 
 
 class LiveBytes(TorchDispatchMode):
-    """Counts the bytes of the tensors ops create, as an allocator would hold them: (live, peak).
-
-    A storage is counted once however many views share it, and freed when the last tensor
-    viewing it dies (autograd keeps the Python object of a tensor it saved alive, so saved
-    activations stay counted until backward releases them).
-    """
+    """Counts the bytes of the storages ops create, as an allocator would hold them: (live, peak)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,12 +180,7 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
 
 
 def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device_type: str = "cuda") -> MemoryEstimate:
-    """The peak memory per process of a training step of ``cfg`` on ``world_size`` processes of ``device_type``.
-
-    ``args`` is the model the config builds (``check_job_config(cfg)``). Precision follows the
-    trainer: bf16 autocast (one process) or bf16 FSDP compute (several) on CUDA with
-    ``mixed_precision = "bf16"``; fp32 otherwise (the CPU always trains in fp32).
-    """
+    """The peak memory per process of a training step of ``cfg`` on ``world_size`` processes of ``device_type``."""
     bf16 = device_type == "cuda" and cfg.training.mixed_precision == "bf16"
     precision = "bf16" if bf16 else "fp32"
     with torch.device("meta"):

@@ -1,18 +1,9 @@
 """Apply parallelism to a GPT from outside: float8 -> activation checkpointing -> compile -> FSDP2.
 
-The model knows nothing of this; every function takes the model and only its
-own config section. The order matters:
-
-1. float8 first: it swaps ``nn.Linear`` modules, and everything after must see
-   (checkpoint, compile, shard) the final modules, not ones about to be replaced.
-2. Activation checkpointing next, so that compile traces the checkpointed
-   forward and its partitioner applies the recompute policy inside the graph.
-3. compile before FSDP, so each compiled block is one graph of compute only;
-   FSDP's all-gather / reduce-scatter hooks are added afterwards per block.
-4. FSDP2 last: it shards the parameters of exactly the modules above, block by
-   block (one all-gather per block), then the root (embeddings, final norm, head).
-
-None of these wraps changes a parameter name or a ``state_dict`` key.
+The order matters: float8 swaps ``nn.Linear`` modules, so everything after must see the final
+ones; compile traces the checkpointed forward (its partitioner applies the recompute policy);
+compile before FSDP keeps each compiled block compute only; FSDP2 shards block by block, then the
+root. None of these changes a parameter name or a ``state_dict`` key.
 """
 
 from __future__ import annotations
@@ -59,12 +50,8 @@ __all__ = [
 def apply_compile(model: nn.Module, fullgraph: bool = True, backend: str = "inductor") -> nn.Module:
     """``torch.compile`` each block of ``model.layers`` in place.
 
-    ``Module.compile`` compiles the block's ``__call__`` without wrapping it in an
-    ``OptimizedModule`` (which would add ``_orig_mod.`` to every key); names and
-    ``state_dict`` keys stay those of the eager model. All blocks share one code
-    object, so dynamo compiles once and reuses the graph for the other blocks.
-    ``backend`` is inductor for training; the graph-break tests trace with a cheaper
-    one (dynamo's graph breaks and recompiles do not depend on the backend).
+    ``Module.compile`` adds no ``OptimizedModule`` wrapper (whose ``_orig_mod.`` would change every
+    key). ``backend``: inductor for training; the graph-break tests trace with a cheaper one.
     """
     for block in model.layers:
         block.compile(fullgraph=fullgraph, backend=backend)
@@ -78,17 +65,11 @@ def apply_fsdp(
     reduce_dtype: torch.dtype,
     reshard_after_forward: bool,
 ) -> nn.Module:
-    """FSDP2 ``fully_shard`` each block, then the root; a 2-D mesh (replicate, shard) gives HSDP.
-
-    Parameters are all-gathered in ``param_dtype`` and gradients reduced in
-    ``reduce_dtype``. The last block is never resharded after forward: backward
-    needs it first, so freeing it would only force an immediate re-gather.
-    """
+    """FSDP2 ``fully_shard`` each block, then the root; a 2-D mesh (replicate, shard) gives HSDP."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     last = len(model.layers) - 1
-    for index, block in enumerate(model.layers):
+    for index, block in enumerate(model.layers):  # backward needs the last block first: never reshard it
         fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward and index < last)
-    # The root holds the token/position embeddings, the final norm and the (tied or untied) head.
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
 
@@ -110,10 +91,7 @@ def parallelize_model(
     mesh: DeviceMesh | None,
     device: torch.device,
 ) -> nn.Module:
-    """Apply float8, activation checkpointing, compile and (with a mesh) FSDP2, in that order (see module doc).
-
-    Build the model on the meta device, call this, then :func:`materialize_and_init`.
-    """
+    """Apply float8, activation checkpointing, compile and (with a mesh) FSDP2, in that order (see module doc)."""
     apply_float8(model, float8, device)
     apply_activation_checkpointing(model, ac)
     if training.compile:
@@ -143,18 +121,9 @@ def _recompute_buffers(model: nn.Module) -> None:
 def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh: DeviceMesh | None) -> nn.Module:
     """Allocate a meta-built (and possibly sharded) model on ``device`` and initialise it.
 
-    The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for
-    bit, whatever the device and world size: initialising on the CPU makes the
-    init independent of the hardware (CUDA's generator draws other numbers). Every
-    path runs ``GPT.init_weights``, so ``args.init = "paper"`` (the paper's code's
-    draws, which it too makes on the CPU) holds for sharded runs as well: rank 0 draws
-    the full model and broadcasts it.
-    The global RNG is left untouched, so every rank keeps the same RNG state.
-
-    Memory: on CPU without a mesh nothing extra (init in place). Otherwise rank 0
-    builds one full fp32 copy in CPU memory (4 bytes per parameter; ~0.5 GB for
-    GPT-2 small); ``set_model_state_dict(broadcast_from_rank0=True)`` then sends it
-    tensor by tensor, so each device holds its shard plus one full tensor at a time.
+    The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for bit, whatever the
+    device and world size (CUDA's generator draws other numbers); the global RNG is left untouched.
+    With a mesh, rank 0 builds one full fp32 copy in CPU memory and broadcasts it tensor by tensor.
     """
     model.to_empty(device=device)
     if mesh is None and device.type == "cpu":
@@ -173,16 +142,11 @@ def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh
 
 
 def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> float:
-    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only) and return the norm before clipping.
-
-    With FSDP the gradients are DTensor shards: the norm of the shards is a
-    partial DTensor, and ``full_tensor()`` reduces it across ranks so that every
-    rank clips with the same global norm.
-    """
+    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only) and return the norm before clipping."""
     params = [p for p in model_params if p.grad is not None]
     grads = [p.grad for p in params]
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
-    if isinstance(total, DTensor):
+    if isinstance(total, DTensor):  # FSDP: reduce the shards' partial norm, so every rank clips alike
         total = total.full_tensor()
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
@@ -190,11 +154,6 @@ def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> flo
 
 
 def set_gradient_sync(model: nn.Module, enabled: bool) -> None:
-    """Reduce-scatter gradients in the next backward (True) or keep accumulating locally (False).
-
-    The trainer disables sync for all micro-steps but the last: the unsharded
-    gradients accumulate locally and are reduced once per optimizer step. A no-op
-    for a model without FSDP.
-    """
+    """Reduce-scatter gradients in the next backward (True) or keep accumulating locally (False); FSDP only."""
     if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(enabled, recurse=True)

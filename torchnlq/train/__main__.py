@@ -15,15 +15,9 @@ PRINT_CONFIG = "--print-config"
 
 
 def preflight(args: list[str]) -> int:
-    """Check a config and its data in one process, before torchrun starts several.
-
-    run_train.sh calls this for multi-process runs: a mistake found here is one ``error:``
-    line and exit code 2, where the same mistake inside torchrun's workers would come back
-    wrapped in its multi-rank failure report. It writes nothing but a synthetic corpus the
-    config asks for (which the run would generate anyway).
-    """
-    from torchnlq.config.checks import check_data_fits_model, check_job_config
+    """Check a config and its data in one process, before torchrun starts several: one ``error:`` line."""
     from torchnlq.data.batches import open_token_files
+    from torchnlq.train.preflight import check_data_fits_model, check_job_config
     from torchnlq.train.run_lock import RunLock, check_run_folder
 
     cfg = load_job_config(args)
@@ -38,20 +32,16 @@ def preflight(args: list[str]) -> int:
 
 
 def _make_tmpdir() -> None:
-    """Create run_train.sh's $TMPDIR (in its cache folder) now that the run is known to start.
-
-    run_train.sh only names the folder, so that a mistake leaves no cache folder behind; Python's
-    ``tempfile`` fell back to the system's while it was missing, and is told to look again.
-    """
+    """Create run_train.sh's $TMPDIR now that the run is known to start (a mistake leaves no folder behind)."""
     folder = os.environ.get("TMPDIR")
     if os.environ.get("TORCHNLQ_MAKE_TMPDIR") == "1" and folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        tempfile.tempdir = None
+        tempfile.tempdir = None  # it fell back to the system's folder while this one was missing
 
 
 def show_help(args: list[str]) -> int:
     """Every option with its default; with a config on the command line, also the values it sets."""
-    from torchnlq.config.checks import registry_choices
+    from torchnlq.config.registries import registry_choices
 
     rest = [a for a in args if a not in ("--help", "-h")]
     cfg = load_job_config(rest) if rest else None
@@ -62,7 +52,7 @@ def show_help(args: list[str]) -> int:
 
 def print_config(args: list[str]) -> int:
     """Print the resolved config as TOML (what the run would save as config.toml) and exit; writes nothing."""
-    from torchnlq.config.checks import check_job_config, config_warnings
+    from torchnlq.train.preflight import check_job_config, config_warnings
 
     cfg = load_job_config(args)
     check_job_config(cfg)  # the same checks as a run: a config that cannot run is an error here too

@@ -1,28 +1,9 @@
 """Per-layer statistics of residual queries Q(X) = X + f(X) (scaled), on one batch.
 
-``query_diagnostics(model, tokens)`` runs one forward pass and, for every layer
-whose query has a residual branch (``has_residual_branch``: ``residual``,
-``residual_mlp``), measures on
-that query's input X (the output of the block's ``ln_1``), per token t:
-
-- ``query/layer{i}/f_ratio``: mean over tokens of ‖f(x_t)‖ / ‖x_t‖ (per-token ratio
-  of L2 norms, then averaged; not a ratio of Frobenius norms, so a few large tokens
-  do not dominate). How far the query has moved away from its identity anchor.
-- ``query/layer{i}/cos_q_x``: mean over tokens of cos(Q(x_t), x_t).
-- ``query/layer{i}/<gain>``: mean of the gain vector of each norm the query names
-  in ``norm_gains()`` (``residual_mlp``: ``gain_in`` before W1, ``gain_out`` after W2,
-  for the norms that are not "none").
-- ``query/mean/<stat>``: the average of each statistic over the layers that have it.
-
-Queries without a residual branch (``linear``, ``identity``) give no keys.
-
-The query modules are found with ``isinstance`` over ``model.modules()`` and the
-statistics are computed in forward hooks, inside the real forward: that works
-whatever wraps the blocks (activation checkpointing, ``torch.compile``, FSDP,
-whose parameters are only whole during their block's forward). Compiled code runs
-eagerly for this one pass (``torch.compiler.set_stance("force_eager")``), so the
-hooks neither trigger a recompile nor need tracing. Runs under ``torch.no_grad``
-in eval mode; every module's train/eval flag is restored afterwards.
+Per layer with a residual branch: ``f_ratio`` (mean over tokens of ‖f(x_t)‖ / ‖x_t‖), ``cos_q_x``
+(mean cos(Q(x_t), x_t)) and the query's norm gains, plus their means (docs/monitoring.md).
+They are computed in forward hooks inside the real forward, so they work whatever wraps the blocks
+(FSDP's parameters are only whole during their block's forward); compiled code runs eagerly here.
 """
 
 from __future__ import annotations
@@ -42,11 +23,7 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
 
 
 def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
-    """(layer index, query) for every query with a residual branch, in layer order.
-
-    The index comes from the module's name (``layers.<i>.``, wrappers in between are
-    fine); a model without that naming falls back to the order of appearance.
-    """
+    """(layer index, query) for every query with a residual branch, in layer order (index from ``layers.<i>.``)."""
     found: list[tuple[int, QueryProjection]] = []
     queries = [(n, m) for n, m in model.named_modules() if isinstance(m, QueryProjection)]
     for position, (name, module) in enumerate(queries):
@@ -99,10 +76,7 @@ def _eager() -> contextlib.AbstractContextManager:
 
 @torch.no_grad()
 def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float]:
-    """``{"query/layer{i}/<stat>": value, "query/mean/<stat>": value}`` from one forward of ``tokens`` [B, T].
-
-    Empty (and no forward at all) when no layer has a residual query.
-    """
+    """``{"query/layer{i}/<stat>": value, "query/mean/<stat>": value}`` from one forward of ``tokens`` [B, T]."""
     queries = residual_queries(model)
     if not queries:
         return {}
@@ -133,11 +107,7 @@ def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float
 
 
 class QueryDiagnostics:
-    """When to log :func:`query_diagnostics`, and on which tokens (the first validation batch).
-
-    ``interval`` 0 turns them off; otherwise every ``interval`` steps and at the last step.
-    All ranks call :meth:`run` together (FSDP gathers each block's weights inside the forward).
-    """
+    """When to log :func:`query_diagnostics` (0: never), and on which tokens; all ranks :meth:`run` together."""
 
     def __init__(self, interval: int, tokens: torch.Tensor) -> None:
         self.interval, self.tokens = interval, tokens

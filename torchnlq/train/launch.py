@@ -1,18 +1,11 @@
 """``python -m torchnlq.train.launch [torchrun options] -m torchnlq.train ...``: torchrun, with one-line endings.
 
-run_train.sh starts multi-process runs through this instead of ``torchrun``. It runs torchrun's
-own launcher (same options, same rendezvous, same elastic agent) and changes only how a run ends:
+It runs torchrun's own launcher and changes only how a run ends:
 
-- a user mistake that a worker finds (a device, a checkpoint it cannot resume, anything the
-  single-process preflight cannot see) is one ``error:`` line and exit code 2, instead of
-  torchrun's multi-rank failure report and exit code 1. Workers leave their line in a private
-  folder (``torchnlq.cli.tell_launcher``); the earliest one is the root cause, because the
-  other ranks then fail in their collectives or are stopped by the agent.
-- SIGTERM/SIGINT to the launcher: the agent passes the signal on, the workers finish the step and
-  save, and the launcher prints the trainer's resume hint and exits 0 (torchrun would raise and
-  exit 1 with a traceback, though the checkpoint is complete).
-- anything else (a bug, a crash, a worker killed) ends with the first worker's traceback (the
-  ranks that failed after it only failed because it was gone) and torchrun's report, exit code 1.
+- a user mistake a worker finds is one ``error:`` line and exit code 2 (workers leave their line in
+  a private folder, ``torchnlq.cli.tell_launcher``; the earliest is the root cause);
+- SIGTERM/SIGINT: the workers save, the launcher prints the resume hint and exits 0;
+- anything else ends with the first worker's traceback and torchrun's report, exit code 1.
 """
 
 from __future__ import annotations
@@ -25,8 +18,7 @@ from pathlib import Path
 
 from torchnlq.cli import LAUNCH_DIR_ENV
 
-# Seconds the agent waits for workers to finish their step and save after a signal before it
-# kills them (torchrun's default is 30 s, short for a large checkpoint on a slow disk).
+# Seconds the agent lets workers save after a signal (torchrun's 30 s is short for a large checkpoint).
 DEFAULT_STOP_TIMEOUT = 300
 
 

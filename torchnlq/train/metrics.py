@@ -28,8 +28,7 @@ from torchnlq.models.query import get_query_class
 CONFIG_TEXT_TAG = "config/toml"
 #: The text tag of the options a resume changed (written at the resumed step, with the new config.toml).
 RESUME_CHANGES_TAG = "config/resume_changes"
-#: How one start of a run ended, as :meth:`MetricsLogger.close` and the sinks take it: all its steps done,
-#: an error (divergence, a crash), or a preemption signal (a resume goes on).
+#: How one start of a run ended: all its steps done, an error, or a preemption signal (a resume goes on).
 RunEnd = Literal["success", "failure", "stopped"]
 
 HParam = bool | int | float | str
@@ -70,10 +69,7 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 def setup_logging(run_dir: Path | None, quiet: bool = False) -> logging.Logger:
-    """Log to the console and, when given a run folder, to ``run_dir/train.log``.
-
-    ``quiet`` (ranks other than 0) shows warnings only, so a multi-process run prints one log.
-    """
+    """Log to the console and, when given a run folder, to ``run_dir/train.log``; ``quiet``: warnings only."""
     logger = logging.getLogger("torchnlq")
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     logger.propagate = False
@@ -97,13 +93,9 @@ def run_hparams(
 ) -> dict[str, HParam]:
     """The settings runs are compared on, as flat ``{name: value}`` (TensorBoard's HParams tab, W&B).
 
-    Names are the config's dotted option names (as in config.toml), with the model's shapes
-    resolved from its flavor; ``run.*`` are derived: what the run actually is on this machine
-    (processes, global batch, precision computed in, parameter count). Of ``[model.query]``,
-    only the knobs the query type reads appear, so a linear run does not show an activation
-    it never uses. Unset options (None) are left out: TensorBoard takes only bools, numbers
-    and strings. Seeds are strings: TensorBoard keeps numbers as float64, exact only up to
-    2**53, and a seed is picked, not ranged over. This reads every section on purpose: it is the run's summary, like its record.
+    Names are the config's dotted option names; ``run.*`` are derived on this machine. Only the
+    query knobs its type reads appear. Unset options are left out (TensorBoard takes only bools,
+    numbers and strings); seeds are strings (TensorBoard's float64 is exact only up to 2**53).
     """
     t, o, s = cfg.training, cfg.optimizer, cfg.lr_schedule
     q = cfg.model.query
@@ -156,12 +148,8 @@ def config_markdown(toml: str) -> str:
 def hparams_summary(
     hparams: dict[str, HParam] | None = None, *, end_status: RunEnd | None = None, time_secs: float | None = None,
 ) -> Any:
-    """A TensorBoard HParams-plugin summary: the session's start (its ``hparams``), or its end (``end_status``).
-
-    Built from the plugin's protos and metadata helpers (TensorBoard's ready-made summary
-    functions import TensorFlow), as a summary value with the plugin's metadata and its null
-    tensor, which the event file's readers take as the plugin's record.
-    """
+    """A TensorBoard HParams-plugin summary: the session's start (its ``hparams``), or its end (``end_status``)."""
+    # Built from the plugin's protos: TensorBoard's ready-made summary functions import TensorFlow.
     from google.protobuf import struct_pb2
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
@@ -236,11 +224,7 @@ class ValidationPlan:
 
 
 class MetricsLogger:
-    """Aggregates per-step figures and writes them every ``log_interval`` steps.
-
-    Throughput is measured over the steps since the last log line, so a slow
-    first (compiling) step only affects the first line.
-    """
+    """Aggregates per-step figures and writes them every ``log_interval`` steps (throughput: since the last)."""
 
     def __init__(
         self,
@@ -262,9 +246,8 @@ class MetricsLogger:
         self.total_steps = total_steps
         self.writer = None
         self.sink = sink
-        # A tb/ folder with events already holds the config text and hparams of the run's first start
-        # (TensorBoard keeps the first hparams of a run anyway): a resume adds only what changed. A start at
-        # step 0 writes them again: its purge_step hides every earlier event of the folder.
+        # A tb/ folder with events already holds the first start's config and hparams: a resume adds only
+        # what changed. A start at step 0 writes them again: its purge_step hides every earlier event.
         self.first_start = start_step == 0 or tb_dir is None or not any(Path(tb_dir).glob("events.out.tfevents.*"))
         if tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
@@ -276,8 +259,7 @@ class MetricsLogger:
         self._last_time = time.perf_counter()
         self._tokens_since = 0
         self._start = self._last_time
-        # The ETA counts the validations still to come (ValidationPlan, set by the trainer): their
-        # measured duration, and before the first one an estimate from the training speed.
+        # The ETA adds the validations still to come (set by the trainer).
         self.validation_plan: ValidationPlan | None = None
         self._validation_s = 0.0  # validation time of this start, left out of the training speed
         self._last_validation_s: float | None = None
@@ -297,21 +279,16 @@ class MetricsLogger:
     def log_config(self, toml: str, hparams: dict[str, HParam], changes: Sequence[str] = ()) -> None:
         """The resolved config as text and the run's hparams, at the start step.
 
-        Written once per run, when its tb/ folder has no events yet (its first start, or the
-        first with TensorBoard on), or at step 0 (a start from scratch in a used folder). A resume writes the config text again, with the list of
-        changed options, only when ``changes`` (the differences from the saved config.toml)
-        is not empty: an unchanged resume would only repeat the text. The hparams are not
-        written again on resume: TensorBoard reads the first session start of a run and
-        ignores any later one.
+        Written on a run's first start (or at step 0); a resume writes the config text again, with the
+        changed options, only when ``changes`` is not empty. TensorBoard ignores all but a run's first hparams.
         """
         if self.writer is None:
             return
         step = self.start_step
         if self.first_start:
             self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
-            # Only the session start, no experiment summary: TensorBoard builds the HParams table from the
-            # session starts of every run under --logdir (an experiment summary in each run would make it
-            # pick one run's list of hparams), and its metric columns from the runs' scalars.
+            # Only the session start: an experiment summary in each run would make TensorBoard's HParams
+            # table pick one run's list of hparams instead of joining every run's.
             self.writer.file_writer.add_summary(hparams_summary(hparams), step)
         elif changes:
             self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
@@ -372,12 +349,9 @@ class MetricsLogger:
             self.scalar("loss/val_std", std, step)
 
     def close(self, end: RunEnd | None = None) -> None:
-        """Flush and close TensorBoard and the sink; ``end`` says how the run ended.
-
-        A successful end is written as the hparams session's end (its Status column); a failure or
-        a stop is not, since a resume may still finish the run and TensorBoard keeps the first.
-        """
+        """Flush and close TensorBoard and the sink; ``end`` says how the run ended."""
         if self.writer is not None:
+            # Only a success ends the hparams session: after a failure or a stop, a resume may still finish it.
             if end == "success" and self.last_step > self.start_step:  # not a rerun of a finished run
                 self.writer.file_writer.add_summary(hparams_summary(end_status="success"), self.last_step)
             self.writer.flush()

@@ -1,12 +1,7 @@
 """AdamW with the paper's parameter groups, and the warmup + cosine LR schedule.
 
-``optimizer.name = "adamw8bit"`` swaps torch's AdamW for torchao's ``AdamW8bit``:
-the same update with both moments stored in 8 bits (blockwise-quantised, blocks of
-256), so optimizer state takes ~2 bytes per parameter instead of 8. Tensors under
-4096 values (norm gains) keep fp32 moments. Its step is ``torch.compile``d per
-parameter shape (the first step compiles; on the CPU it also runs slower than
-AdamW, see docs/performance.md). It keeps the learning rate as a tensor, which
-:func:`set_lr` updates in place.
+``optimizer.name = "adamw8bit"`` swaps torch's AdamW for torchao's ``AdamW8bit`` (both moments
+in 8 bits: ~2 bytes of state per parameter instead of 8; see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -22,11 +17,7 @@ from torchnlq.errors import ConfigError
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Split parameters into a decayed group (tensors with >= 2 dims: matmul and
-    embedding weights) and an undecayed one (norm gains, and biases if any).
-
-    Tied weights appear once: ``named_parameters`` de-duplicates shared tensors.
-    """
+    """A decayed group (tensors with >= 2 dims) and an undecayed one (norm gains, biases); tied weights once."""
     decay, no_decay = [], []
     for _, p in model.named_parameters():
         if p.requires_grad:
@@ -45,8 +36,7 @@ def _adamw8bit(cfg: Optimizer, groups: list[dict]) -> torch.optim.Optimizer:
 
     with quiet_torchao_import():
         from torchao.optim import AdamW8bit
-    # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless (the
-    # step recompiles per shape on first use anyway) and not actionable by a user.
+    # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless, not actionable.
     warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
     return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
@@ -67,12 +57,7 @@ def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str) -> torch
 
 
 def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
-    """Learning rate of iteration ``it`` (0-based: the update that makes step it+1).
-
-    Warmup ``peak * (it + 1) / (warmup + 1)`` for ``it < warmup``, then a cosine
-    from ``peak`` down to ``min_lr`` reached at ``decay_steps`` (default: the total
-    steps), constant after. This is the paper's (nanoGPT's) formula.
-    """
+    """Learning rate of iteration ``it`` (0-based): linear warmup, cosine to ``min_lr`` (nanoGPT's formula)."""
     warmup = cfg.warmup_steps
     decay_steps = cfg.decay_steps if cfg.decay_steps is not None else total_steps
     if it < warmup:
@@ -84,12 +69,7 @@ def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group.
-
-    A tensor learning rate (torchao's optimizers keep one so that their compiled step
-    does not recompile for every new value) is filled in place; replacing it with a
-    float would make them raise.
-    """
+    """Set the learning rate of every parameter group (torchao's tensor one in place: no recompile)."""
     for group in optimizer.param_groups:
         if isinstance(group["lr"], torch.Tensor):
             group["lr"].fill_(lr)

@@ -1,12 +1,8 @@
 """SIGTERM/SIGINT: finish the current step, save, exit cleanly.
 
-Schedulers (SLURM, Kubernetes, spot instances) send SIGTERM before killing a
-job; Ctrl-C sends SIGINT. The handler only sets a flag; the trainer checks it
-between steps (agreeing across ranks), saves a checkpoint and stops. A second
-signal of the same kind falls back to the default behaviour, so a stuck run can
-still be killed; except under torchrun's agent, which passes on the signal a
-scheduler or Ctrl-C already sent to every process (the second one is that echo)
-and kills workers itself when they take longer than its stop timeout.
+The handler only sets a flag; the trainer checks it between steps (agreeing across ranks). A
+second signal falls back to the default behaviour, so a stuck run can still be killed; not under
+torchrun, whose agent echoes the first signal to every worker and kills them itself on a timeout.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """One trainer per run folder: an exclusive ``flock`` on ``<run_dir>/.lock``.
 
-The trainer (rank 0 only: the other ranks of a torchrun job share its run) takes the lock right
-after it creates the run folder and before it writes anything into it, and holds it, an open file
-descriptor, until ``Trainer.train()`` ends or the trainer is closed. A second trainer started on
-the same folder fails with one line naming the holder (:class:`~torchnlq.errors.UserError`), and
-writes nothing.
+Rank 0 takes it right after creating the run folder, before writing anything into it, and holds
+it until ``Trainer.train()`` ends. The kernel releases a ``flock`` however the process exits, so
+there is no stale lock to clean up. The ``.lock`` file itself stays (deleting it on release would
+let two processes lock two different files of the same name); its pid/host line only names the holder.
 
-The kernel releases a ``flock`` when the last descriptor of its open file is closed, which happens
-when the process exits however it exits: a trainer killed with SIGKILL, or on a node that lost its
-job, never blocks the next start, and there is no stale-lock clean-up to do. The ``.lock`` file
-itself stays (deleting it on release would let two processes lock two different files of the same
-name); its content, the pid, host and start time of the last holder, is only read to name the
-holder in the message.
-
-Limitations:
-
-- Network filesystems. ``flock`` is reliable on a local filesystem. On NFS (Linux >= 2.6.12) it is
-  emulated with byte-range locks through the NFS lock manager and works across nodes when that
-  service is up; on other shared filesystems (Lustre mounted without ``flock``, some CIFS/SMB,
-  FUSE and object-store mounts) it may be local to each node or not supported at all. Two trainers
-  on *different nodes* may then both start on the same folder; use distinct ``--job.name``\\ s. A
-  filesystem that refuses locks outright is not an error: :meth:`RunLock.acquire` leaves
-  :attr:`RunLock.warning` set and the run goes on unlocked.
-- A child process created with ``fork`` shares the descriptor: if it outlives the trainer, it holds
-  the lock until it exits (processes started with exec, such as ``subprocess``, do not inherit it).
+On some shared filesystems flock is node-local or refused: a refusal is a warning, not an error
+(:attr:`RunLock.warning`). A ``fork``ed child that outlives the trainer holds the lock until it exits.
 """
 
 from __future__ import annotations
@@ -44,10 +27,7 @@ _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, err
 
 
 def check_run_folder(run_dir: Path | str) -> None:
-    """UserError (one line) when ``run_dir`` cannot become a folder: it, or a folder above it, is a file.
-
-    Asked before any data or model is built, so the mistake costs nothing and creates nothing.
-    """
+    """UserError (one line) when ``run_dir`` cannot become a folder: it, or a folder above it, is a file."""
     for path in (Path(run_dir), *Path(run_dir).parents):
         if path.exists():
             if not path.is_dir():
@@ -61,8 +41,7 @@ def check_run_folder(run_dir: Path | str) -> None:
 class RunLock:
     """The exclusive lock of one run folder; ``acquire()`` (or ``with RunLock(d):``), then ``release()``.
 
-    ``release()`` is idempotent and also runs when the object is garbage collected, so a Trainer
-    that is built but never trained does not keep its folder locked after it is dropped.
+    ``release()`` also runs on garbage collection: a Trainer built but never trained frees its folder.
     """
 
     def __init__(self, run_dir: Path | str) -> None:
@@ -78,10 +57,7 @@ class RunLock:
         return self._fd is not None
 
     def acquire(self) -> RunLock:
-        """Take the lock without waiting and write this process into the file; returns ``self``.
-
-        Raises :class:`UserError` (one line, naming the holder) when another process holds it.
-        """
+        """Take the lock without waiting and write this process into the file; UserError naming another holder."""
         if self._fd is not None:
             return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by exec'd children
@@ -107,11 +83,7 @@ class RunLock:
         return self
 
     def check_free(self) -> None:
-        """Raise the same one-line :class:`UserError` as :meth:`acquire` if another process holds the lock.
-
-        Writes nothing (the multi-process preflight asks before torchrun starts; the trainer then takes
-        the lock itself). A folder without a lock file is free.
-        """
+        """Raise the same one-line :class:`UserError` as :meth:`acquire` if another process holds the lock."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -155,11 +127,7 @@ class RunLock:
 
 
 def _read_holder(fd: int, attempts: int = 20, pause_s: float = 0.05) -> str:
-    """``process PID on HOST (started TIME)`` from the lock file of a held lock.
-
-    The holder writes its line just after it locks: if the file is still empty (or half written),
-    read again for up to a second before naming no one.
-    """
+    """``process PID on HOST (started TIME)`` from a held lock's file (read again while still being written)."""
     for attempt in range(attempts):
         try:
             info = json.loads(os.pread(fd, 4096, 0).decode())

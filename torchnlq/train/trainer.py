@@ -1,14 +1,9 @@
 """The training loop, readable top to bottom.
 
-``Trainer(cfg)`` checks the config, builds everything from its sections (processes
-and device, data, model and its parallelisation, optimizer, checkpoints, metrics) and
-resumes from the latest checkpoint when there is one; ``Trainer.train()`` runs
-step -> log -> validate -> diagnostics -> checkpoint until the last step or a
-preemption signal. Each piece decides for itself when it runs (``due(step, last)``);
-the loop only asks.
-
-Nothing is written before the config, the data and the model have been checked:
-the run folder is created once the trainer knows the run can start.
+``Trainer(cfg)`` checks the config, builds everything from its sections and resumes from the
+latest checkpoint when there is one; ``Trainer.train()`` runs step -> log -> validate ->
+diagnostics -> checkpoint until the last step or a preemption signal. Each piece decides for
+itself when it runs (``due(step, last)``). Nothing is written before the run is known to start.
 """
 
 from __future__ import annotations
@@ -24,11 +19,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, list_checkpoints
-from torchnlq.checkpoint.load import is_export
+from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
 from torchnlq.cli import tell_launcher
-from torchnlq.config.checks import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
@@ -57,9 +50,11 @@ from torchnlq.train.metrics import (
 )
 from torchnlq.train.optim import build_optimizer, lr_at, set_lr
 from torchnlq.train.preemption import PreemptionFlag
+from torchnlq.train.preflight import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.train.run_lock import RunLock, check_run_folder
+from torchnlq.train.run_start import RunStart, checkpoint_files, initial_query_weights, start_run
 from torchnlq.train.validate import Validator, cross_entropy
-from torchnlq.train.weight_dynamics import WeightDynamics, initial_matrices
+from torchnlq.train.weight_dynamics import WeightDynamics
 
 
 class TrainingDiverged(UserError):
@@ -108,9 +103,9 @@ class Trainer:
 
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"),
-                                         tiktoken_file=cfg.data.tiktoken_file)
-        resumed_from = self._restore()
-        changes = self._resume_changes() if resumed_from else []
+                                         extra_files=self._checkpoint_files)
+        self.start: RunStart = start_run(cfg.checkpoint, self.checkpointer, self.model, self.optimizer, self.record)
+        changes = self._resume_changes() if self.start.line else []
         # The run can start: only now does it get a folder, its lock (before any file: one trainer per
         # folder, rank 0 holds it for the whole run), its resolved config and its log.
         self.run_lock: RunLock | None = None
@@ -128,7 +123,7 @@ class Trainer:
             self.validator.report = self.logger.info
         self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
         self.weight_dynamics = WeightDynamics(cfg.metrics.weight_dynamics_interval, None)
-        self._weights_reference_missing = False  # a start from a DCP checkpoint: no step-0 weights to compare with
+        self._weights_reference_missing = False  # a start from a DCP checkpoint: no drift (initial_query_weights)
         hparams = run_hparams(
             cfg, self.model_args, world_size=self.world_size, global_batch=self.data.schedule.global_batch,
             tokens_per_step=self.tokens_per_step, precision=self.record.mixed_precision,
@@ -154,8 +149,8 @@ class Trainer:
         lock_warnings = [self.run_lock.warning] if self.run_lock and self.run_lock.warning else []
         for warning in config_warnings(cfg) + changes + lock_warnings:
             self.logger.warning(f"warning: {warning}")
-        if resumed_from:
-            self.logger.info(resumed_from)
+        if self.start.line:
+            self.logger.info(self.start.line)
         self.write_run_info(finished=self.step >= tcfg.steps)
 
     # ----- building ---------------------------------------------------------------------------
@@ -236,46 +231,18 @@ class Trainer:
         """The latest validation loss of this process's run (None before the first validation)."""
         return self.record.last_val_loss
 
-    def _restore(self) -> str | None:
-        """Resume from this run's checkpoint, or start from another run's weights; the line to log, if any."""
-        ccfg = self.cfg.checkpoint
-        path = self.checkpointer.resume_path() if ccfg.enabled else None
-        self._resume_point = path  # read before the run lock is taken: checked again once it is held
-        fingerprint = self.record.resume_fingerprint()
-        if path is not None:
-            try:
-                saved = self.checkpointer.load(path, self.model, self.optimizer, fingerprint)
-            except CorruptCheckpoint as e:
-                earlier = [s for s in list_checkpoints(self.checkpointer.folder) if f"step-{s}" != path.name]
-                if ccfg.load_step >= 0 or not earlier:
-                    raise
-                raise UserError(
-                    f"{e}; resume from the previous complete checkpoint with --checkpoint.load_step={earlier[-1]} "
-                    f"(or move {path} away)"
-                ) from None
-            self._continue_from(saved)
-            return f"resumed from {path} (step {self.step}, {self.record.tokens_seen:,} tokens seen)"
-        if ccfg.initial_load_path:
-            src = ccfg.initial_load_path
-            if not ccfg.initial_load_model_only and is_export(src):
-                raise UserError(
-                    f"checkpoint.initial_load_path '{src}' is an export: it holds weights, no optimizer state or "
-                    "step; set checkpoint.initial_load_model_only = true"
-                )
-            note = ""
-            if ccfg.initial_load_model_only:
-                note = self.checkpointer.load_model_only(src, self.model, {"model": fingerprint["model"]})
-            else:
-                self._continue_from(self.checkpointer.load(Path(src), self.model, self.optimizer, fingerprint))
-            return f"initialised from {src} (step {self.step}{'; ' + note if note else ''})"
-        return None
+    def _checkpoint_files(self) -> dict[str, bytes]:
+        """What every checkpoint carries besides its state: the tokenizer ranks (from where the weights came, too)."""
+        return checkpoint_files(self.record.tokenizer, self.start.weights_from, self.cfg.data.tiktoken_file,
+                               self.checkpointer.logger)
 
     def _check_resume_point_unchanged(self) -> None:
         """With the run lock held: refuse a resume point that another trainer moved on while this one was building."""
         try:
             now = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
-            if now != self._resume_point:
-                read = self._resume_point.name if self._resume_point else "no checkpoint"
+            read_point = self.start.resume_point
+            if now != read_point:
+                read = read_point.name if read_point else "no checkpoint"
                 raise UserError(
                     f"run folder {self.run_dir} changed while this trainer was starting (it read {read}, now the "
                     f"latest is {now.name if now else 'none'}): another trainer used it; run the command again"
@@ -298,10 +265,6 @@ class Trainer:
             return resume_changes(load_job_config([str(saved)]), self.cfg)
         except UserError as e:  # a hand-edited or older config.toml: say so, the resume itself is checked
             return [f"could not compare with the saved {saved} ({e})"]
-
-    def _continue_from(self, saved: RunRecord) -> None:
-        self.record.step, self.record.tokens_seen = saved.step, saved.tokens_seen
-        self.record.skipped_steps = saved.skipped_steps
 
     def _log_header(self) -> None:
         a, schedule = self.model_args, self.data.schedule
@@ -362,9 +325,8 @@ class Trainer:
     def train_step(self) -> tuple[float, float]:
         """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm).
 
-        Each rank's micro-batch loss is its token mean divided by the accumulation
-        steps, and FSDP averages gradients over ranks: with equal token counts
-        everywhere, the gradient is the mean over the global batch at any world size.
+        Each micro-batch loss is its token mean / the accumulation steps, and FSDP averages over
+        ranks: with equal token counts everywhere, the gradient is the global batch's mean.
         """
         tcfg, record = self.cfg.training, self.record
         set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
@@ -416,34 +378,14 @@ class Trainer:
     def log_weight_dynamics(self) -> None:
         """Per-layer summaries of the query matrices (all ranks run it: FSDP all-gathers each matrix)."""
         if self.weight_dynamics.initial is None and not self._weights_reference_missing:
-            self.weight_dynamics.initial = self._initial_query_weights()
+            ccfg = self.cfg.checkpoint
+            self.weight_dynamics.initial = initial_query_weights(ccfg, self.model_args, self.cfg.training.seed)
+            if self.weight_dynamics.initial is None:  # no step-0 weights to compare with
+                self._weights_reference_missing = True
+                self.logger.info(f"weights/.../drift not logged: the run started from the DCP checkpoint "
+                                 f"{ccfg.initial_load_path}")
         for tag, value in self.weight_dynamics.run(self.model).items():
             self.metrics.scalar(tag, value, self.step)
-
-    def _initial_query_weights(self) -> dict[tuple[int, str], torch.Tensor] | None:
-        """The query matrices at this run's step 0, the reference of ``drift``.
-
-        Rebuilt rather than remembered, so that a resumed run measures from the same point: the
-        seeded CPU init every device and world size starts from (``reference_state_dict``), with
-        the run's initial load (an export or a Hugging Face folder) on top. A run that started
-        from a DCP checkpoint (checkpoint.initial_load_path) has no drift.
-        """
-        from torchnlq.checkpoint.upcycle import is_hf_gpt2_folder, pretrained_weights
-        from torchnlq.parallel.parallelize import reference_state_dict
-
-        state = reference_state_dict(self.model_args, self.cfg.training.seed)
-        source = self.cfg.checkpoint.initial_load_path
-        if source:
-            if not (is_export(source) or is_hf_gpt2_folder(source)):
-                self._weights_reference_missing = True
-                self.logger.info(f"weights/.../drift not logged: the run started from the DCP checkpoint {source}")
-                return None
-            _, pretrained = pretrained_weights(source)
-            state.update({k: v for k, v in pretrained.items() if k in state})
-        with torch.device("meta"):
-            reference = GPT(self.model_args)
-        reference.load_state_dict(state, assign=True)
-        return initial_matrices(reference)
 
     def _check_weights_finite(self) -> None:
         """Refuse to save weights an update made non-finite (a finite loss does not guarantee finite weights)."""
@@ -468,7 +410,7 @@ class Trainer:
 
     def export_final(self) -> None:
         """Write ``<run>/export`` (safetensors, checkpoint.export_dtype) from the final checkpoint."""
-        from torchnlq.checkpoint.export import export_safetensors
+        from torchnlq.interop.export import export_safetensors
 
         out = export_safetensors(
             self.checkpointer.folder / f"step-{self.step}", self.run_dir / "export",

@@ -38,12 +38,9 @@ def evaluate(
 ) -> tuple[float, float]:
     """Mean and standard deviation of the micro-batch losses (the paper's report).
 
-    With several ranks, rank r evaluates the r-th contiguous chunk of the
-    micro-batches and the losses are gathered, so the figures are those of one
-    process over the same batches. Every rank runs the same number of forwards
-    (FSDP needs every rank in each all-gather): a short chunk repeats its first
-    batch and drops that result. The model's train/eval mode is restored.
-    ``progress(done, total)`` is called after each of this rank's forwards.
+    Rank r evaluates the r-th contiguous chunk and the losses are gathered, so the figures are
+    those of one process. Every rank runs the same number of forwards (FSDP needs every rank in
+    each all-gather): a short chunk repeats its first batch and drops that result.
     """
     per_rank = math.ceil(len(batches) / world_size)
     mine = list(range(rank * per_rank, min((rank + 1) * per_rank, len(batches))))
@@ -81,11 +78,7 @@ class ValidationSource(Protocol):
 
 
 class Validator:
-    """The run's validation batches, when to evaluate them, and the last result.
-
-    ``due(step, last)`` is its own schedule: every ``validation.interval`` steps and at
-    the last step, when validation is enabled. All ranks call :meth:`run` together.
-    """
+    """The run's validation batches, when to evaluate them, and the last result (all ranks :meth:`run` together)."""
 
     def __init__(
         self, cfg: Validation, source: ValidationSource, device: torch.device,

@@ -1,19 +1,9 @@
 """Weights & Biases logging (``[metrics] wandb = true``): the TensorBoard scalars and the resolved config.
 
-The trainer builds a :class:`WandbLogger` on rank 0 only and hands it to
-:class:`torchnlq.train.metrics.MetricsLogger` as its sink: every scalar goes to TensorBoard
-and to W&B under the same tag at the same step. ``wandb`` is imported here, and this module
-only when the option is on: the package is optional (``pip install 'torchnlq[wandb]'``), and
-:func:`torchnlq.config.checks.check_job_config` refuses ``wandb = true`` without it before
-anything is written.
-
-Where things go: the W&B files live in ``<run>/wandb/`` (``dir=<run>``), whatever
-``WANDB_DIR`` says, so a run folder holds all of its records. ``metrics.wandb_mode`` decides
-between offline (the default: files only, nothing leaves the machine; ``wandb sync`` uploads
-them later), online and disabled. One W&B run per run folder: its id is kept in
-``<run>/wandb/run_id`` and every resume from a checkpoint continues it (``resume="allow"``); offline, each
-start of the trainer writes its own ``offline-run-*`` folder under that same id, and
-``wandb sync`` uploads them in order.
+A :class:`WandbLogger` (rank 0) is the MetricsLogger's sink. This module is imported only when the
+option is on (wandb is optional). The W&B files live in ``<run>/wandb/`` whatever ``WANDB_DIR``
+says, so a run folder holds all of its records. One W&B run per run folder: its id is kept in
+``<run>/wandb/run_id`` and every resume continues it.
 """
 
 from __future__ import annotations
@@ -35,9 +25,7 @@ _RUN_ID = re.compile(r"[a-z0-9]{1,64}")
 
 
 def wandb_config(cfg: JobConfig, hparams: dict[str, HParam]) -> dict[str, Any]:
-    """What W&B stores as the run's config: every section of the resolved config, nested as in
-    config.toml (unset options as None), and ``run``: the derived ``run.*`` hparams
-    (processes, global batch, tokens per step, precision, parameter count)."""
+    """What W&B stores as the run's config: the resolved config, nested, and ``run``: the derived ``run.*`` hparams."""
     derived = {name.split(".", 1)[1]: value for name, value in hparams.items() if name.startswith("run.")}
     return {**dataclasses.asdict(cfg), "run": derived}
 
@@ -67,16 +55,11 @@ class WandbLogger:
         cls, mcfg: Metrics, run_dir: Path, job_name: str, config: dict[str, Any], logger: logging.Logger,
         start_step: int = 0,
     ) -> WandbLogger:
-        """Start (or, on resume, continue) the run folder's W&B run and record ``config``.
-
-        ``start_step`` 0 is a new W&B run even in a used folder (``checkpoint.resume = false``, or a
-        run without checkpoints started again): W&B drops steps below the ones a run already has.
-
-        Raises a one-line :class:`UserError` when W&B cannot start (online without a login, say).
-        """
+        """Start (or, on resume, continue) the run folder's W&B run and record ``config``; UserError if W&B cannot."""
         import wandb  # only here: wandb is optional, and slow to import
 
         disabled = mcfg.wandb_mode == "disabled"
+        # Step 0 is a new W&B run even in a used folder: W&B drops steps below those a run already has.
         run_id = None if disabled else _run_id(run_dir / "wandb", new=start_step == 0)  # a disabled run writes no file
         try:
             run = wandb.init(

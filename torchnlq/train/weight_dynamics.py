@@ -1,20 +1,9 @@
 """Weight dynamics of the query (the paper's future work: "weight dynamics analysis"), per layer.
 
-For every block, the query's matrices — W_Q (``linear``, ``residual``, the anchor of
-``anchored``), W1 and W2 (``residual_mlp`` and ``anchored``'s f) — summarised from their
-singular values σ_1 ≥ σ_2 ≥ ... (fp32, on the whole matrix):
-
-- ``weights/layer{i}/{w}/sigma_max``: σ_1, the spectral norm;
-- ``weights/layer{i}/{w}/effective_rank``: exp(H(p)) with p_k = σ_k / Σσ, the entropy-based
-  effective rank (Roy & Vetterli, 2007): min(rows, cols) for a flat spectrum, 1 for rank one;
-- ``weights/layer{i}/{w}/stable_rank``: ‖W‖_F² / σ_1², a smooth lower bound of the rank;
-- ``weights/layer{i}/{w}/drift``: ‖W − W_0‖_F / ‖W_0‖_F, how far the matrix has moved from
-  the run's initial weights (:class:`WeightDynamics` is given W_0; an f that starts at zero
-  has no relative drift, so its W2's drift is measured against ‖W2 at init‖ all the same).
-
-``weights/mean/...`` averages each statistic over the layers that have it. Under FSDP each
-matrix is all-gathered (``full_tensor``), so every rank must call :func:`weight_stats`
-together; rank 0 logs.
+For every block's query matrices (W_Q, W1, W2): σ_max, the effective rank exp(H(σ/Σσ)) (Roy &
+Vetterli, 2007), the stable rank ‖W‖_F² / σ_1² and the drift ‖W − W_0‖_F / ‖W_0‖_F, plus their
+means (docs/monitoring.md). Under FSDP each matrix is all-gathered: every rank must call
+:func:`weight_stats` together.
 """
 
 from __future__ import annotations
@@ -95,12 +84,7 @@ def weight_stats(model: nn.Module, initial: dict[tuple[int, str], torch.Tensor] 
 
 
 class WeightDynamics:
-    """When to log :func:`weight_stats` (``metrics.weight_dynamics_interval`` steps, and the last one).
-
-    The initial weights are the model's when this object is made (right after the trainer
-    initialised or loaded the model, before any update) or, on resume, those given by
-    ``initial`` (the trainer rebuilds them from the run's seed or initial load).
-    """
+    """When to log :func:`weight_stats` (0: never), and ``initial``: the step-0 matrices ``drift`` compares with."""
 
     def __init__(self, interval: int, initial: dict[tuple[int, str], torch.Tensor] | None) -> None:
         self.interval = interval

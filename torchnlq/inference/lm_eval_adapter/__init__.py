@@ -1,15 +1,8 @@
 """torchnlq models in EleutherAI's lm-evaluation-harness (the ``lm-eval`` package).
 
-* :class:`~torchnlq.inference.lm_eval_adapter.model.TorchnlqLM`: an ``lm_eval.api.model.LM``
-  for any torchnlq checkpoint or export (every query type). Importing it registers it in
-  lm-eval's model registry under the name ``torchnlq``.
-* ``python -m torchnlq.inference.lm_eval_adapter ARGS``: lm-eval's own command line with that
-  model registered. lm-eval 0.4 finds models only in its own registry (it reads no entry points
-  of other packages), so a plain ``lm_eval --model torchnlq`` cannot see it; this runs the same
-  CLI, with the same arguments, after the import that registers it.
-
-Attributes are imported lazily, so ``import torchnlq.inference.lm_eval_adapter`` works without
-lm-eval installed and the command line can say how to install it.
+``python -m torchnlq.inference.lm_eval_adapter ARGS`` is lm-eval's command line after the import
+that registers ``torchnlq`` (lm-eval 0.4 reads no other package's entry points). Attributes are
+imported lazily, so this package imports without lm-eval and the CLI can say how to install it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """``python -m torchnlq.inference.lm_eval_adapter``: lm-eval's command line, with ``--model torchnlq`` known.
 
-Every argument goes to lm-eval's own CLI unchanged (``run`` is implied, as with ``lm_eval``);
-only the import that registers :class:`~torchnlq.inference.lm_eval_adapter.model.TorchnlqLM`
-comes first. torchnlq's own mistakes (a missing checkpoint, a bad model argument) are one
-``error:`` line and exit 2; lm-eval reports its own mistakes its own way.
+torchnlq's own mistakes are one ``error:`` line and exit 2; lm-eval reports its mistakes its own way.
 """
 
 from __future__ import annotations

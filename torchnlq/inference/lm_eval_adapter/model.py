@@ -1,26 +1,7 @@
 """``TorchnlqLM``: a torchnlq checkpoint or export as an lm-evaluation-harness model.
 
-Importing this module registers the class in lm-eval's model registry as ``torchnlq``, so after
-it ``lm_eval.simple_evaluate(model="torchnlq", model_args="path=EXPORT", ...)`` works, and so
-does ``python -m torchnlq.inference.lm_eval_adapter --model torchnlq --model_args path=EXPORT``
-(lm-eval's CLI after this import). ``simple_evaluate(model=TorchnlqLM(path=...), ...)`` needs no name.
-
-What the three request types compute (the model in fp32, its softmax over the whole padded
-vocabulary, as in training and ``val_loss``):
-
-* ``loglikelihood(context, continuation)``: trailing whitespace of the context moves to the
-  front of the continuation (lm-eval's convention: a word's space belongs to the word); the two
-  are then encoded separately and concatenated, the rule of ``evaluate.py --multiple-choice``.
-  An empty context is end-of-text. A context too long for ``max_seq_len`` is cut from the left.
-  Returns (sum of the continuation's token log-probabilities, whether greedy decoding produces it).
-* ``loglikelihood_rolling(text)``: the text's tokens after end-of-text, in disjoint windows of
-  ``max_seq_len`` predicted tokens (the last window with a full context), summed: the
-  log-likelihood of the whole text, each document on its own.
-* ``generate_until(context, gen_kwargs)``: greedy decoding (sampling when ``do_sample`` and a
-  temperature > 0; ``top_k`` honoured; seeded) with the KV cache, stopping at end-of-text, at the
-  first ``until`` string (cut off the result), after ``max_gen_toks`` tokens or when the context
-  window is full. The prompt keeps its last ``max_seq_len - min(max_gen_toks, max_seq_len // 2)``
-  tokens. Padded vocabulary rows are never generated.
+Importing this module registers the class in lm-eval's model registry as ``torchnlq``. What the
+three request types compute is in docs/checkpoints.md, "lm-evaluation-harness".
 """
 
 from __future__ import annotations
@@ -36,7 +17,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.errors import UserError
 from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, model_tokenizer, score_continuations
 from torchnlq.inference.sampling import sample_next
@@ -76,15 +57,8 @@ def _batch_size(value: Any, max_batch_size: Any) -> int:
 class TorchnlqLM(LM):
     """Any torchnlq checkpoint or export (every query type) behind lm-eval's ``LM`` interface.
 
-    Arguments (``--model_args key=value,...`` on lm-eval's command line):
-
-    * ``path``: a ``<run>/checkpoints/step-N`` folder or a ``--format safetensors`` export
-      (or, from Python, a :class:`~torchnlq.checkpoint.load.LoadedModel`);
-    * ``device``: cpu, cuda, cuda:N or auto (lm-eval's ``--device``; its CLI default is cuda:0);
-    * ``batch_size``: sequences per forward (``auto`` takes the default, 16);
-    * ``max_gen_toks``: the default generation length of ``generate_until`` (256);
-    * ``tiktoken_file``: GPT-2 ranks to use instead of the tokenizer the folder carries;
-    * ``seed``: the sampling seed of ``generate_until`` with ``do_sample``.
+    ``path`` is a checkpoint or export folder (or a :class:`~torchnlq.interop.load.LoadedModel`);
+    ``batch_size`` ``auto`` takes the default, 16; ``max_gen_toks`` and ``seed`` are for ``generate_until``.
     """
 
     def __init__(
@@ -114,8 +88,6 @@ class TorchnlqLM(LM):
         self.tokenizer = model_tokenizer(self.loaded, tiktoken_file)
         self._device = self.model.tok_emb.weight.device
 
-    # ------------------------------------------------------------ helpers
-
     @property
     def max_length(self) -> int:
         """The model's context: ``max_seq_len`` positions."""
@@ -141,14 +113,12 @@ class TorchnlqLM(LM):
         }
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """The token ids of a loglikelihood request, by the rule in the module doc."""
+        """The token ids of a loglikelihood request: the context's trailing whitespace moves to the continuation."""
         stripped = context.rstrip()
         if stripped != context:
             continuation = context[len(stripped):] + continuation
             context = stripped
         return self.tokenizer.encode(context) or [self.eot_token_id], self.tokenizer.encode(continuation)
-
-    # ------------------------------------------------------------ lm-eval's interface
 
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log P(continuation | context), is greedy) of each ``(context, continuation)`` request."""
@@ -162,7 +132,7 @@ class TorchnlqLM(LM):
         return results
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
-        """log P(text) of each ``(text,)`` request, every token predicted once (module doc)."""
+        """log P(text) of each ``(text,)`` request: disjoint windows after end-of-text, every token predicted once."""
         windows: list[tuple[list[int], list[int]]] = []
         owner: list[int] = []
         for i, req in enumerate(requests):
@@ -179,7 +149,7 @@ class TorchnlqLM(LM):
         return totals
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
-        """The continuation of each ``(context, gen_kwargs)`` request (module doc)."""
+        """The continuation of each ``(context, gen_kwargs)`` request (greedy unless ``do_sample``)."""
         results = []
         for req in requests:
             context, gen_kwargs = req.args

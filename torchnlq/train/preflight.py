@@ -1,49 +1,26 @@
-"""Checks that span config sections, in one place, run before any run folder or file exists.
+"""Preflight checks used by the trainer, the suite runner and the tools, before any run folder or file exists.
 
-:mod:`torchnlq.config.manager` checks each value on its own (type, range, choices).
-What needs several sections, or the model and data registries, is checked here:
-the names of registry-backed options (query types, activations, norms, flavors,
-position kinds), the model's shapes resolved from ``[model]`` and the tokenizer's
-vocabulary, and the rules between sections (sequence length vs. the model's
-positions, the synthetic corpus vs. the tokenizer, exporting vs. checkpointing).
-
-This module sits above :mod:`torchnlq.models` and :mod:`torchnlq.data` (the rest of
-``config`` sits below them); every entry point that takes a JobConfig calls
-:func:`check_job_config` right after loading it.
+:mod:`torchnlq.config.manager` checks each value on its own; what needs several sections or the
+model and data registries is checked here (so it lives in ``train``), with the warnings a run logs
+before it starts and the options changed on a resume.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from torchnlq.config.job_config import JobConfig, Metrics
+from torchnlq.config.registries import registry_choices
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
-from torchnlq.models.args import POSITIONS, ModelArgs
-from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES, ignored_knobs
-from torchnlq.models.registry import FLAVORS, build_model_args
-
-
-def registry_choices() -> dict[str, list[str]]:
-    """Allowed names of every registry-backed option (``option(registry=...)``), read from the registries."""
-    registries: dict[str, Sequence[str]] = {
-        "query types": list(QUERY_TYPES),
-        "activations": list(ACTIVATIONS),
-        "norms": list(NORMS),
-        "flavors": list(FLAVORS),
-        "positions": list(POSITIONS),
-    }
-    choices = {}
-    for name, f, _ in iter_options(JobConfig()):
-        registry = f.metadata.get("registry")
-        if registry is not None:
-            choices[name] = list(registries[registry])
-    return choices
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.query import ignored_knobs
+from torchnlq.models.registry import build_model_args
 
 
 def _option_value(cfg: JobConfig, dotted: str) -> Any:
@@ -54,10 +31,7 @@ def _option_value(cfg: JobConfig, dotted: str) -> Any:
 
 
 def check_job_config(cfg: JobConfig) -> ModelArgs:
-    """Raise a one-line ConfigError for a config that cannot run; return the model's resolved ModelArgs.
-
-    Pure: reads no file and writes none, so it runs before the run folder is created.
-    """
+    """Raise a one-line ConfigError for a config that cannot run; return the model's ModelArgs. Touches no file."""
     run_name = cfg.job.name
     if run_name in ("", ".", "..") or any(c in run_name for c in "/\\\0"):
         raise ConfigError(
@@ -95,10 +69,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
 
 
 def package_installed(name: str) -> bool:
-    """Whether ``import name`` would find the package, without importing it (wandb takes seconds to import).
-
-    ``sys.modules[name] = None`` (how Python marks a module as blocked) counts as not installed.
-    """
+    """Whether ``import name`` would find the package, without importing it (wandb takes seconds to import)."""
     if name in sys.modules:
         return sys.modules[name] is not None
     return importlib.util.find_spec(name) is not None
@@ -183,12 +154,7 @@ NO_EFFECT_ON_RESUME = {
 
 
 def resume_changes(saved: JobConfig, current: JobConfig) -> list[str]:
-    """One line per option that differs from the run's saved config.toml, for the resume log.
-
-    Shapes and data order never get here (the checkpoint's fingerprint refuses them);
-    what remains may change legitimately (more steps, a new learning rate) or does
-    nothing on a resumed run (a new seed), and the line says which.
-    """
+    """One line per option that differs from the run's saved config.toml, for the resume log."""
     old = {name: value for name, _, value in iter_options(saved)}
     lines = []
     for name, _, value in iter_options(current):

@@ -1,19 +1,10 @@
 """Export a torchnlq model as a Hugging Face GPT-2 folder (``GPT2LMHeadModel.from_pretrained``).
 
-Written without importing transformers: ``config.json`` and ``model.safetensors``
-with Hugging Face's key names. Only models GPT-2 computes exactly qualify:
-learned positions, multi-head attention (n_kv_heads == n_heads), head_dim ==
-dim / n_heads and a query that is a linear map of X (its class says so with
-``linear_in_x`` and gives the matrix with ``linear_weight()``). ``linear`` is W_Q
-itself; ``identity`` (Q = X) and ``residual`` (Q = X + X·W_Q) are linear too, so
-they export as W_Q = I and W_Q = I + W (the basis-change argument of the paper in
-reverse). The nonlinear ``residual_mlp`` has no GPT-2 equivalent.
-
-Layout differences handled here (see docs/checkpoints.md for the table):
-GPT-2's ``Conv1D`` stores weights as [in, out] (the transpose of nn.Linear);
-its ``c_attn`` fuses [Q | K | V] along the output, while torchnlq has the query
-module plus ``attn.kv`` (K rows, then V rows); GPT-2 has biases and LayerNorm
-biases where torchnlq has none, so those are written as zeros.
+Written without importing transformers. Only models GPT-2 computes exactly qualify: learned
+positions, n_kv_heads == n_heads, head_dim == dim / n_heads and a query linear in X
+(``identity`` exports as W_Q = I, ``residual`` as I + W). GPT-2's ``Conv1D`` weights are
+[in, out] and ``c_attn`` fuses [Q | K | V]; biases torchnlq lacks are written as zeros
+(docs/checkpoints.md has the table).
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from torchnlq.checkpoint.export import (
+from torchnlq.interop.export import (
     HF_EXPORT_FILE,
     atomic_folder,
     check_export_folder,
@@ -30,9 +21,9 @@ from torchnlq.checkpoint.export import (
     parse_dtype,
     write_json,
 )
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import FORMAT_KEYS
-from torchnlq.data.hf_tokenizer import write_hf_tokenizer_files
+from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -144,12 +135,7 @@ def export_hf_gpt2(
 ) -> Path:
     """Write a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); return its path.
 
-    Raises UserError saying why for a model GPT-2 cannot represent exactly.
-    ``torchnlq_export.json`` keeps the tokenizer description and run metadata
-    (Hugging Face ignores it). The tokenizer files
-    (:func:`torchnlq.data.hf_tokenizer.write_hf_tokenizer_files`) make
-    ``AutoTokenizer.from_pretrained(out_dir)`` encode text to the model's ids, for
-    GPT-2 BPE and for the byte tokenizer alike.
+    ``torchnlq_export.json`` keeps the tokenizer description and run metadata (Hugging Face ignores it).
     """
     from safetensors.torch import save_file
 

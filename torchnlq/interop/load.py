@@ -1,23 +1,9 @@
 """Load a trained model for inference, from a checkpoint or from an export.
 
-Two on-disk forms hold a model:
-
-* a **checkpoint**: a DCP folder ``<run>/checkpoints/step-N`` whose state dict has
-  the model under ``"model"`` (next to optimizer and train state, ignored here)
-  plus ``torchnlq.json`` (see :mod:`torchnlq.checkpoint.metadata`);
-* an **export**: ``model.safetensors`` + ``config.json`` + Hugging Face tokenizer files,
-  written by :func:`torchnlq.checkpoint.export.export_safetensors`; small, single-file weights, no DCP.
-
-Both carry their tokenizer (:mod:`torchnlq.data.hf_tokenizer`): a gpt2 checkpoint its
-``tokenizer.tiktoken`` ranks, an export its ``vocab.json``
-(:func:`torchnlq.data.hf_tokenizer.tokenizer_from_folder` rebuilds it).
-Exports written before the tokenizer files held torchnlq's description in ``tokenizer_config.json``;
-they still load.
-
-:func:`load_model` accepts either and returns the same :class:`LoadedModel`;
-``meta`` has the same keys for both (``step``, ``seq_len``, ``validation``, ...),
-so the tools behind ``generate.py`` and ``evaluate.py`` never care which one
-they were given.
+A **checkpoint** is a DCP folder ``<run>/checkpoints/step-N`` with ``torchnlq.json``; an
+**export** is ``model.safetensors`` + ``config.json`` + tokenizer files
+(:func:`torchnlq.interop.export.export_safetensors`). :func:`load_model` returns the same
+:class:`LoadedModel` for both, with the same ``meta`` keys, so the tools never care which.
 """
 
 from __future__ import annotations
@@ -40,7 +26,7 @@ from torchnlq.checkpoint.metadata import (
     read_meta,
 )
 from torchnlq.checkpoint.record import RunRecord
-from torchnlq.data.hf_tokenizer import tokenizer_from_folder
+from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -48,18 +34,12 @@ from torchnlq.models.gpt import GPT
 
 @dataclass
 class LoadedModel:
-    """A model ready for inference, with what is needed to use it.
-
-    ``model`` is in eval mode, fp32, on the requested device. ``tokenizer`` is the
-    tokenizer description (``{"name": "gpt2" | "byte", ...}``; empty if unknown).
-    ``record`` is the run's metadata, typed (fields the source did not record are
-    None); ``meta`` is the same as the JSON it was read from, which exports carry over.
-    """
+    """A model ready for inference (eval mode, fp32), its tokenizer description and its run's metadata."""
 
     model: GPT
     args: ModelArgs
     tokenizer: dict[str, Any]
-    meta: dict[str, Any]
+    meta: dict[str, Any]  # the JSON ``record`` was read from, which exports carry over
     path: Path
     kind: str  # "checkpoint" or "export"
     record: RunRecord | None = None
@@ -89,17 +69,22 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
     config = Path(path, CONFIG_FILE)
     if not (config.is_file() and Path(path, WEIGHTS_FILE).is_file()):
         return None
+    return _read_json(config)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file of an export; a corrupt one is a UserError."""
     try:
-        d = json.loads(config.read_text(encoding="utf-8"))
+        d = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # never unpickled: a planted pickle is just corrupt JSON
-        raise UserError(f"'{config}' is corrupt ({e}); export the model again") from None
+        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
     if not isinstance(d, dict):
-        raise UserError(f"'{config}' is corrupt (not a JSON object); export the model again")
+        raise UserError(f"'{path}' is corrupt (not a JSON object); export the model again")
     return d
 
 
 def is_export(path: str | Path) -> bool:
-    """True when ``path`` is a folder written by :func:`torchnlq.checkpoint.export.export_safetensors`."""
+    """True when ``path`` is a folder written by :func:`torchnlq.interop.export.export_safetensors`."""
     config = read_config(path)
     return config is not None and config.get("format") == EXPORT_FORMAT
 
@@ -110,11 +95,7 @@ def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cp
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Load a checkpoint folder or an export folder (see the module doc) for inference.
-
-    Raises UserError when the path is missing, is neither form, has corrupt
-    metadata, or holds tensors that do not fit the recorded ``model_args``.
-    """
+    """Load a checkpoint folder or an export folder for inference; UserError when it is neither or unusable."""
     p = Path(path).expanduser()
     device = resolve_device(device) if isinstance(device, str) else device
     if not p.exists():
@@ -139,11 +120,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
 
 
 def empty_model(args: ModelArgs, device: torch.device) -> GPT:
-    """A GPT with allocated but unset parameters (RoPE tables computed), in eval mode.
-
-    Built on meta and materialised with ``to_empty``: random init would be
-    wasted on weights about to be overwritten and would move the global RNG.
-    """
+    """A GPT with allocated but unset parameters (RoPE tables computed), in eval mode; the global RNG untouched."""
     with torch.device("meta"):
         model = GPT(args)
     model.to_empty(device=device)
@@ -198,17 +175,6 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
     return LoadedModel(model, args, record.tokenizer, meta, path, "checkpoint", record)
 
 
-def _read_tokenizer_config(path: Path) -> dict[str, Any]:
-    """``tokenizer_config.json`` of an export (JSON, never unpickled); a corrupt one is a UserError."""
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
-    if not isinstance(d, dict):
-        raise UserError(f"'{path}' is corrupt (not a JSON object); export the model again")
-    return d
-
-
 def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> LoadedModel:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -233,14 +199,9 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
 
 
 def _export_tokenizer_description(path: Path) -> dict[str, Any]:
-    """The tokenizer of an export whose config.json records none (torchnlq's exports all record one).
-
-    An export written before the Hugging Face tokenizer files kept torchnlq's description (a
-    ``name``) in tokenizer_config.json; a newer one has Hugging Face's there, and its tokenizer
-    files say which tokenizer it is.
-    """
+    """The tokenizer of an export whose config.json records none (older ones kept it in tokenizer_config.json)."""
     if (path / TOKENIZER_FILE).is_file():
-        d = _read_tokenizer_config(path / TOKENIZER_FILE)
+        d = _read_json(path / TOKENIZER_FILE)
         if isinstance(d.get("name"), str):
             return d
     tokenizer = tokenizer_from_folder(path)

@@ -1,22 +1,11 @@
 """Start from a pretrained model: read a Hugging Face GPT-2 folder, and give a linear-query model the anchored query.
 
-:func:`read_hf_gpt2` turns a ``GPT2LMHeadModel`` folder (``config.json`` + ``model.safetensors``,
-any size, e.g. ``save_pretrained`` of ``gpt2``) into torchnlq's ModelArgs and state dict: GPT-2
-has biases everywhere and the tanh GELU, which ``model.bias`` and ``model.mlp_activation =
-"gelu_tanh"`` provide, so the logits are transformers' own. The weights are read with
-safetensors only: a folder that holds only ``pytorch_model.bin`` (a pickle) is refused.
+:func:`read_hf_gpt2` turns a ``GPT2LMHeadModel`` folder into torchnlq's ModelArgs and state dict
+(``model.bias`` and ``gelu_tanh`` make the logits transformers' own; the layout is the reverse of
+:mod:`torchnlq.interop.hf_gpt2`). Weights are read with safetensors only: a pickle is refused.
 
-:func:`upcycle` builds the model a run continues from: the pretrained weights, and, for
-``model.query.type = "anchored"``, the paper's branch f added to the chosen blocks' queries
-with f = 0 at the start (:class:`torchnlq.models.query.AnchoredQuery`), so that the upcycled
-model computes exactly the pretrained function until its first update.
-``scripts/upcycle.py`` writes the result as a safetensors export, which
-``checkpoint.initial_load_path`` accepts.
-
-The layout (the reverse of :mod:`torchnlq.checkpoint.hf_gpt2`): GPT-2's ``Conv1D`` weights
-are ``[in, out]``; ``c_attn`` holds [Q | K | V] along its output, so W_Q is its first ``d``
-output columns and torchnlq's ``attn.kv`` the other ``2d`` (K rows, then V rows), with the
-biases split the same way (the query's into ``attn.q_bias``).
+:func:`upcycle` gives the pretrained model the anchored query with f = 0 at the start, so it
+computes exactly the pretrained function until its first update.
 """
 
 from __future__ import annotations
@@ -28,10 +17,10 @@ from typing import Any
 
 import torch
 
-from torchnlq.checkpoint.load import LoadedModel, is_export, load_model
+from torchnlq.interop.load import LoadedModel, is_export, load_model
 from torchnlq.checkpoint.metadata import META_FILE
 from torchnlq.config.job_config import Query
-from torchnlq.data.hf_tokenizer import tokenizer_from_folder
+from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -178,9 +167,8 @@ def anchored_from_linear(source: ModelArgs, target: ModelArgs) -> bool:
 def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> LoadedModel:
     """The pretrained model at ``source`` with the query ``query`` (None: as pretrained), as a LoadedModel.
 
-    ``query.type = "anchored"`` needs a source whose query is linear (GPT-2's is): W_Q is kept as
-    the anchor and f is drawn with ``seed`` (its last scale zero, so f = 0); ``linear`` (or None)
-    imports the model unchanged. The result's logits equal the source's.
+    ``anchored`` keeps a linear source's W_Q as the anchor and draws f with ``seed`` (f = 0 at the
+    start): the result's logits equal the source's.
     """
     args, sd, tokenizer, meta = _pretrained(source)
     if query is None or query.type == args.query.type == "linear" and query == args.query:

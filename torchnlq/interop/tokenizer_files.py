@@ -1,21 +1,12 @@
 """Hugging Face tokenizer files for torchnlq's tokenizers, made offline, and the way back.
 
-:func:`write_hf_tokenizer_files` writes the files ``transformers.AutoTokenizer.from_pretrained``
-reads for a GPT-2-style byte-level BPE tokenizer: ``vocab.json``, ``merges.txt``,
-``tokenizer_config.json``, ``special_tokens_map.json`` and ``tokenizer.json`` (the fast
-tokenizer). They are derived from tiktoken ranks, never from transformers:
+:func:`write_hf_tokenizer_files` writes what ``AutoTokenizer.from_pretrained`` reads for a GPT-2-style
+byte-level BPE, derived from tiktoken ranks, never from transformers (merges are recovered by rank).
+The byte tokenizer gets the same files with ids = byte values and no merges.
 
-* a token's vocab.json key is its bytes through GPT-2's byte-to-unicode table, its id is its rank;
-* merges are recovered by rank: a multi-byte token of rank r is the merge of the two parts that
-  byte-pair encoding of its own bytes with only the ranks below r ends with.
-
-The byte tokenizer gets the same files with ids = byte values, no merges, and end-of-text 256.
-
-A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`, a byte-identical copy
-of the ``.tiktoken`` file whose sha256 the run recorded), an export carries vocab.json; both
-lead back to a torchnlq :class:`~torchnlq.data.tokenizer.Tokenizer` with the same ids
-(:func:`tokenizer_from_folder`). Every file is read as text or JSON, never unpickled, and a
-damaged one is a one-line UserError naming it.
+A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`), an export its vocab.json;
+:func:`tokenizer_from_folder` rebuilds the tokenizer from either. Every file is read as text or
+JSON, never unpickled.
 """
 
 from __future__ import annotations
@@ -55,17 +46,9 @@ R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tikto
 _FIX = f"set {TIKTOKEN_FILE_ENV} to the model's .tiktoken ranks file (GPT-2's: e.g. ../shared/data/gpt2.tiktoken)"
 
 
-# ---------------------------------------------------------------- byte-level alphabet
-
-
 @cache
 def byte_to_char() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (byte-level BPE's alphabet).
-
-    Bytes that are printable Latin-1 characters (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand
-    for themselves; the other 68 take the characters from U+0100 on, in byte order, so that no
-    token string holds a space or a control character.
-    """
+    """GPT-2's byte -> printable character table: printable Latin-1 stands for itself, the rest from U+0100 on."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     table = {b: chr(b) for b in printable}
     others = (b for b in range(256) if b not in table)
@@ -83,9 +66,6 @@ def token_string(token: bytes) -> str:
     """A token's vocab.json key: its bytes through the byte-level alphabet."""
     table = byte_to_char()
     return "".join(table[b] for b in token)
-
-
-# ---------------------------------------------------------------- tiktoken ranks
 
 
 def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
@@ -130,9 +110,8 @@ def _bpe_parts(token: bytes, below: int, ranks: Mapping[bytes, int]) -> list[byt
 def recover_merges(ranks: Mapping[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merges of a byte-level BPE, in rank order, from its ranks alone.
 
-    A token of two or more bytes is the merge of the two parts its own bytes reach under the
-    lower ranks. A token that does not come out as exactly two parts is never produced by
-    byte-pair encoding, so it gets no merge (GPT-2 has none such).
+    A multi-byte token is the merge of the two parts its own bytes reach under the lower ranks
+    (one that does not come out as two parts is never produced, so gets no merge).
     """
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
@@ -152,9 +131,6 @@ def _check_byte_level(ranks: Mapping[bytes, int], where: str | Path) -> None:
         )
     if GPT2_EOT_ID in ranks.values():
         raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {_FIX}")
-
-
-# ---------------------------------------------------------------- where the ranks come from
 
 
 def _sha256(data: bytes) -> str:
@@ -197,11 +173,7 @@ def _carried_file(folder: Path) -> Path:
 
 
 def carried_ranks(folder: str | Path, tokenizer_description: Mapping[str, Any]) -> bytes | None:
-    """The GPT-2 ranks text a checkpoint or export folder carries, or None when it carries none.
-
-    A checkpoint's :data:`TOKENIZER_RANKS_FILE` must have the recorded sha256; an export's
-    vocab.json is turned back into ranks (it is the export's tokenizer by definition).
-    """
+    """The GPT-2 ranks text a checkpoint (checked against the recorded sha256) or export folder carries, or None."""
     folder = Path(folder)
     path = folder / TOKENIZER_RANKS_FILE
     if path.is_file():
@@ -223,9 +195,8 @@ def find_gpt2_ranks(
 ) -> bytes:
     """The ``.tiktoken`` text of a gpt2 model's ranks, found offline; UserError saying how to fix it otherwise.
 
-    In order: ``tiktoken_file``; what the ``source`` folder carries (:func:`carried_ranks`);
-    $TORCHNLQ_TIKTOKEN_FILE; tiktoken's cached r50k_base. A file named by the user or the
-    environment must have the recorded sha256 (GPT-2's when none is recorded).
+    In order: ``tiktoken_file``, the ``source`` folder, $TORCHNLQ_TIKTOKEN_FILE, tiktoken's cache;
+    a file named by the user or the environment must have the recorded sha256.
     """
     return _locate_gpt2_ranks(tokenizer_description, source, tiktoken_file)[0]
 
@@ -254,9 +225,6 @@ def _locate_gpt2_ranks(
     where = f"'{source}' carries none and they" if source is not None else "they"
     which = "" if expected == GPT2_TIKTOKEN_SHA256 else f" (a .tiktoken file of sha256 {expected[:16]}...)"
     raise UserError(f"the gpt2 tokenizer needs its BPE ranks{which}: {where} were not found offline; {_FIX}")
-
-
-# ---------------------------------------------------------------- writing the Hugging Face files
 
 
 def _byte_vocab() -> tuple[dict[str, int], list[tuple[str, str]], int]:
@@ -325,14 +293,7 @@ def _write_json(path: Path, obj: Any, compact: bool = False) -> None:
 def write_hf_tokenizer_files(
     tokenizer_description: dict, folder: Path, model_max_length: int, source: Path | None = None
 ) -> None:
-    """Write Hugging Face GPT-2-style tokenizer files for the described tokenizer into ``folder``.
-
-    ``vocab.json``, ``merges.txt``, ``tokenizer_config.json``, ``special_tokens_map.json`` and
-    ``tokenizer.json``: ``AutoTokenizer.from_pretrained(folder)`` then encodes text to torchnlq's
-    ids. gpt2 takes its ranks from ``source`` (a checkpoint or an export that carries them), else
-    from $TORCHNLQ_TIKTOKEN_FILE or tiktoken's cache (:func:`find_gpt2_ranks`); a model whose ranks
-    cannot be found offline is a UserError. A description without a name writes nothing.
-    """
+    """Write Hugging Face GPT-2-style tokenizer files for the described tokenizer into ``folder``."""
     name = tokenizer_description.get("name")
     if not name:
         return  # a model made in Python without a tokenizer: nothing to describe
@@ -351,9 +312,6 @@ def write_hf_tokenizer_files(
     _write_json(folder / HF_TOKENIZER_CONFIG_FILE, _tokenizer_config(eot, model_max_length))
     _write_json(folder / SPECIAL_TOKENS_FILE, {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT})
     _write_json(folder / FAST_TOKENIZER_FILE, _fast_tokenizer(vocab, merges, eot), compact=True)
-
-
-# ---------------------------------------------------------------- reading them back
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -424,12 +382,7 @@ def _is_byte_vocab(vocab: dict[str, int]) -> bool:
 def tokenizer_from_folder(
     folder: str | Path, tokenizer_description: Mapping[str, Any] | None = None
 ) -> Tokenizer | None:
-    """The torchnlq tokenizer a checkpoint or export folder carries (same ids), or None when it carries none.
-
-    With a description, its name decides (byte needs no file and reads none); without one, the
-    files do: a carried ranks file is gpt2, a vocab.json of the 256 bytes plus end-of-text is the
-    byte tokenizer, any other vocab.json is gpt2 BPE.
-    """
+    """The torchnlq tokenizer a checkpoint or export folder carries (same ids), or None when it carries none."""
     folder = Path(folder)
     desc = dict(tokenizer_description or {})
     name = desc.get("name")

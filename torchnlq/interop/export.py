@@ -1,10 +1,7 @@
 """Export a model to a safetensors folder (``model.safetensors`` + ``config.json`` + Hugging Face tokenizer files).
 
-The folder is what :func:`torchnlq.checkpoint.load.load_model` reads back; it is written
-into a temporary sibling and renamed into place, so a reader never sees half an export.
-:func:`check_export_folder` decides which output folders may be written or replaced
-(never the source, the run's checkpoints, the working directory or its parents, nor a
-folder that is not a previous export), and the files get ordinary permissions.
+It is written into a temporary sibling and renamed into place, so a reader never sees half an
+export; :func:`check_export_folder` decides which output folders may be written or replaced.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from typing import Any
 
 import torch
 
-from torchnlq.checkpoint.load import LoadedModel, as_loaded
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import (
     CONFIG_FILE,
     EXPORT_FORMAT,
@@ -29,33 +26,43 @@ from torchnlq.checkpoint.metadata import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
-from torchnlq.data.hf_tokenizer import write_hf_tokenizer_files
+from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.paths import is_within, protected_folders
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-# The torchnlq-specific file of a Hugging Face export (torchnlq.checkpoint.hf_gpt2): it marks the folder as ours.
+# The torchnlq-specific file of a Hugging Face export (torchnlq.interop.hf_gpt2): it marks the folder as ours.
 HF_EXPORT_FILE = "torchnlq_export.json"
-# The Hugging Face tokenizer files every export carries (torchnlq.data.hf_tokenizer).
+# The Hugging Face tokenizer files every export carries (torchnlq.interop.tokenizer_files).
 HF_TOKENIZER_FILES = frozenset({"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer.json"})
-# The self-contained transformers model code of a --format hf export (torchnlq/hf/modeling_torchnlq.py).
+# The transformers model code of a --format hf export (torchnlq/interop/ship_code.py).
 HF_MODELING_FILE = "modeling_torchnlq.py"
 # Every file an export writes; a folder holding anything else is not replaced by ``overwrite``.
 EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_FILE, HF_MODELING_FILE,
                           "generation_config.json", *HF_TOKENIZER_FILES})
 
 
-def is_previous_export(folder: Path) -> bool:
-    """True for a folder torchnlq wrote as an export: only export files, marked as a torchnlq export.
+def _marker_files(folder: Path) -> frozenset[str] | None:
+    """The code files a Hugging Face export's marker lists (``code_files``); None without a readable marker."""
+    try:
+        marker = json.loads((folder / HF_EXPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = marker.get("code_files", []) if isinstance(marker, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) and f == Path(f).name for f in files):
+        return None
+    return frozenset(files)
 
-    A safetensors export says so in config.json's ``format``; a Hugging Face export
-    carries ``torchnlq_export.json``. A folder with anything else in it (a subfolder,
-    a file an export does not write) is not one, so ``overwrite`` never deletes it.
-    """
+
+def is_previous_export(folder: Path) -> bool:
+    """True for a folder torchnlq wrote as an export: only export files, marked as a torchnlq export."""
+    marked = _marker_files(folder) if (folder / HF_EXPORT_FILE).is_file() else frozenset()
+    if marked is None:
+        return False
     entries = list(folder.iterdir())
-    if any(e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file() for e in entries):
+    if any(e.name not in EXPORT_FILES | marked or e.is_symlink() or not e.is_file() for e in entries):
         return False
     if (folder / HF_EXPORT_FILE).is_file():
         return True
@@ -69,12 +76,9 @@ def is_previous_export(folder: Path) -> bool:
 def check_export_folder(out_dir: str | Path, source: str | Path | None = None, overwrite: bool = False) -> Path:
     """Refuse an output folder whose writing could delete or change what the user did not name; return it resolved.
 
-    Refused, always: the working directory, the home folder or any of their ancestors;
-    with a ``source`` folder (a checkpoint or an export), the source itself, a folder
-    containing it or one inside it; for a source ``<run>/checkpoints/step-N``, a folder
-    containing ``<run>/checkpoints`` (``<run>`` and up) or inside it (``<run>/export`` is
-    fine). An existing ``out_dir`` needs ``overwrite``, and then must be a symlink-free
-    folder that is empty or a previous torchnlq export (:func:`is_previous_export`).
+    Refused: the working directory, home or their ancestors; the source, a folder inside or around it
+    (or around/inside a checkpoint's run's ``checkpoints``). An existing ``out_dir`` needs
+    ``overwrite`` and must be empty or a previous export (:func:`is_previous_export`).
     """
     given = Path(out_dir).expanduser()
     final = given.resolve()
@@ -128,10 +132,7 @@ def _umask() -> int:
 
 
 def normal_permissions(folder: Path) -> None:
-    """Give ``folder`` and everything in it the modes a new file or folder gets (0644 / 0755 under umask 022).
-
-    safetensors and ``tempfile.mkdtemp`` create private files (0600 / 0700); an export is meant to be shared.
-    """
+    """Give ``folder`` and everything in it the modes a new file gets: mkdtemp and safetensors make private ones."""
     mask = _umask()
     os.chmod(folder, 0o777 & ~mask)
     for root, dirs, files in os.walk(folder):
@@ -150,11 +151,7 @@ def export_source(loaded: LoadedModel) -> Path | None:
 def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Path | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` when the block succeeds.
 
-    A reader never sees a half-written export, and a failure leaves nothing
-    behind. ``out_dir`` is checked first by :func:`check_export_folder` (an
-    existing one is a UserError unless ``overwrite``, and even then only a
-    previous export is replaced), and again just before it is replaced. The
-    written files get ordinary permissions (:func:`normal_permissions`).
+    A reader never sees a half-written export, and a failure leaves nothing behind.
     """
     final = check_export_folder(out_dir, source, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -194,18 +191,7 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 def export_safetensors(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
-    """Write ``out_dir`` with model.safetensors, config.json and the tokenizer files; return its path.
-
-    The tokenizer's description is config.json's ``tokenizer``; the Hugging Face tokenizer files
-    (tokenizer_config.json, vocab.json, merges.txt, special_tokens_map.json, tokenizer.json) come
-    from :func:`torchnlq.data.hf_tokenizer.write_hf_tokenizer_files`, so the export carries its
-    tokenizer (a gpt2 model whose ranks are found nowhere offline is a UserError).
-
-    A tied LM head is the token embedding itself: the state dict holds it once
-    (``tok_emb.weight``, no ``lm_head.weight``) and ``tie_embeddings`` in the
-    model_args restores the sharing. ``config.json`` keeps the run's
-    ``seq_len``, ``validation`` and data metadata so evaluation can use them.
-    """
+    """Write ``out_dir`` with model.safetensors, config.json (with the run's metadata) and the tokenizer files."""
     from safetensors.torch import save_file
 
     from torchnlq.version import __version__

@@ -1,0 +1,264 @@
+"""torchnlq's GPT as a Hugging Face transformers model: a thin wrapper around ``torchnlq.models``.
+
+The network is torchnlq's own :class:`~torchnlq.models.gpt.GPT`, not a copy: this file adds only
+what transformers asks of a model (a ``PretrainedConfig``, ``PreTrainedModel`` + ``GenerationMixin``,
+its ``Cache``, attention masks, position ids, labels). ``--format hf`` writes it into the export
+beside the model package's own files, with its ``torchnlq.models`` imports rewritten to those files
+(``from .torchnlq_models import ...``; :mod:`torchnlq.interop.hf_export`), so
+``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`` runs exactly the code
+that trained the model, without torchnlq installed. With torchnlq installed,
+:func:`torchnlq.interop.auto.register_auto_classes` registers these classes instead.
+
+config.json holds every :class:`ModelArgs` field under :data:`CONFIG_NAMES` (transformers' usual
+names where one exists); weights are torchnlq's state-dict names under ``model.``.
+
+Generation: keys and values go through transformers' ``Cache`` (``cache.update(k, v, layer)``);
+positions come from ``position_ids``, else from the 2-D ``attention_mask`` (left padding: a row's
+first real token is position 0), else from the cache length. Padded keys are never attended to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from torchnlq.models import GPT, ModelArgs
+from torchnlq.models.rope import RotaryEmbedding, rope_at
+
+# torchnlq-export: plugin imports (the export adds one line per plugin module it ships)
+
+#: ModelArgs field -> config.json name.
+CONFIG_NAMES = {
+    "n_layers": "num_hidden_layers",
+    "dim": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "mlp_hidden": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "max_seq_len": "max_position_embeddings",
+    "tie_embeddings": "tie_word_embeddings",
+    "positions": "positions",
+    "rope_theta": "rope_theta",
+    "norm_eps": "norm_eps",
+    "init_std": "initializer_range",
+    "bias": "bias",
+    "mlp_activation": "mlp_activation",
+    "query": "query",
+}
+
+
+class TorchnlqConfig(PretrainedConfig):
+    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line)."""
+
+    model_type = "torchnlq"
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        hidden_size: int = 64,
+        num_hidden_layers: int = 2,
+        num_attention_heads: int = 4,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        intermediate_size: int | None = None,
+        max_position_embeddings: int = 256,
+        positions: str = "learned",
+        rope_theta: float = 10000.0,
+        norm_eps: float = 1e-5,
+        initializer_range: float = 0.02,
+        bias: bool = False,
+        mlp_activation: str = "gelu",
+        query: dict[str, Any] | None = None,
+        tie_word_embeddings: bool = True,
+        use_cache: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        given = dict(locals())
+        for field, name in CONFIG_NAMES.items():
+            if name != "tie_word_embeddings":
+                setattr(self, name, given[name])
+        self.query = dict(query or {})
+        self.use_cache = use_cache
+        # Through the base class: transformers 4.x sets tie_word_embeddings there.
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        resolved = self.model_args()  # refuses what torchnlq cannot build, before any weight exists
+        self.num_key_value_heads, self.head_dim = resolved.n_kv_heads, resolved.head_dim
+        self.intermediate_size = resolved.mlp_hidden
+
+    def model_args(self) -> ModelArgs:
+        """The torchnlq ModelArgs these fields describe."""
+        values = {field: getattr(self, name) for field, name in CONFIG_NAMES.items()}
+        return ModelArgs.from_dict(values)
+
+    @classmethod
+    def from_model_args(cls, args: ModelArgs, **kwargs: Any) -> TorchnlqConfig:
+        """The config of a torchnlq model (every field written, defaults included)."""
+        values = {name: getattr(args, field) for field, name in CONFIG_NAMES.items()}
+        values["query"] = dataclasses.asdict(args.query)
+        return cls(**values, **kwargs)
+
+
+class _LayerCache:
+    """One block's view of a transformers ``Cache``, as torchnlq's attention uses a cache."""
+
+    def __init__(self, cache: Cache, layer: int, past: int) -> None:
+        self.cache, self.layer, self.pos = cache, layer, past
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.update(k, v, self.layer)
+
+
+def attention_mask_4d(padding_mask: torch.Tensor, past: int, seq_len: int) -> torch.Tensor:
+    """Boolean ``[B, 1, T, past + T]``: causal, padded keys hidden, and every query sees itself.
+
+    A padding query (left padding) would otherwise see no key at all: SDPA would give NaN there,
+    and the NaN would reach real tokens through 0·NaN in later layers. Its own output is never used.
+    """
+    total = past + seq_len
+    q_pos = torch.arange(past, total, device=padding_mask.device)[:, None]
+    k_pos = torch.arange(total, device=padding_mask.device)[None, :]
+    keep = (k_pos <= q_pos) & padding_mask[:, None, None, :].bool()
+    return keep | (k_pos == q_pos)
+
+
+# transformers 5 names the cache ``cache``; 4.x called it ``past_key_values`` (in inputs and outputs).
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
+    """A torchnlq GPT (``self.model``): ``forward(input_ids, ...) -> CausalLMOutputWithPast``."""
+
+    config_class = TorchnlqConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Block"]
+    _supports_cache_class = True  # transformers 4.x asks before generate() creates a DynamicCache
+
+    def __init__(self, config: TorchnlqConfig) -> None:
+        super().__init__(config)
+        self.model = GPT(config.model_args())
+        self.post_init()
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        # torchnlq's GPT initialises itself when built; only the RoPE tables (buffers outside the
+        # weights file) are recomputed when transformers materialises a model built on meta.
+        if isinstance(module, RotaryEmbedding):
+            module.init_weights()
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.model.tok_emb
+
+    def set_input_embeddings(self, value: torch.nn.Embedding) -> None:
+        self.model.tok_emb = value
+
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        return self.model.lm_head  # None when tied: the head reads tok_emb.weight, stored once
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast | tuple:
+        """Logits ``[B, T, vocab_size]`` (the last ``logits_to_keep`` positions when > 0) for ``input_ids [B, T]``.
+
+        ``attention_mask [B, past + T]`` (1 = token, 0 = padding) hides padded keys and, without
+        ``position_ids``, numbers each row's positions from its first token. ``labels [B, T]`` adds the
+        mean next-token cross-entropy of logits[:, :-1] against labels[:, 1:], -100 ignored.
+        """
+        if kwargs.get("output_attentions"):
+            raise ValueError("output_attentions is not supported: attention runs in scaled_dot_product_attention")
+        cache = cache if cache is not None else past_key_values
+        if cache is not None and not isinstance(cache, Cache):
+            raise ValueError(f"the cache must be a transformers Cache (e.g. DynamicCache), not {type(cache).__name__}")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        cache = (cache if cache is not None else DynamicCache()) if use_cache else None
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        gpt, args = self.model, self.model.args
+        x = gpt.tok_emb(input_ids) if inputs_embeds is None else inputs_embeds
+        batch, seq_len = x.shape[:2]
+        past = cache.get_seq_length() if cache is not None else 0
+        if past + seq_len > args.max_seq_len:
+            raise ValueError(f"sequence length {past + seq_len} exceeds the model's max_position_embeddings={args.max_seq_len}")
+        if attention_mask is not None and (attention_mask.ndim != 2 or attention_mask.shape[-1] != past + seq_len):
+            raise ValueError(
+                f"attention_mask must be [batch, past + new tokens] = [{batch}, {past + seq_len}] "
+                f"(1 for tokens, 0 for padding), got {list(attention_mask.shape)}"
+            )
+        positions = self._positions(position_ids, attention_mask, kwargs.get("cache_position"), past, seq_len, x.device)
+        rope = None
+        if gpt.pos_emb is not None:
+            x = x + gpt.pos_emb(positions)
+        else:
+            cos, sin = rope_at(positions, args.head_dim, args.rope_theta)
+            rope = (cos[:, None], sin[:, None])  # [B, 1, T, head_dim]: per row, shared by the heads
+        if attention_mask is not None:
+            mask = attention_mask_4d(attention_mask, past, seq_len)
+        elif past > 0 and seq_len > 1:  # new tokens after cached ones: causal in absolute positions
+            mask = attention_mask_4d(torch.ones(batch, past + seq_len, dtype=torch.bool, device=x.device), past, seq_len)
+        else:
+            mask = None  # a prefill from position 0 (causal), or one new token that may see every cached one
+        hidden = [x] if output_hidden_states else None
+        for i, block in enumerate(gpt.layers):
+            x = block(x, rope, None if cache is None else _LayerCache(cache, i, past), mask)
+            if hidden is not None:
+                hidden.append(x)
+        x = gpt.ln_f(x)
+        if logits_to_keep and labels is None:  # generate asks for the last position only
+            x = x[:, -logits_to_keep:]
+        logits = F.linear(x, gpt.head_weight())
+        loss = self._loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        hidden_states = tuple(hidden) if hidden else None
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if not return_dict:
+            return tuple(v for v in (loss, logits, cache, hidden_states) if v is not None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=hidden_states, **{_CACHE_FIELD: cache})
+
+    @staticmethod
+    def _positions(
+        position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, cache_position: torch.Tensor | None,
+        past: int, seq_len: int, device: torch.device,
+    ) -> torch.Tensor:
+        """Positions ``[B or 1, T]``: given ones, else counted from each row's first real token, else past..past+T-1."""
+        if position_ids is not None:
+            return position_ids
+        if attention_mask is not None:
+            counted = attention_mask.long().cumsum(-1) - 1
+            return counted.clamp(min=0)[:, -seq_len:]  # padding takes position 0; it is masked anyway
+        if cache_position is not None:  # transformers 4.x passes the absolute positions of the new tokens
+            return cache_position[None]
+        return torch.arange(past, past + seq_len, device=device)[None]
+
+    @staticmethod
+    def _loss(logits: torch.Tensor, labels: torch.Tensor, num_items: int | torch.Tensor | None) -> torch.Tensor:
+        """Next-token cross-entropy in fp32; ``num_items`` (transformers' Trainer) turns the mean into sum / num_items."""
+        logits = logits[:, :-1].float()
+        targets = labels[:, 1:].to(logits.device)
+        reduction = "mean" if num_items is None else "sum"
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100,
+                               reduction=reduction)
+        return loss if num_items is None else loss / num_items
+
+
+# save_pretrained() of a loaded model copies this file (and the files it imports) beside the weights and
+# writes the auto_map, so a fine-tuned copy loads with trust_remote_code=True as the export does.
+TorchnlqConfig.register_for_auto_class()
+TorchnlqForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = ["CONFIG_NAMES", "TorchnlqConfig", "TorchnlqForCausalLM"]

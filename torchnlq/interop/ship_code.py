@@ -1,0 +1,109 @@
+"""The code a ``--format hf`` export carries: the model package's own files, the wrapper, and plugins.
+
+transformers' ``trust_remote_code`` loads a folder's ``modeling_torchnlq.py`` and every file it
+reaches through ``from .name import ...`` (flat siblings, no sub-packages). So the export holds:
+
+- every file of ``torchnlq/models/`` as it is (they import only torch, the standard library and
+  each other, relatively), its ``__init__.py`` as ``torchnlq_models.py``;
+- ``modeling_torchnlq.py``, the wrapper, with ``from torchnlq.models[.x] import`` rewritten to
+  those files (``from .torchnlq_models import`` / ``from .x import``);
+- the plugin module that registered the model's query type, when it is not one of the package's
+  (``[job] plugins``), rewritten the same way and imported by the wrapper so that it registers.
+
+A plugin may import only ``__future__``, the standard library, torch and ``torchnlq.models``:
+anything else would not exist where the export is loaded, so it is refused with one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import torchnlq.models as model_package
+from torchnlq.errors import UserError
+from torchnlq.models.query import QUERY_TYPES
+
+MODELS_DIR = Path(model_package.__file__).parent
+WRAPPER_SOURCE = Path(__file__).with_name("modeling_torchnlq.py")
+#: The export's name of ``torchnlq/models/__init__.py`` (a flat folder has no packages).
+PACKAGE_FILE = "torchnlq_models.py"
+PLUGIN_MARKER = "# torchnlq-export: plugin imports"
+_IMPORT = re.compile(r"^(\s*)from torchnlq\.models(\.(\w+))? import", re.MULTILINE)
+
+
+def _flat_imports(source: str) -> str:
+    """``from torchnlq.models import`` -> ``from .torchnlq_models import``; ``.models.x`` -> ``from .x``."""
+    def flat(match: re.Match[str]) -> str:
+        module = match.group(3) or PACKAGE_FILE[:-3]
+        return f"{match.group(1)}from .{module} import"
+
+    return _IMPORT.sub(flat, source)
+
+
+def _imports(source: str) -> list[tuple[str, bool]]:
+    """(module, written as ``from ... import``) for every import of ``source``; relative ones keep their dots."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, False) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append(("." * node.level + (node.module or ""), True))
+    return found
+
+
+def _foreign_imports(source: str) -> list[str]:
+    """Imports a plugin shipped in an export cannot satisfy: all but stdlib, torch and ``from torchnlq.models``."""
+    allowed = ("torch", "__future__", *sys.stdlib_module_names)
+    return [
+        name for name, is_from in _imports(source)
+        if name.split(".")[0] not in allowed
+        and not (is_from and (name == "torchnlq.models" or name.startswith("torchnlq.models.")))
+    ]
+
+
+def plugin_module(query_type: str) -> str | None:
+    """The module that registered ``query_type`` when it is not torchnlq's own; None for a built-in type."""
+    module = QUERY_TYPES[query_type].__module__
+    return None if module.startswith(model_package.__name__ + ".") else module
+
+
+def _plugin_file(query_type: str, module: str) -> tuple[str, str]:
+    """(export file name, rewritten source) of the plugin module that defines ``query_type``."""
+    fix = "or export with --format safetensors"
+    loaded = sys.modules.get(module)
+    path = getattr(loaded, "__file__", None)
+    if module == "__main__" or path is None or not str(path).endswith(".py"):
+        raise UserError(
+            f"query type {query_type!r} is defined in {module!r}, not in a module file the export can carry; "
+            f"define it in a .py module named by [job] plugins, {fix}"
+        )
+    source = Path(path).read_text(encoding="utf-8")
+    foreign = _foreign_imports(source)
+    if foreign:
+        raise UserError(
+            f"query type {query_type!r} comes from {path}, which imports {', '.join(sorted(set(foreign)))}: an export "
+            f"carries a plugin only when it imports nothing but torch, torchnlq.models and the standard library; "
+            f"move what it needs into that module, {fix}"
+        )
+    return f"plugin_{module.rsplit('.', 1)[-1]}.py", _flat_imports(source)
+
+
+def export_code(query_type: str) -> dict[str, str]:
+    """Every code file of an export of a model with ``query_type``: name -> source."""
+    files: dict[str, str] = {}
+    for path in sorted(MODELS_DIR.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if any(name.startswith("torchnlq") for name, _ in _imports(source)):  # it must stay self-contained
+            raise RuntimeError(f"{path} imports torchnlq by name; the model package imports itself relatively")
+        files[PACKAGE_FILE if path.name == "__init__.py" else path.name] = source
+    wrapper = _flat_imports(WRAPPER_SOURCE.read_text(encoding="utf-8"))
+    module = plugin_module(query_type)
+    if module is not None:
+        name, source = _plugin_file(query_type, module)
+        files[name] = source
+        stem = name[:-3]
+        wrapper = wrapper.replace(PLUGIN_MARKER, f"from .{stem} import __name__ as _{stem}  # registers {query_type!r}")
+    files["modeling_torchnlq.py"] = wrapper
+    return files

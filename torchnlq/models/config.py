@@ -1,0 +1,130 @@
+"""The ``[model]`` and ``[model.query]`` config sections, and the :func:`option` field they are declared with.
+
+They live in the model package, which imports nothing else of torchnlq, so that the model's
+description and its validation exist once: ``torchnlq.config`` builds the rest of the job
+configuration around them, and a Hugging Face export ships them with the model.
+Each field's doc is the ``--help`` text and the docs/configs.md line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``[model.query]`` keys that older torchnlq versions wrote and this one ignores, with why.
+REMOVED_QUERY_FIELDS = {
+    "fuse_kv": "the fused K,V + query matmul was removed (the same function; no measured gain once compiled)",
+}
+
+
+def option(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+    registry: str | None = None,
+) -> Any:
+    """Declare a config field with its doc line and its allowed values.
+
+    ``min``/``max`` bound numbers (``min_exclusive`` makes the lower bound
+    strict); ``choices`` lists the allowed values of a string field; ``registry``
+    names the registry whose keys are the allowed values instead (see
+    :func:`registry_names`). A ``None`` default means
+    "unset / derived", and ``None`` stays allowed for the field.
+    """
+    meta = {
+        "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive, "registry": registry,
+    }
+    if isinstance(default, list):  # a fresh list per config object
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+
+@dataclass
+class Query:
+    """The attention query projection: the subject of the paper."""
+
+    type: str = option(
+        "linear",
+        "Query type (torchnlq/models/query.py): linear is X·W_Q, identity W_Q = I, residual X + X·W_Q, "
+        "residual_mlp the paper's (X + f(X))/2, anchored X·W_Q + f(X) for upcycling a pretrained W_Q.",
+        registry="query types",
+    )
+    activation: str = option(
+        "gelu", "residual_mlp, anchored: activation inside f (gelu is the exact erf form).", registry="activations"
+    )
+    input_norm: str = option("rms", "residual_mlp, anchored: norm applied to X before W1.", registry="norms")
+    output_norm: str = option("layer", "residual_mlp, anchored: norm applied after W2.", registry="norms")
+    bottleneck_ratio: float = option(
+        0.5, "residual_mlp, anchored: bottleneck width r as a fraction of the model width d.", min=0.0,
+        min_exclusive=True,
+    )
+    half_scale: bool = option(
+        True,
+        "identity, residual, residual_mlp (the types whose query contains X itself): halve the query, "
+        "Q = X/2, (X + X·W_Q)/2, (X + f(X))/2, as the paper's code (its attention scale 1/(2·sqrt(head_dim)) "
+        "gives the same logits); false gives X, X + X·W_Q, X + f(X) at the usual 1/sqrt(head_dim).",
+    )
+    layers: str = option(
+        "all",
+        "anchored: the blocks whose query gets the nonlinear branch f: 'all', or block indices such as "
+        "'0-5' or '0,3,11' (the others keep X·W_Q alone).",
+    )
+    train_anchor: bool = option(
+        True, "anchored: whether the anchor W_Q (taken from a pretrained model) trains; false freezes it."
+    )
+
+
+@dataclass
+class Model:
+    """The model: a named flavor, with optional per-field overrides."""
+
+    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
+    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1)
+    dim: int | None = option(None, "Override the flavor's model width d.", min=1)
+    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1)
+    n_kv_heads: int | None = option(
+        None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
+    )
+    mlp_ratio: float | None = option(
+        None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
+        min=0.0, min_exclusive=True,
+    )
+    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1)
+    max_seq_len: int | None = option(
+        None, "Override the flavor's number of positions (learned position table size).", min=1
+    )
+    vocab_size: int | None = option(
+        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1
+    )
+    vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
+    tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
+    bias: bool = option(
+        False,
+        "Biases in every Linear (the query's, K,V, out-projections, MLP) and LayerNorm, as GPT-2 has them: "
+        "for models imported from Hugging Face GPT-2 (scripts/upcycle.py); torchnlq's own models have none.",
+    )
+    mlp_activation: str = option(
+        "gelu",
+        "Activation of the MLP: gelu (exact erf form: nanoGPT, the paper) or gelu_tanh (GPT-2's gelu_new, "
+        "for imported GPT-2 weights).",
+        choices=("gelu", "gelu_tanh"),
+    )
+    positions: str = option(
+        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
+    )
+    rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
+    norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
+    init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
+    init: str = option(
+        "torchnlq",
+        "Order of the initial random draws (same distributions either way): torchnlq draws each parameter once, "
+        "in module order; paper repeats every draw of the paper's training script (its module constructors, fused "
+        "Q,K,V matrix, nanoGPT's init), so for the same training.seed the initial weights are bitwise its own.",
+        choices=("torchnlq", "paper"),
+    )
+    query: Query = field(default_factory=Query, metadata={"doc": "The attention query projection."})

@@ -1,0 +1,186 @@
+"""Where a run starts, decided and loaded in one place: :func:`start_run`.
+
+In order: **resume** this run's own checkpoint (bit for bit); an **initial load**
+(``checkpoint.initial_load_path``: another run's DCP checkpoint, or the weights of an export or
+a Hugging Face GPT-2 folder, which an ``anchored`` run upcycles); else **fresh**. It lives in
+``train`` because it needs both :mod:`torchnlq.checkpoint` and :mod:`torchnlq.interop`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, compare_fingerprints, list_checkpoints
+from torchnlq.checkpoint.metadata import MODEL_KEY, read_meta
+from torchnlq.checkpoint.record import RunRecord
+from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
+from torchnlq.config.job_config import Checkpoint
+from torchnlq.errors import UserError
+from torchnlq.interop.load import is_export
+from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks
+from torchnlq.interop.upcycle import anchored_from_linear, is_hf_gpt2_folder, pretrained_weights
+from torchnlq.models import GPT
+from torchnlq.models.args import ModelArgs
+from torchnlq.parallel.parallelize import reference_state_dict
+from torchnlq.train.weight_dynamics import initial_matrices
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What :func:`start_run` decided and loaded."""
+
+    #: "resume" (this run's checkpoint), "initial" (checkpoint.initial_load_path) or "fresh".
+    kind: Literal["fresh", "resume", "initial"] = "fresh"
+    #: The line the trainer logs ("resumed from ...", "initialised from ..."); None for a fresh run.
+    line: str | None = None
+    #: The step the run goes on from (0 unless it continues a checkpoint's progress).
+    step: int = 0
+    #: This run's checkpoint it resumed from, read before the run lock is taken (checked again under it).
+    resume_point: Path | None = None
+    #: Where the weights came from (None: fresh): the tokenizer ranks it carries go on into this run's checkpoints.
+    weights_from: Path | None = None
+
+
+def is_pretrained(path: str | Path) -> bool:
+    """An initial load of weights from another format: a safetensors export or a Hugging Face GPT-2 folder."""
+    return is_export(path) or is_hf_gpt2_folder(path)
+
+
+def start_run(
+    cfg: Checkpoint, checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
+    record: RunRecord,
+) -> RunStart:
+    """Decide where the run starts (resume, initial load or fresh) and load it into ``model`` and ``optimizer``.
+
+    ``record`` (this run's, at step 0) refuses, by its fingerprint, a checkpoint of another model shape
+    (or, for a resume, another data order), and takes over the progress of a run it continues.
+    """
+    fingerprint = record.resume_fingerprint()
+    path = checkpointer.resume_path() if cfg.enabled else None
+    if path is not None:
+        _continue(record, _resume(cfg, checkpointer, path, model, optimizer, fingerprint))
+        line = f"resumed from {path} (step {record.step}, {record.tokens_seen:,} tokens seen)"
+        return RunStart("resume", line, record.step, resume_point=path, weights_from=path)
+    src = cfg.initial_load_path
+    if not src:
+        return RunStart()
+    if not cfg.initial_load_model_only:
+        if is_export(src):
+            raise UserError(
+                f"checkpoint.initial_load_path '{src}' is an export: it holds weights, no optimizer state or "
+                "step; set checkpoint.initial_load_model_only = true"
+            )
+        _continue(record, checkpointer.load(Path(src), model, optimizer, fingerprint))
+        return RunStart("initial", f"initialised from {src} (step {record.step})", record.step, weights_from=Path(src))
+    model_fingerprint = {"model": fingerprint["model"]}  # the shapes must match, the data may differ
+    if is_pretrained(src):
+        note = _load_pretrained(src, model, model_fingerprint)
+    else:
+        note = _load_weights(src, model, model_fingerprint)
+    line = f"initialised from {src} (step 0{'; ' + note if note else ''})"
+    return RunStart("initial", line, 0, weights_from=Path(src))
+
+
+def _continue(record: RunRecord, saved: RunRecord) -> None:
+    """Take over the progress of the checkpoint the run continues (its data position is a function of the step)."""
+    record.step, record.tokens_seen = saved.step, saved.tokens_seen
+    record.skipped_steps = saved.skipped_steps
+
+
+def _resume(
+    cfg: Checkpoint, checkpointer: Checkpointer, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+    fingerprint: dict[str, Any],
+) -> RunRecord:
+    """Load this run's checkpoint ``path``; a damaged latest one names the previous complete one."""
+    try:
+        return checkpointer.load(path, model, optimizer, fingerprint)
+    except CorruptCheckpoint as e:
+        earlier = [s for s in list_checkpoints(checkpointer.folder) if f"step-{s}" != path.name]
+        if cfg.load_step >= 0 or not earlier:
+            raise
+        raise UserError(
+            f"{e}; resume from the previous complete checkpoint with --checkpoint.load_step={earlier[-1]} "
+            f"(or move {path} away)"
+        ) from None
+
+
+def _load_weights(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
+    """Load only the weights of another run's DCP checkpoint; returns a note for the log ("")."""
+    meta = read_meta(path)
+    compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
+    model_sd, _ = get_state_dict(model, [])
+    state = {MODEL_KEY: model_sd}
+    try:
+        load_dcp(state, path)  # never unpickles beyond DCP's metadata classes (safe_reader.py)
+    except DCPReadError as e:
+        raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
+    set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
+    return ""
+
+
+def _load_pretrained(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
+    """Load an export or a Hugging Face GPT-2 folder into ``model``; returns a note for the log (upcycling)."""
+    source_args, state = pretrained_weights(path)
+    run_args = ModelArgs.from_dict(model_fingerprint["model"])
+    upcycling = anchored_from_linear(source_args, run_args)
+    # Upcycling compares the shapes as if this run's query were the source's linear one.
+    expected = dataclasses.replace(run_args, query=source_args.query) if upcycling else run_args
+    compare_fingerprints({"model": source_args.to_dict()}, {"model": expected.to_dict()},
+                         f"checkpoint.initial_load_path {path}")
+    set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
+                   options=StateDictOptions(full_state_dict=True, strict=not upcycling))
+    return "upcycled: its W_Q anchors this run's queries, f starts at zero" if upcycling else ""
+
+
+def initial_query_weights(
+    cfg: Checkpoint, args: ModelArgs, seed: int
+) -> dict[tuple[int, str], torch.Tensor] | None:
+    """The query matrices at this run's step 0, the reference of the weight-dynamics ``drift``.
+
+    Rebuilt rather than remembered, so that a resumed run measures from the same point: the seeded
+    CPU init with the run's initial load on top. None for a run started from a DCP checkpoint.
+    """
+    source = cfg.initial_load_path
+    if source and not is_pretrained(source):
+        return None
+    state = reference_state_dict(args, seed)
+    if source:
+        _, pretrained = pretrained_weights(source)
+        state.update({k: v for k, v in pretrained.items() if k in state})
+    with torch.device("meta"):
+        reference = GPT(args)
+    reference.load_state_dict(state, assign=True)
+    return initial_matrices(reference)
+
+
+def checkpoint_files(
+    tokenizer: Mapping[str, Any], weights_from: Path | None, tiktoken_file: str | None, logger: logging.Logger
+) -> dict[str, bytes]:
+    """The tokenizer files every checkpoint of the run carries, so generate.py and exports need no --tiktoken-file.
+
+    For a gpt2 run, its ranks, found offline (:func:`find_gpt2_ranks`). Training never fails for
+    them: ranks found nowhere are a warning, and checkpoints are saved without.
+    """
+    if tokenizer.get("name") != "gpt2":
+        return {}
+    # A damaged copy where the weights came from must not hide a good file elsewhere: then look again without it.
+    sources = [weights_from, None] if weights_from is not None else [None]
+    for source in sources:
+        try:
+            return {TOKENIZER_RANKS_FILE: find_gpt2_ranks(tokenizer, source, tiktoken_file)}
+        except UserError as e:
+            error = e
+    logger.warning(
+        f"warning: checkpoints will not carry the gpt2 tokenizer ({error}); generate.py and exports "
+        "of them will need the ranks file"
+    )
+    return {}
