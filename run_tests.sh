@@ -9,6 +9,7 @@ cd "$ROOT"
 SCRATCH="$(mktemp -d "$ROOT/.test-scratch.XXXXXX")"
 trap 'rm -rf "$SCRATCH"' EXIT
 export TMPDIR="$SCRATCH" TORCHINDUCTOR_CACHE_DIR="$SCRATCH/inductor" TIKTOKEN_CACHE_DIR="$SCRATCH/tiktoken" HF_HOME="$SCRATCH/hf"
+export HYPOTHESIS_STORAGE_DIRECTORY="$SCRATCH/hypothesis"
 set +e
 "$PYTHON" -m pytest "$@"
 rc=$?

@@ -11,6 +11,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 
+if [ -n "${CONFIG_FILE:-}" ] && { [ $# -eq 0 ] || [[ "$1" == -* ]]; }; then
+  # torchtitan's spelling; said out loud, so that a variable left in the environment never swaps the config silently
+  echo "[torchnlq] config from the CONFIG_FILE environment variable: $CONFIG_FILE" >&2
+fi
 CONFIG_FILE="${CONFIG_FILE:-$ROOT/train_configs/debug_model.toml}"
 given=""
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
@@ -39,6 +43,9 @@ if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
   [ -n "${RDZV_ENDPOINT:-}" ] || fail "NNODES=$NNODES needs RDZV_ENDPOINT=host:port (the first node's address) on every node"
   multinode=1
 fi
+for rank in ${LOG_RANK//,/ }; do  # torchrun filters local ranks: one beyond NGPU would show nothing at all
+  [ "$rank" -lt "$NGPU" ] || fail "LOG_RANK=$rank is not a local rank of this node (NGPU=$NGPU: 0..$((NGPU - 1)))"
+done
 
 # Keep caches inside the outputs folder rather than scattered over $HOME and /tmp. The folder is
 # made by the trainer once the config is checked (a mistake leaves nothing behind), or below.

@@ -52,7 +52,7 @@ def test_file_then_overrides_in_order(tmp_path: Path) -> None:
         (["--training.steps=abc"], "training.steps expects an integer"),
         (["--training.steps=0"], "training.steps must be >= 1"),
         (["--optimizer.lr=0"], "optimizer.lr must be > 0"),
-        (["--optimizer.beta2=1.5"], "optimizer.beta2 must be <= 1.0"),
+        (["--optimizer.beta2=1.5"], "optimizer.beta2 must be < 1.0"),
         (["--training.mixed_precision=fp8"], "training.mixed_precision"),
         (["--training.compile=maybe"], "expects true or false"),
         (["--model.query=x"], "is a section"),

@@ -76,7 +76,7 @@ def test_ensure_synthetic_corpus(tmp_path):
 
 def test_refuses_to_overwrite_other_data(tmp_path):
     folder = write_token_folder(tmp_path / "owt", np.arange(500) % 256, np.arange(100) % 256)
-    with pytest.raises(UserError, match="not the synthetic corpus"):
+    with pytest.raises(UserError, match="did not write as its synthetic corpus"):
         ensure_synthetic_corpus(folder)
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import base64
 import pickle
 import shutil
 from collections import Counter
@@ -486,3 +487,20 @@ def test_generate_from_a_trained_checkpoint_needs_no_ranks_file(kind, toy, tmp_p
     export = tmp_path / "outputs" / "run" / "export"  # checkpoint.export_at_end
     rc, exported, err = generate(capsys, export, *argv[1:])
     assert rc == 0 and exported == carried, err
+
+
+def test_a_crafted_bpe_is_refused_in_seconds(tmp_path):
+    """Ranks a stranger's checkpoint could carry: too long tokens, or too much merge work, are one line, fast."""
+    import time
+
+    singles = b"".join(base64.b64encode(bytes([b])) + b" %d\n" % b for b in range(256))
+    long_token = base64.b64encode(b"a" * (hft.MAX_TOKEN_BYTES + 1)) + b" 300\n"
+    with pytest.raises(UserError, match="is not a tokenizer torchnlq reads"):
+        hft.parse_ranks(singles + long_token, "crafted.tiktoken")
+    # Many tokens just under the length limit: their merge recovery would take hours.
+    many = b"".join(base64.b64encode(bytes([97 + i % 26]) * 200 + str(i).encode()) + b" %d\n" % (300 + i)
+                    for i in range(2000))
+    start = time.perf_counter()
+    with pytest.raises(UserError, match="in sum of squared lengths"):
+        hft.parse_ranks(singles + many, "crafted.tiktoken")
+    assert time.perf_counter() - start < 5

@@ -54,7 +54,10 @@ def test_fresh_resume_and_initial_loads_each_say_where_the_run_starts(tmp_path: 
     resumed = Trainer(cfg)
     point = tmp_path / "outputs/from_export/checkpoints/step-4"
     assert (resumed.start.kind, resumed.start.step, resumed.step) == ("resume", 4, 4)
-    assert resumed.start.line == f"resumed from {point} (step 4, {resumed.record.tokens_seen:,} tokens seen)"
+    assert resumed.start.line == (  # the initial load it was started with is not silently dropped
+        f"resumed from {point} (step 4, {resumed.record.tokens_seen:,} tokens seen); checkpoint.initial_load_path "
+        f"{cfg.checkpoint.initial_load_path} is not used: the run has its own checkpoints"
+    )
     assert resumed.start.resume_point == resumed.start.weights_from == point
     resumed.close()
 

@@ -324,3 +324,10 @@ def test_end_to_end_two_tiny_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert run_suite(load_suite(suite), fake_launcher(tmp_path, exit_code=3), compare=False, out=out) == 0
     assert out.getvalue().count("finished (skipped)") == 2 and not (tmp_path / "launches.txt").exists()
     assert os.path.getsize(tmp_path / "runs" / "comparison.csv") > 0
+    # The suite edited after its runs finished: a changed run is refused before anything launches, rather
+    # than reported as the new configuration's result.
+    suite.write_text(suite.read_text().replace("--model.query.type=residual_mlp", "--model.query.type=identity"))
+    with pytest.raises(UserError, match=r"run 'res' finished with another configuration than the suite now gives it "
+                                        r"\(model.query.type: 'residual_mlp' -> 'identity'\)"):
+        run_suite(load_suite(suite), fake_launcher(tmp_path, exit_code=3), compare=False, out=io.StringIO())
+    assert not (tmp_path / "launches.txt").exists()

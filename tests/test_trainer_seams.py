@@ -268,6 +268,11 @@ def test_token_ids_beyond_the_tokenizer_are_refused_when_the_data_is_opened(tmp_
     tokens = np.fromfile(val, dtype=np.uint16)
     tokens[0] = 300  # the byte tokenizer has 257 ids (meta.json); 300 would index past its embedding rows
     tokens.tofile(val)
+    with pytest.raises(UserError, match=r"val.bin is not the file meta.json records"):  # its recorded sha256
+        open_token_files(Data(path=str(folder), tokenizer="byte"), 16)
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["files"]  # a folder prepared before meta.json recorded its files: the ids are still checked
+    (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(UserError, match=r"val.bin holds token id 300, but its tokenizer 'byte' has only 257 ids"):
         open_token_files(Data(path=str(folder), tokenizer="byte"), 16)
 
@@ -283,6 +288,21 @@ def test_a_truncated_latest_checkpoint_names_the_file_and_the_load_step_to_use(t
         Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3))
     resumed = Trainer(tiny_config(tmp_path, "cut", steps=9, checkpoint__interval=3, checkpoint__load_step=3))
     assert resumed.step == 3
+
+
+def test_a_checkpoint_is_its_records_step_and_a_latest_without_record_is_damaged(tmp_path: Path) -> None:
+    import shutil
+
+    Trainer(tiny_config(tmp_path, "ids", steps=6, checkpoint__interval=3)).train()
+    ckpts = tmp_path / "outputs" / "ids" / "checkpoints"
+    shutil.copytree(ckpts / "step-6", ckpts / "step-9")  # a copy under another step's name
+    with pytest.raises(UserError, match=r"step-9 records step 6 but its folder is named step-9: it was renamed"):
+        Trainer(tiny_config(tmp_path, "ids", steps=12, checkpoint__interval=3))
+    (ckpts / "step-9" / "torchnlq.json").unlink()  # now the latest has lost its record
+    with pytest.raises(UserError, match=r"step-9 is damaged \(its torchnlq.json or .metadata is missing\).*"
+                                        r"--checkpoint.load_step=6"):
+        Trainer(tiny_config(tmp_path, "ids", steps=12, checkpoint__interval=3))
+    assert Trainer(tiny_config(tmp_path, "ids", steps=12, checkpoint__interval=3, checkpoint__load_step=6)).step == 6
 
 
 def test_prepared_folders_record_the_largest_id_and_opening_checks_it(tmp_path: Path) -> None:

@@ -123,6 +123,13 @@ def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path
     (pickled / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(UserError, match="pytorch_model.bin, which torchnlq does not unpickle"):
         read_hf_gpt2(pickled)
+    # A sharded folder whose index names a file outside it: refused, the file never opened.
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_text((gpt2_folder / "config.json").read_text())
+    (sharded / "model.safetensors.index.json").write_text('{"weight_map": {"wte.weight": "../elsewhere.safetensors"}}')
+    with pytest.raises(UserError, match="must name .safetensors files of this folder"):
+        read_hf_gpt2(sharded)
 
 
 def run_config(tmp_path: Path, name: str, initial: Path, **query: object):

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Callable
 
 from torchnlq.errors import UserError
+from torchnlq.files import os_error_line
 
 LAUNCH_DIR_ENV = "TORCHNLQ_LAUNCH_DIR"
+
+
+def _error(line: str) -> int:
+    if not tell_launcher("error", line):
+        print(f"error: {line}", file=sys.stderr)
+    return 2
 
 
 def tell_launcher(kind: str, text: str) -> bool:
@@ -41,18 +50,45 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that ``finally`` blocks remove temporaries as for Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
-    """Call ``main(argv)``; a :class:`UserError` prints ``error: ...`` to stderr and returns 2."""
+    """Call ``main(argv)``; a :class:`UserError`, or an environment fault (read-only, full disk, a path of the
+    wrong kind: :func:`torchnlq.files.os_error_line`), prints one ``error: ...`` line and returns 2.
+
+    SIGTERM is turned into :class:`Terminated` (the trainer replaces this with its own save-and-stop
+    handler), so an interrupted tool cleans up and exits with one line, as for Ctrl-C.
+    """
     args = sys.argv[1:] if argv is None else argv
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    try:
+        return _run(main, args)
+    finally:
+        if in_main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(main: Callable[[list[str]], int | None], args: list[str]) -> int:
     try:
         return main(args) or 0
     except UserError as e:
-        if not tell_launcher("error", str(e)):
-            print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return _error(str(e))
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None:
+            raise
+        return _error(line)
+    except KeyboardInterrupt as e:
+        print("terminated: stopped before finishing; run the command again to finish" if isinstance(e, Terminated)
+              else "interrupted", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except Exception:
         if tell_launcher("crash", traceback.format_exc()):
             return 1

@@ -39,11 +39,19 @@ from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
+from torchnlq.files import os_error_line
 from torchnlq.pause_points import pause_point
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 # DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+def step_folders(folder: Path) -> list[int]:
+    """Steps of every ``step-N`` folder in ``folder`` (complete or not; ``.partial`` saves excluded), ascending."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in folder.iterdir() if (m := STEP_DIR.match(p.name)))
 
 
 def list_checkpoints(folder: Path) -> list[int]:
@@ -195,9 +203,19 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # Fingerprint keys newer than the first torchnlq checkpoints (checkpoints without them still resume).
-FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content"})
+FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256"})
 # Keys of removed options that never changed the function (models.config.REMOVED_QUERY_FIELDS).
 FINGERPRINT_KEYS_REMOVED = frozenset({"model.query.fuse_kv"})
+
+
+def check_step_matches_folder(path: Path, meta: dict[str, Any]) -> None:
+    """The step is the record's, not the folder name's: a renamed or copied ``step-N`` folder is refused."""
+    match = STEP_DIR.match(path.name)
+    if match and meta.get("step") != int(match.group(1)):
+        raise UserError(
+            f"checkpoint {path} records step {meta.get('step')!r} but its folder is named {path.name}: it was renamed "
+            f"or copied; name it step-{meta.get('step')} again (the step comes from its record)"
+        )
 
 
 def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
@@ -205,7 +223,8 @@ def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: 
     saved = flatten({k: v for k, v in saved.items() if k in current})
     current = flatten(current)
     for key in sorted(set(saved) | set(current)):
-        if (key not in saved and key in FINGERPRINT_KEYS_ADDED_LATER) or key in FINGERPRINT_KEYS_REMOVED:
+        added_later = key in FINGERPRINT_KEYS_ADDED_LATER and (key not in saved or key not in current)
+        if added_later or key in FINGERPRINT_KEYS_REMOVED:
             continue
         if saved.get(key) != current.get(key):
             raise UserError(
@@ -251,9 +270,27 @@ class Checkpointer:
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
     def save(self, record: RunRecord, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Write ``step-N`` for ``record.step`` (synchronously, or in the background with ``async_mode``)."""
-        step = record.step
+        """Write ``step-N`` for ``record.step`` (synchronously, or in the background with ``async_mode``).
+
+        A save that fails on the environment (a full disk, a read-only folder) is one UserError line; the
+        half-written ``step-N.partial`` is never a checkpoint, so the last complete one stays the resume point.
+        """
         self.wait()  # at most one save in flight: the previous one must be complete and renamed
+        try:
+            self._save(record, model, optimizer)
+        except OSError as e:
+            raise self._failed(e, record.step) from None
+
+    def _failed(self, error: OSError, step: int) -> UserError | OSError:
+        line = os_error_line(error)
+        if line is None:
+            return error
+        steps = list_checkpoints(self.folder)
+        last = f"the last complete checkpoint, step-{steps[-1]}, is the resume point" if steps else "no checkpoint"
+        return UserError(f"saving checkpoint step-{step} failed: {line}; {last}")
+
+    def _save(self, record: RunRecord, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        step = record.step
         start = time.perf_counter()
         final = self.folder / f"step-{step}"
         partial = self.folder / f"step-{step}.partial"
@@ -290,8 +327,11 @@ class Checkpointer:
             return
         future, partial, final, step = self._pending
         self._pending = None
-        future.result()
-        self._finish(partial, final, step)
+        try:
+            future.result()
+            self._finish(partial, final, step)
+        except OSError as e:
+            raise self._failed(e, step) from None
 
     def _finish(self, partial: Path, final: Path, step: int) -> None:
         _barrier()  # every rank's shards are on disk
@@ -316,6 +356,14 @@ class Checkpointer:
         if not self.cfg.resume:
             return None
         steps = list_checkpoints(self.folder)
+        damaged = sorted(set(step_folders(self.folder)) - set(steps))
+        if self.cfg.load_step < 0 and damaged and (not steps or damaged[-1] > steps[-1]):
+            # The latest checkpoint lost its record or metadata: say so rather than resume an older one silently.
+            earlier = f"--checkpoint.load_step={steps[-1]}" if steps else "a new --job.name"
+            raise UserError(
+                f"checkpoint {self.folder / f'step-{damaged[-1]}'} is damaged (its {META_FILE} or .metadata is "
+                f"missing); resume from the previous complete checkpoint with {earlier}, or move it away"
+            )
         if self.cfg.load_step >= 0:
             if self.cfg.load_step not in steps:
                 have = ", ".join(map(str, steps)) or "none"
@@ -331,6 +379,7 @@ class Checkpointer:
     ) -> RunRecord:
         """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record."""
         meta = read_meta(path)
+        check_step_matches_folder(path, meta)
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
         model_only = optimizer is None
         rng_file = path / f"rng-rank{self.rank}.pt"

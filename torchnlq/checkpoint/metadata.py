@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.errors import UserError
+from torchnlq.files import read_json
 
 META_FILE = "torchnlq.json"
 MODEL_KEY = "model"
@@ -39,10 +40,7 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"checkpoint '{ckpt_dir}' does not exist; pass a <run>/checkpoints/step-N folder")
     if not path.is_file():
         raise UserError(f"'{ckpt_dir}' is not a torchnlq checkpoint (no {META_FILE}); pass a <run>/checkpoints/step-N folder")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))  # JSON, never unpickled
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"'{path}' is corrupt ({e}); use another checkpoint") from None
+    meta = read_json(path, "a checkpoint's record", "use another checkpoint")  # JSON, never unpickled
     if not isinstance(meta, dict):
         raise UserError(f"'{path}' is corrupt (not a JSON object); use another checkpoint")
     return meta

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.errors import UserError
+from torchnlq.files import replace_file
 from torchnlq.models.args import ModelArgs
 
 RUN_INFO_FILE = "run_info.json"
@@ -30,6 +31,8 @@ class DataRecord:
     batch_fingerprint: str
     #: Sampled-content hash of the token files (None in checkpoints older than the check).
     content_fingerprint: str | None = None
+    #: The whole token files' sha256 from meta.json (None: a folder prepared, or a checkpoint written, before).
+    content_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class RunRecord:
                 "seq_len": self.seq_len,
                 "global_batch": self.data.global_batch,
             }
-            | ({"content": self.data.content_fingerprint} if self.data.content_fingerprint else {}),
+            | ({"content": self.data.content_fingerprint} if self.data.content_fingerprint else {})
+            | ({"content_sha256": self.data.content_sha256} if self.data.content_sha256 else {}),
         }
 
     def to_meta(self) -> dict[str, Any]:
@@ -151,9 +155,7 @@ class RunRecord:
 
     def write_run_info(self, run_dir: Path, finished: bool) -> None:
         """Write ``<run_dir>/run_info.json`` atomically (a reader never sees half a file)."""
-        tmp = run_dir / f"{RUN_INFO_FILE}.tmp"
-        tmp.write_text(json.dumps(self.to_run_info(finished), indent=2, allow_nan=False))
-        tmp.replace(run_dir / RUN_INFO_FILE)
+        replace_file(run_dir / RUN_INFO_FILE, json.dumps(self.to_run_info(finished), indent=2, allow_nan=False))
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
@@ -176,7 +178,7 @@ def _data_record(meta: dict[str, Any]) -> DataRecord | None:
     return DataRecord(
         path=meta.get("data_path", ""), train_tokens=data["train_tokens"], seed=data["seed"],
         global_batch=data["global_batch"], batch_fingerprint=meta["data_fingerprint"],
-        content_fingerprint=data.get("content"),
+        content_fingerprint=data.get("content"), content_sha256=data.get("content_sha256"),
     )
 
 

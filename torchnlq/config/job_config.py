@@ -27,7 +27,7 @@ def section(cls: type, doc: str) -> Any:
 class Job:
     """Where the run lives. The run folder is ``dump_folder/name``."""
 
-    dump_folder: str = option("./outputs", "Folder that holds all runs.")
+    dump_folder: str = option("./outputs", "Folder that holds all runs.", path=True)
     name: str = option("debug", "Run name; the run folder is dump_folder/name.")
     description: str = option("", "Free text describing the run, kept in the resolved config.")
     plugins: list[str] = option(
@@ -90,8 +90,8 @@ class Optimizer:
     )
     lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
     weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
-    beta1: float = option(0.9, "AdamW beta1.", min=0.0, max=1.0)
-    beta2: float = option(0.95, "AdamW beta2.", min=0.0, max=1.0)
+    beta1: float = option(0.9, "AdamW beta1.", min=0.0, max=1.0, max_exclusive=True)
+    beta2: float = option(0.95, "AdamW beta2.", min=0.0, max=1.0, max_exclusive=True)
     eps: float = option(1e-8, "AdamW epsilon.", min=0.0, min_exclusive=True)
     fused: bool | None = option(None, "Fused AdamW kernel; unset means on for CUDA, off otherwise.")
 
@@ -114,12 +114,19 @@ class Data:
     path: str = option(
         "./outputs/data/synthetic",
         "Folder with train.bin, val.bin (uint16 tokens) and meta.json, as written by scripts/prepare_data.py.",
+        path=True,
     )
     tokenizer: str = option("gpt2", "Tokenizer of the token files: gpt2 (tiktoken) or byte.", choices=("gpt2", "byte"))
+    verify_content: bool = option(
+        False,
+        "Hash the token files in full when the run opens them, even when their size and modification time are "
+        "those meta.json recorded (a changed size or time always triggers the full check).",
+    )
     tiktoken_file: str | None = option(
         None,
         "Local GPT-2 .tiktoken ranks file for machines without internet "
         "(also read from the TORCHNLQ_TIKTOKEN_FILE environment variable).",
+        path=True,
     )
     seed: int = option(
         42, "Seed of the pre-drawn batch offsets: the same seed gives every model the same data.", min=0, max=SEED_MAX
@@ -235,6 +242,7 @@ class Checkpoint:
         None,
         "Start a new run from another run's checkpoint folder, or from a safetensors export (e.g. a pretrained "
         "GPT-2 from scripts/upcycle.py; weights only) (used only when this run has none of its own).",
+        path=True,
     )
     initial_load_model_only: bool = option(
         True, "With initial_load_path: load the weights only (fresh optimizer, step 0)."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import types
 import typing
@@ -24,6 +25,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
+
+#: A config is a few KB; a file far larger is not one (and would cost its size to parse).
+MAX_CONFIG_BYTES = 2**20
 
 # The config path as an option, as torchtitan spells it (not a field: it names where the fields come from).
 CONFIG_FILE_OPTION = "job.config_file"
@@ -48,11 +52,15 @@ def read_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file '{path}' is a folder; pass a TOML file such as train_configs/debug_model.toml")
     if not p.is_file():
         raise ConfigError(f"config file '{path}' not found; pass a TOML file such as train_configs/debug_model.toml")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file '{path}' is {p.stat().st_size:,} bytes; a config is a few KB: pass the TOML file")
     try:
         with p.open("rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"config file '{path}' is nested too deeply for a config; pass a train_configs/ file") from None
     except UnicodeDecodeError as e:
         raise ConfigError(
             f"config file '{path}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
@@ -254,6 +262,8 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
     if lo is not None and (value < lo or (meta.get("min_exclusive") and value == lo)):
         bound = f"> {lo}" if meta.get("min_exclusive") else f">= {lo}"
         raise ConfigError(f"{key} must be {bound}, got {value}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{key} must be <= {hi}, got {value}")
+    if hi is not None and (value > hi or (meta.get("max_exclusive") and value == hi)):
+        raise ConfigError(f"{key} must be {'<' if meta.get('max_exclusive') else '<='} {hi}, got {value}")
+    if meta.get("path") and isinstance(value, str):
+        value = os.path.expanduser(value)  # a TOML file or an argument given quoted keeps "~" literally otherwise
     return value

@@ -75,7 +75,7 @@ def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None, g
     if meta.get("min") is not None:
         extra.append(f"{'>' if meta.get('min_exclusive') else '>='} {meta['min']}")
     if meta.get("max") is not None:
-        extra.append(f"<= {meta['max']}")
+        extra.append(f"{'<' if meta.get('max_exclusive') else '<='} {meta['max']}")
     default = "unset" if value is None else _toml_value(value)
     rules = f"; {', '.join(extra)}" if extra else ""
     text = f"{meta.get('doc', '')} [default: {default}{rules}]"
@@ -125,7 +125,7 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
         if meta.get("min") is not None:
             allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
         if meta.get("max") is not None:
-            allowed.append(f"≤ {meta['max']}")
+            allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
         default = "unset" if value is None else f"`{_toml_value(value)}`"
         out.append(f"| `{key}` | {default} | {'; '.join(allowed)} | {meta.get('doc', '')} |")
     return "\n".join(out).lstrip() + "\n"

@@ -32,7 +32,8 @@ def _prepare_hint(folder: Path, tokenizer: str) -> str:
 def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dict[str, Any]]:
     """Open ``cfg.path``'s train.bin and val.bin and check them against the config (UserError if they do not fit).
 
-    With ``cfg.synthetic`` the offline corpus is generated first when the folder is incomplete.
+    With ``cfg.synthetic`` the offline corpus is generated first unless the folder already holds it
+    (a folder of anyone else's files is refused, never written: :func:`ensure_synthetic_corpus`).
     """
     folder = Path(cfg.path).expanduser()
     if folder.exists() and not folder.is_dir():
@@ -40,7 +41,7 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
             f"data.path '{cfg.path}' is a file, not a data folder; point data.path at the folder that holds "
             "train.bin, val.bin and meta.json"
         )
-    if cfg.synthetic and not fmt.is_complete(folder):
+    if cfg.synthetic:
         ensure_synthetic_corpus(folder)
     if not folder.is_dir():
         raise UserError(f"data.path '{cfg.path}' does not exist; {_prepare_hint(folder, cfg.tokenizer)}")
@@ -58,6 +59,7 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
         )
     if meta.get("dtype", fmt.DTYPE_NAME) != fmt.DTYPE_NAME:
         raise UserError(f"data.path '{cfg.path}' holds {meta['dtype']} tokens; torchnlq reads {fmt.DTYPE_NAME} only")
+    fmt.verify_files(folder, meta, full=cfg.verify_content)
     files = []
     for split in fmt.SPLITS:
         tf = TokenFile(fmt.split_file(folder, split))

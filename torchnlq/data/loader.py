@@ -67,6 +67,8 @@ class RunData:
     meta: dict[str, Any]
     #: Hash of sampled windows of train.bin and val.bin: another corpus of the same size differs.
     content_fingerprint: str
+    #: The whole files' sha256 as meta.json records them (checked when the folder was opened); None before.
+    content_sha256: str | None = None
 
     @property
     def schedule(self) -> BatchSchedule:
@@ -96,4 +98,11 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
     val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size, len(train))
     content = f"{train.content_fingerprint()}-{val.content_fingerprint()}"
-    return RunData(loader, val_set, meta, content)
+    return RunData(loader, val_set, meta, content, content_sha256(meta))
+
+
+def content_sha256(meta: dict) -> str | None:
+    """The recorded sha256 of both token files, short (None for a folder prepared before meta.json had them)."""
+    files = meta.get("files") or {}
+    digests = [files.get(split, {}).get("sha256") for split in ("train", "val")]
+    return "-".join(d[:16] for d in digests) if all(isinstance(d, str) for d in digests) else None

@@ -7,6 +7,8 @@ model's loss falls well below the unigram entropy within ~100 steps.
 
 from __future__ import annotations
 
+import json
+
 import random
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from torchnlq.data import token_format as fmt
 from torchnlq.data.token_file import TokenFile
 from torchnlq.data.tokenizer import ByteTokenizer
 from torchnlq.errors import UserError
+from torchnlq.files import make_folder
 
 GENERATOR_VERSION = 1  # bump when the grammar changes: the corpus is regenerated
 TRAIN_BYTES = 1_500_000
@@ -108,19 +111,35 @@ def unigram_entropy(tokens: TokenFile | np.ndarray | str | Path) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def _synthetic_source(folder: Path) -> dict | None:
+    """The meta.json ``source`` of a synthetic corpus torchnlq wrote in ``folder``; None for anything else."""
+    try:
+        source = json.loads((folder / fmt.META_NAME).read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return source if isinstance(source, dict) and source.get("kind") == "synthetic" else None
+
+
 def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
-    """Write the synthetic corpus into ``path`` unless already there (atomic; other token files are refused)."""
+    """Write the synthetic corpus into ``path`` unless already there (atomic).
+
+    It is written only where torchnlq owns the folder: a new or empty one, or one holding a synthetic
+    corpus torchnlq wrote (its meta.json says so). A folder with anything else in it (another tool's
+    train.bin, val.bin or meta.json, any file) is the user's data and is refused, never overwritten.
+    """
     folder = Path(path).expanduser()
-    if fmt.is_complete(folder):
-        source = fmt.read_meta(folder).get("source", {})
-        if source.get("kind") != "synthetic":
+    held = sorted(p.name for p in folder.iterdir() if ".tmp-" not in p.name) if folder.is_dir() else []
+    if held:  # temporaries of an interrupted write (fmt.temp_name) are ours
+        source = _synthetic_source(folder)
+        if source is None:
             raise UserError(
-                f"'{folder}' already holds token files that are not the synthetic corpus; "
-                "set data.path to another folder for data.synthetic = true"
+                f"data.path '{folder}' holds files torchnlq did not write as its synthetic corpus ({', '.join(held[:3])}); "
+                "data.synthetic = true writes only into a new or empty folder: set data.synthetic = false to train "
+                "on that folder's token files, or point data.path elsewhere"
             )
-        if source.get("seed") == seed and source.get("version") == GENERATOR_VERSION:
+        if fmt.is_complete(folder) and source.get("seed") == seed and source.get("version") == GENERATOR_VERSION:
             return folder
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     splits, docs = _generate(seed, TRAIN_BYTES, VAL_BYTES)
     tok = ByteTokenizer()
     source = {

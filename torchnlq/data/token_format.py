@@ -6,6 +6,7 @@ last and removed first, so a folder with a ``meta.json`` is always complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from torchnlq.errors import UserError
+from torchnlq.files import read_json
 
 DTYPE = np.dtype("<u2")  # uint16: GPT-2's 50257 ids fit, at 2 bytes per token
 DTYPE_NAME = "uint16"
@@ -63,14 +65,47 @@ def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> int:
     return largest
 
 
+def file_identity(path: Path, digest: str | None = None) -> dict[str, Any]:
+    """What meta.json records of a token file: its sha256 (read in full unless given), size and mtime."""
+    if digest is None:
+        sha = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 24):
+                sha.update(chunk)
+        digest = sha.hexdigest()
+    stat = path.stat()
+    return {"sha256": digest, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def verify_files(folder: Path, meta: dict[str, Any], full: bool = False) -> None:
+    """The token files are those meta.json recorded: same size and mtime (cheap), else (or with ``full``) the
+    same sha256; a changed file is one UserError. Folders prepared before the record are not checked."""
+    for split, recorded in (meta.get("files") or {}).items():
+        path = split_file(folder, split)
+        stat = path.stat()
+        if not full and (stat.st_size, stat.st_mtime_ns) == (recorded.get("bytes"), recorded.get("mtime_ns")):
+            continue
+        if file_identity(path)["sha256"] != recorded.get("sha256"):
+            raise UserError(
+                f"{path} is not the file meta.json records (its content changed since it was prepared); "
+                "prepare the data folder again"
+            )
+
+
 def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
-    """Move the temporary split files (``temps``: split -> file) into place; meta.json goes first out, last in."""
+    """Move the temporary split files (``temps``: split -> file) into place; meta.json goes first out, last in.
+
+    meta.json records each split's sha256, size and mtime (``files``): a run checks them when it opens the
+    folder, and its resume fingerprint holds the hashes, so an edit anywhere in the corpus is noticed.
+    """
     meta_path = folder / META_NAME
     meta_tmp = temp_name(meta_path)
-    meta_tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    digests = {split: file_identity(tmp)["sha256"] for split, tmp in temps.items()}
     meta_path.unlink(missing_ok=True)
     for split, tmp in temps.items():
         os.replace(tmp, split_file(folder, split))
+    files = {split: file_identity(split_file(folder, split), digests.get(split)) for split in SPLITS}
+    meta_tmp.write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
     os.replace(meta_tmp, meta_path)
 
 
@@ -83,12 +118,9 @@ def remove_temps(temps: Iterable[Path]) -> None:
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """The folder's meta.json, or a UserError saying it is missing or unreadable."""
     path = Path(folder) / META_NAME
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"'{path}' is missing; the data folder is incomplete, prepare it again") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"'{path}' is not readable JSON ({e}); prepare the data folder again") from e
+    if not path.is_file():
+        raise UserError(f"'{path}' is missing; the data folder is incomplete, prepare it again")
+    meta = read_json(path, "a data folder's meta.json", "prepare the data folder again")
     if not isinstance(meta, dict) or "tokenizer" not in meta:
         raise UserError(f"'{path}' has no 'tokenizer' entry; prepare the data folder again")
     for key in ("vocab_size", "eot_id"):  # read as integers by every consumer (ids are checked against them)

@@ -9,6 +9,7 @@ Runs that saw different data are refused unless ``--allow-different-data``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
+from torchnlq.files import OwnedFolder
 from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
 if sys.version_info >= (3, 11):
@@ -104,6 +106,11 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
             out.extend(children)
         else:
             raise UserError(f"'{p}' is neither a run folder (with run_info.json) nor a folder of runs")
+    seen: dict[Path, Path] = {}
+    for p in out:  # one run given twice (a symlink, "a/../a") would count as two seeds
+        if p.resolve() in seen and seen[p.resolve()] != p:
+            raise UserError(f"'{p}' and '{seen[p.resolve()]}' are the same run folder; give each run once")
+        seen.setdefault(p.resolve(), p)
     return list(dict.fromkeys(out))
 
 
@@ -134,6 +141,11 @@ def group_runs(runs: list[RunData]) -> list[Group]:
 
 def check_same_data(runs: list[RunData]) -> None:
     """Refuse runs that did not see identical training batches and validation sequences."""
+    tokenizers = {r.config.get("data", {}).get("tokenizer") for r in runs}
+    if len(tokenizers) > 1:  # losses per token of different vocabularies do not compare
+        detail = ", ".join(f"{r.name}={r.config.get('data', {}).get('tokenizer')}" for r in runs)
+        raise UserError(f"the runs use different tokenizers ({detail}): their losses per token do not compare; "
+                        "pass --allow-different-data to compare them anyway")
     for key, what in (("batch_fingerprint", "training batches"), ("validation_fingerprint", "validation sequences")):
         values = {r.info.get(key) for r in runs}
         if len(values) > 1:
@@ -202,24 +214,22 @@ def markdown_table(groups: list[Group], at: int) -> str:
     return "\n".join(lines)
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str = "steps") -> tuple[list[Path], str]:
-    """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots against ``x``; returns (paths, note)."""
+    """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots against ``x``; returns (paths, note).
+
+    Files of the user's in ``out`` are never replaced (:class:`torchnlq.files.OwnedFolder`).
+    """
     from torchnlq.experiments.compare_plots import plot_comparison
 
-    out.mkdir(parents=True, exist_ok=True)
-    _write_csv(out / "comparison.csv", [g.row for g in groups])
-    _write_csv(out / "runs.csv", [
-        {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
-         "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint")}
-        for g in groups for r in g.runs])
-    plots, note = plot_comparison(groups, base, out, x)
+    plots, note = plot_comparison(groups, base, x)
     fp = groups[0].runs[0].info
     text = (
         f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
@@ -228,10 +238,20 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides).\n"
         f"Data: batch fingerprint {fp.get('batch_fingerprint')}, validation fingerprint "
         f"{fp.get('validation_fingerprint')}.\n"
-        + "".join(f"\n![{p.stem}]({p.name})\n" for p in plots) + (f"\n{note}\n" if note else "")
+        + "".join(f"\n![{Path(name).stem}]({name})\n" for name in plots) + (f"\n{note}\n" if note else "")
     )
-    (out / "comparison.md").write_text(text)
-    return [out / "comparison.md", out / "comparison.csv", out / "runs.csv", *plots], note
+    files = {
+        "comparison.md": text,
+        "comparison.csv": _csv([g.row for g in groups]),
+        "runs.csv": _csv([
+            {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
+             "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint")}
+            for g in groups for r in g.runs]),
+        **plots,
+    }
+    folder = OwnedFolder(out)
+    folder.check(list(files))  # before anything is written
+    return [folder.write(name, data) for name, data in files.items()], note
 
 
 def check_out_folder(out: str | Path, runs: list[Path]) -> None:

@@ -7,6 +7,8 @@ nothing and returns a note saying so. A seed group is drawn as the mean of its r
 
 from __future__ import annotations
 
+import io
+
 import re
 import statistics
 from pathlib import Path
@@ -111,30 +113,31 @@ def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, floa
     return lo - pad, hi + pad
 
 
-def plot_comparison(groups: list[Group], base: Group, out: Path, x: str = "steps") -> tuple[list[Path], str]:
-    """Write loss_curves.png, relative_improvement.png and the weight-dynamics plots into ``out``; (paths, note)."""
+def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple[dict[str, bytes], str]:
+    """loss_curves.png, relative_improvement.png and the weight-dynamics plots as PNG bytes by name; (plots, note)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")  # files only: no display needed
         import matplotlib.pyplot as plt
     except ImportError:
-        return [], NO_MATPLOTLIB
+        return {}, NO_MATPLOTLIB
 
-    paths = []
+    plots = {}
+
+    def png(fig: Any) -> bytes:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        plt.close(fig)
+        return buffer.getvalue()
+
     for draw, name in ((draw_loss_curves, "loss_curves.png"), (draw_relative_improvement, "relative_improvement.png")):
         fig = draw(groups, base, x)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
-        paths.append(out / name)
+        plots[name] = png(fig)
     for matrix, stat in weight_statistics(groups):
-        fig = draw_weight_dynamics(groups, matrix, stat, x)  # laid out as it is drawn (constrained)
-        name = f"weights_{matrix}_{stat}.png"
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
-        paths.append(out / name)
-    return paths, ""
+        plots[f"weights_{matrix}_{stat}.png"] = png(draw_weight_dynamics(groups, matrix, stat, x))  # constrained layout
+    return plots, ""
 
 
 _WEIGHT_TAG = re.compile(r"^weights/layer(\d+)/(\w+)/(\w+)$")

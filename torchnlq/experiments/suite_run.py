@@ -122,6 +122,7 @@ def launch(cmd: list[str]) -> tuple[int, str | None]:
 def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, out: TextIO | None = None) -> int:
     """Train the suite's runs in order, then compare; 0 when every run finished, 1 if one failed, 130 if stopped."""
     out = out or sys.stdout
+    check_finished_runs(suite)
     failed: list[str] = []
     start = time.perf_counter()
     for i, run in enumerate(suite.runs, 1):
@@ -168,6 +169,31 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
                            step=step)
     print(f"[suite] comparison: {', '.join(display_path(p) for p in written)}", file=out)
     return written
+
+
+def check_finished_runs(suite: Suite) -> None:
+    """Refuse a finished run whose saved config differs from what the suite now gives it: its results would be
+    reported as the new configuration's."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import resume_changes
+
+    for run in suite.runs:
+        saved = suite.run_dir(run) / "config.toml"
+        if not is_finished(read_run_info(suite.run_dir(run)), run.steps) or not saved.is_file():
+            continue
+        try:
+            before = load_job_config([str(saved)])
+        except UserError:
+            continue  # a hand-edited config.toml: the run itself says so when it resumes
+        changes = [c for c in resume_changes(before, load_job_config([str(run.config), *run.overrides]))
+                   if not c.startswith("job.description")]
+        if changes:
+            raise UserError(
+                f"{suite.path}: run '{run.name}' finished with another configuration than the suite now gives it "
+                f"({changes[0].replace(' changed on resume', '').split(';')[0]}{' and more' if len(changes) > 1 else ''}); "
+                f"its results "
+                f"would be reported as the new one's: move {suite.run_dir(run)} away, or rename the run"
+            )
 
 
 def check_data(suite: Suite) -> None:

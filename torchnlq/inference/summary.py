@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import dataclasses
 import sys
 from typing import Any
 
@@ -11,15 +11,31 @@ import torch
 from torchnlq.config.job_config import JobConfig
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
-from torchnlq.parallel.memory_estimate import DEFAULT_CARD_GIB, GIB, estimate_memory, fit_warning
+from torchnlq.models.gpt import GPT, Block
+from torchnlq.parallel.memory_estimate import (
+    DEFAULT_CARD_GIB,
+    GIB,
+    estimate_memory,
+    fit_warning,
+    minimum_state_bytes,
+)
 from torchnlq.train.preflight import check_job_config, config_warnings
 
-_LAYER_PREFIX = re.compile(r"^layers\.(\d+)\.")
+#: Beyond this many cards' worth of state the step on fake tensors is skipped (the lower bound says enough).
+FAR_BEYOND = 4
 
 
 def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int, card_gib: float) -> tuple[list[str], str | None]:
-    """The memory estimate per process on CUDA (torchnlq.parallel.memory_estimate) and a warning if it does not fit."""
+    """The memory estimate per process on CUDA (torchnlq.parallel.memory_estimate) and a warning if it does not fit.
+
+    A model whose weights, gradients and optimizer state alone exceed the card many times over is not
+    stepped through (that would take as long as building it): its analytic lower bound is reported.
+    """
+    floor = minimum_state_bytes(args, processes)
+    if floor > FAR_BEYOND * card_gib * GIB:
+        return [f"memory_estimate_gib: at least {floor / GIB:,.1f} (weights, gradients and AdamW state alone)"], (
+            f"the model needs at least {floor / GIB:,.1f} GiB per process, far beyond a {card_gib:g} GiB card; "
+            "make it smaller or shard it over more processes")
     estimate = estimate_memory(cfg, args, processes, "cuda")
     lines = [
         f"memory_estimate: {estimate.describe()} (eager step on CUDA, micro-batch "
@@ -34,23 +50,23 @@ def summarize(cfg: JobConfig) -> list[str]:
     """The summary as ``name: value`` lines: sizes, parameter shapes (blocks once, as ``layers.*``), totals."""
     args = check_job_config(cfg)  # the trainer's checks: a summary of a config that cannot run is an error
     seq_len = cfg.training.seq_len
+    # Counted, not built: the shapes come from a one-block model and from block 0 itself, on meta (a model of
+    # 10^8 blocks is summarised as fast as one of 2); the totals are ModelArgs' analytic counts.
     with torch.device("meta"):
-        model = GPT(args)
+        shell = GPT(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
+        first = Block(args, 0)
 
     sizes = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden", "vocab_size", "max_seq_len",
              "positions", "tie_embeddings")
     lines = [f"flavor: {cfg.model.flavor}", f"query: {args.query.type}", *(f"{k}: {getattr(args, k)}" for k in sizes)]
-    for name, param in model.named_parameters():
-        match = _LAYER_PREFIX.match(name)
-        if match and match.group(1) != "0":
-            continue
-        lines.append(f"{_LAYER_PREFIX.sub('layers.*.', name)}: {tuple(param.shape)}")
-    total = model.num_params()
-    if total != args.num_params():  # the analytic count is what the FLOP count uses: they must agree
-        raise RuntimeError(f"analytic parameter count {args.num_params()} != built model's {total}")
+    for name, param in shell.named_parameters():
+        if not name.startswith("layers."):
+            lines.append(f"{name}: {tuple(param.shape)}")
+        elif name.startswith("layers.0.") and not any(line.startswith("layers.*.") for line in lines):
+            lines += [f"layers.*.{block_name}: {tuple(p.shape)}" for block_name, p in first.named_parameters()]
     lines += [
         f"seq_len: {seq_len}",
-        f"total_params: {total}",
+        f"total_params: {args.num_params()}",
         f"non_embedding_params: {args.num_params(non_embedding=True)}",
         f"flops_per_token: {args.flops_per_token(seq_len)}",
     ]

@@ -188,6 +188,20 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def cast_weights(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors in ``dtype`` on the CPU; a weight beyond ``dtype``'s range (fp16: 65,504) is refused, not
+    written as inf."""
+    limit = torch.finfo(dtype).max
+    for name, value in state.items():
+        if value.is_floating_point() and value.detach().abs().max().item() > limit:
+            largest, name_of_dtype = value.detach().abs().max().item(), str(dtype).removeprefix("torch.")
+            raise UserError(
+                f"weight {name} reaches {largest:.4g}, beyond {name_of_dtype}'s range ({limit:.4g}): it would be "
+                "written as inf; export with --dtype bf16 or fp32"
+            )
+    return {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+
+
 def export_safetensors(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
@@ -215,7 +229,7 @@ def export_safetensors(
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
         write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
-        state = {k: v.detach().to("cpu", target).contiguous() for k, v in loaded.model.state_dict().items()}
+        state = cast_weights(loaded.model.state_dict(), target)
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
     return Path(out_dir).expanduser()

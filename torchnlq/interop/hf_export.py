@@ -21,6 +21,7 @@ import torch
 from torchnlq.interop.export import (
     HF_EXPORT_FILE,
     atomic_folder,
+    cast_weights,
     check_export_folder,
     export_source,
     parse_dtype,
@@ -53,7 +54,7 @@ def config_names() -> dict[str, str]:
 
 def hf_state_dict(model: GPT, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The model's weights as ``model.`` + torchnlq's names, in ``dtype``, on the CPU (a tied head is stored once)."""
-    return {f"model.{k}": v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    return cast_weights({f"model.{k}": v for k, v in model.state_dict().items()}, dtype)
 
 
 def end_of_text_id(args: ModelArgs, tokenizer: dict[str, Any]) -> int | None:

@@ -18,6 +18,7 @@ from torchnlq.interop.export import (
     atomic_folder,
     check_export_folder,
     export_source,
+    cast_weights,
     parse_dtype,
     write_json,
 )
@@ -157,7 +158,7 @@ def export_hf_gpt2(
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
         write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
-        state = {k: v.to("cpu", target).contiguous() for k, v in gpt2_state_dict(loaded.model).items()}
+        state = cast_weights(gpt2_state_dict(loaded.model), target)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         write_json(tmp / HF_EXPORT_FILE, extra)
         write_json(tmp / "config.json", gpt2_config(loaded.args, loaded.tokenizer, target))

@@ -28,6 +28,7 @@ from torchnlq.checkpoint.metadata import (
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
+from torchnlq.files import read_json
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 
@@ -74,10 +75,7 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     """A JSON object file of an export; a corrupt one is a UserError."""
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # never unpickled: a planted pickle is just corrupt JSON
-        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
+    d = read_json(path, "an export's JSON file", "export the model again")  # never unpickled
     if not isinstance(d, dict):
         raise UserError(f"'{path}' is corrupt (not a JSON object); export the model again")
     return d
@@ -192,6 +190,10 @@ def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> Lo
         raise UserError(f"'{path / WEIGHTS_FILE}' is unreadable ({e}); export the model again") from None
     model = empty_model(args, device)
     check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
+    not_float = sorted(k for k, v in tensors.items() if not v.is_floating_point())
+    if not_float:  # an integer tensor would be cast silently into the float parameter
+        raise UserError(f"'{path / WEIGHTS_FILE}' holds {not_float[0]} as {tensors[not_float[0]].dtype}, not floating "
+                        "point weights; export the model again")
     model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
     if not record.tokenizer:
         record.tokenizer = _export_tokenizer_description(path)

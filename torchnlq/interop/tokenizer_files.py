@@ -33,6 +33,7 @@ from torchnlq.data.tokenizer import (
     Tokenizer,
 )
 from torchnlq.errors import UserError
+from torchnlq.files import MAX_DOCUMENT_BYTES, read_json
 
 #: The GPT-2 ranks a checkpoint carries (tiktoken's ``base64 rank`` text).
 TOKENIZER_RANKS_FILE = "tokenizer.tiktoken"
@@ -68,9 +69,31 @@ def token_string(token: bytes) -> str:
     return "".join(table[b] for b in token)
 
 
+#: Bounds on a BPE someone hands over, so that a crafted one is refused in seconds instead of parsed for hours:
+#: tokens (GPT-2 has 50,257, Llama 3 128,256), bytes of one token (GPT-2's longest: 128) and the merge
+#: recovery's work, the sum over tokens of their length squared (GPT-2: 2.5 million, 0.4 s).
+MAX_BPE_TOKENS = 2**20
+MAX_TOKEN_BYTES = 512
+MAX_MERGE_WORK = 50_000_000
+
+
+def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path) -> None:
+    """UserError for a vocabulary beyond :data:`MAX_BPE_TOKENS`, :data:`MAX_TOKEN_BYTES` or :data:`MAX_MERGE_WORK`."""
+    longest = max(map(len, ranks), default=0)
+    work = sum(len(t) ** 2 for t in ranks)
+    if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or work > MAX_MERGE_WORK:
+        raise UserError(
+            f"'{where}' is not a tokenizer torchnlq reads: {len(ranks):,} tokens, the longest {longest:,} bytes "
+            f"(at most {MAX_BPE_TOKENS:,} tokens of {MAX_TOKEN_BYTES} bytes, {MAX_MERGE_WORK:,} in sum of squared "
+            f"lengths); {_FIX}"
+        )
+
+
 def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
     """tiktoken ``base64 rank`` lines -> {token bytes: rank}; anything else is a UserError naming ``where``."""
     ranks: dict[bytes, int] = {}
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise UserError(f"'{where}' is {len(text):,} bytes, more than a tokenizer's ranks can be; {_FIX}")
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -84,6 +107,7 @@ def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
         ranks[token] = rank
     if len(set(ranks.values())) != len(ranks):
         raise UserError(f"'{where}' is corrupt (two tokens share a rank); {_FIX}")
+    check_bpe_bounds(ranks, where)
     return ranks
 
 
@@ -315,10 +339,7 @@ def write_hf_tokenizer_files(
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
-    try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))  # JSON, never unpickled
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"'{path}' is corrupt ({e}); export the model again") from None
+    vocab = read_json(path, "a vocab.json", "export the model again")  # JSON, never unpickled
     if not isinstance(vocab, dict) or not all(type(v) is int and v >= 0 for v in vocab.values()):
         raise UserError(f"'{path}' is corrupt (not a JSON object of token ids); export the model again")
     return vocab
@@ -339,6 +360,7 @@ def ranks_from_vocab(path: Path, tokenizer_description: Mapping[str, Any] | None
         ranks[bytes(table[c] for c in text)] = rank
     if len(set(ranks.values())) != len(ranks):
         raise UserError(f"'{path}' is corrupt (two tokens share an id); export the model again")
+    check_bpe_bounds(ranks, path)
     _check_byte_level(ranks, path)
     recorded = (tokenizer_description or {}).get("vocab_size")
     size = max(max(ranks.values()), GPT2_EOT_ID) + 1

@@ -22,6 +22,7 @@ from torchnlq.checkpoint.metadata import META_FILE
 from torchnlq.config.job_config import Query
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
+from torchnlq.files import read_json
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 
@@ -39,12 +40,9 @@ def is_hf_gpt2_folder(path: str | Path) -> bool:
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"'{folder}' has no config.json; pass a Hugging Face GPT-2 folder (save_pretrained)") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"'{folder / 'config.json'}' is unreadable ({e})") from None
+    if not (folder / "config.json").is_file():
+        raise UserError(f"'{folder}' has no config.json; pass a Hugging Face GPT-2 folder (save_pretrained)")
+    config = read_json(folder / "config.json", "a Hugging Face config.json", "pass a Hugging Face GPT-2 folder")
     if not isinstance(config, dict) or config.get("model_type") != "gpt2":
         got = config.get("model_type") if isinstance(config, dict) else None
         raise UserError(f"'{folder}' is not a Hugging Face GPT-2 folder (model_type {got!r}, not 'gpt2')")
@@ -81,11 +79,13 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     files = [folder / "model.safetensors"]
     index = folder / "model.safetensors.index.json"
     if not files[0].is_file() and index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            files = [folder / name for name in sorted(set(weight_map.values()))]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"'{index}' is unreadable ({e})") from None
+        index_json = read_json(index, "a safetensors index", "save the model again")
+        weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
+        names = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else None
+        # Shards are plain names inside the folder: an index naming ../elsewhere.safetensors is refused.
+        if not names or not all(isinstance(n, str) and n == Path(n).name and n.endswith(".safetensors") for n in names):
+            raise UserError(f"'{index}' is unreadable (its weight_map must name .safetensors files of this folder)")
+        files = [folder / name for name in names]
     if not files[0].is_file():
         pickled = [n for n in ("pytorch_model.bin", "tf_model.h5") if (folder / n).exists()]
         hint = (f" (it holds {pickled[0]}, which torchnlq does not unpickle: save it again with "

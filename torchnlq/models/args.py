@@ -7,7 +7,7 @@ from typing import Any
 
 from .config import REMOVED_QUERY_FIELDS, Query
 from .errors import ConfigError, unknown_choice
-from .query import query_num_params
+from .query import query_num_params, query_params_in_model
 
 POSITIONS = ("learned", "rope")
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper) or GPT-2's tanh approximation.
@@ -172,7 +172,9 @@ class ModelArgs:
         token = vocab * d
         position = self.max_seq_len * d if self.positions == "learned" else 0
         head = 0 if self.tie_embeddings else vocab * d
-        blocks = sum(self.block_params(layer) for layer in range(self.n_layers))
+        query_0 = query_num_params(self.query, d, self.n_heads, self.head_dim, 0, self.n_layers)
+        all_queries = query_params_in_model(self.query, d, self.n_heads, self.head_dim, self.n_layers)
+        blocks = self.n_layers * (self.block_params(0) - query_0) + all_queries  # no loop over the blocks
         final_norm = 2 * d if self.bias else d
         total = token + position + blocks + final_norm + head
         return total - token - position if non_embedding else total

@@ -25,23 +25,25 @@ def option(
     min: float | None = None,
     max: float | None = None,
     min_exclusive: bool = False,
+    max_exclusive: bool = False,
     registry: str | None = None,
+    path: bool = False,
 ) -> Any:
     """Declare a config field with its doc line and its allowed values.
 
-    ``min``/``max`` bound numbers (``min_exclusive`` makes the lower bound
-    strict); ``choices`` lists the allowed values of a string field; ``registry``
-    names the registry whose keys are the allowed values instead (see
-    :func:`registry_names`). A ``None`` default means
-    "unset / derived", and ``None`` stays allowed for the field.
+    ``min``/``max`` bound numbers (``min_exclusive``/``max_exclusive`` make a bound strict);
+    ``choices`` lists the allowed values of a string field; ``registry`` names the registry whose
+    keys are the allowed values instead (``torchnlq.config.registries``); ``path`` marks a file or
+    folder path (``~`` is expanded when the config is read). A ``None`` default means "unset /
+    derived", and ``None`` stays allowed for the field.
     """
     meta = {
-        "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive, "registry": registry,
+        "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
+        "max_exclusive": max_exclusive, "registry": registry, "path": path,
     }
     if isinstance(default, list):  # a fresh list per config object
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
-
 
 
 @dataclass

@@ -92,12 +92,39 @@ def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int, la
     return cls.count_params_in_layer(query_cfg, dim, n_heads, head_dim, layer, n_layers)
 
 
-def parse_layers(spec: str, n_layers: int) -> frozenset[int]:
+def query_params_in_model(query_cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
+    """Parameters of the queries of all ``n_layers`` blocks, without a loop over the blocks (validates too)."""
+    cls = get_query_class(query_cfg.type)
+    cls.check_config(query_cfg, dim, n_heads * head_dim)
+    cls.check_layers(query_cfg, n_layers)
+    return cls.count_params_in_model(query_cfg, dim, n_heads, head_dim, n_layers)
+
+
+class LayerSet:
+    """Block indices as merged ranges: membership and size without a set of every index (n_layers may be huge)."""
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self.ranges = merged
+
+    def __contains__(self, layer: object) -> bool:
+        return any(lo <= layer <= hi for lo, hi in self.ranges)  # type: ignore[operator]
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+
+def parse_layers(spec: str, n_layers: int) -> LayerSet:
     """Block indices from ``model.query.layers``: "all", or comma-separated indices and ranges ("0-5,8")."""
     text = spec.strip().lower()
     if text == "all":
-        return frozenset(range(n_layers))
-    chosen: set[int] = set()
+        return LayerSet([(0, n_layers - 1)])
+    ranges = []
     for part in text.split(","):
         bounds = part.strip().split("-")
         try:
@@ -115,8 +142,8 @@ def parse_layers(spec: str, n_layers: int) -> frozenset[int]:
             raise ConfigError(
                 f"model.query.layers={spec!r} names blocks outside 0..{n_layers - 1} (the model has {n_layers})"
             )
-        chosen.update(range(lo, hi + 1))
-    return frozenset(chosen)
+        ranges.append((lo, hi))
+    return LayerSet(ranges)
 
 
 class QueryProjection(nn.Module):
@@ -190,6 +217,11 @@ class QueryProjection(nn.Module):
     def count_params_in_layer(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int, n_layers: int) -> int:
         """Parameters of the query of block ``layer``; the same in every block unless a type says otherwise."""
         return cls.count_params(cfg, dim, n_heads, head_dim)
+
+    @classmethod
+    def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
+        """Parameters of the queries of all blocks; a type whose blocks differ overrides it (no loop over blocks)."""
+        return n_layers * cls.count_params_in_layer(cfg, dim, n_heads, head_dim, 0, n_layers)
 
     def for_layer(self, layer: int, n_layers: int) -> None:
         """Called once by the model after building the query of block ``layer``: a type whose
@@ -473,6 +505,11 @@ class AnchoredQuery(QueryProjection):
         if layer in parse_layers(cfg.layers, n_layers):
             return cls.count_params(cfg, dim, n_heads, head_dim)
         return dim * n_heads * head_dim  # W_Q alone
+
+    @classmethod
+    def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
+        with_f = len(parse_layers(cfg.layers, n_layers))
+        return with_f * cls.count_params(cfg, dim, n_heads, head_dim) + (n_layers - with_f) * dim * n_heads * head_dim
 
     def for_layer(self, layer: int, n_layers: int) -> None:
         """Drop f from the blocks ``layers`` does not name: their query is X·W_Q, as pretrained."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchnlq.config.job_config import JobConfig
+from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
@@ -89,6 +91,38 @@ class MemoryEstimate:
                  f"{self.optimizer / scale:.2f} + activations and temporaries {self.step / scale:.2f}")
         shard = f", sharded over {self.world_size} processes" if self.world_size > 1 else ""
         return f"{self.total / scale:.2f} {unit} per process ({parts}; {self.precision}{shard})"
+
+
+#: fp32 weights, their gradients and AdamW's two moments: what a parameter holds at least while training.
+STATE_BYTES_PER_PARAM = 16
+
+
+def minimum_state_bytes(args: ModelArgs, world_size: int = 1) -> int:
+    """A lower bound per process from the analytic parameter count alone (no model is built, nothing allocated)."""
+    return args.num_params() * STATE_BYTES_PER_PARAM // world_size
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory a run on ``device`` can use: the GPU's, or the machine's RAM for the CPU (None if unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_device(args: ModelArgs, device: torch.device, world_size: int = 1) -> None:
+    """UserError before any allocation when the weights, gradients and optimizer state alone exceed the device."""
+    limit = device_memory_bytes(device)
+    need = minimum_state_bytes(args, world_size)
+    if limit is not None and need > limit:
+        where = "this machine's RAM" if device.type == "cpu" else f"the GPU's {limit / GIB:,.1f} GiB"
+        raise UserError(
+            f"the model has {args.num_params():,} parameters: {need / GIB:,.1f} GiB per process for weights, "
+            f"gradients and AdamW state alone, more than {where} ({limit / GIB:,.1f} GiB); make the model smaller "
+            "(model.n_layers, model.dim, model.vocab_size) or shard it over more processes"
+        )
 
 
 def fit_warning(estimate: MemoryEstimate, capacity_bytes: int, where: str) -> str | None:

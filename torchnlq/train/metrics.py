@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 from torchnlq.config.job_config import JobConfig
+from torchnlq.files import open_append
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.query import get_query_class
 
@@ -81,7 +82,7 @@ def setup_logging(run_dir: Path | None, quiet: bool = False) -> logging.Logger:
     console.setFormatter(fmt)
     logger.addHandler(console)
     if run_dir is not None:
-        file = logging.FileHandler(run_dir / "train.log")
+        file = logging.StreamHandler(open_append(run_dir / "train.log"))  # never through a link
         file.setFormatter(fmt)
         logger.addHandler(file)
     return logger

@@ -21,6 +21,7 @@ from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.query import ignored_knobs
 from torchnlq.models.registry import build_model_args
+from torchnlq.train.optim import lr_at
 
 
 def _option_value(cfg: JobConfig, dotted: str) -> Any:
@@ -51,6 +52,19 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     if cfg.checkpoint.export_at_end and not cfg.checkpoint.enabled:
         raise ConfigError("checkpoint.export_at_end exports the final checkpoint; set checkpoint.enabled = true")
+    c, s = cfg.checkpoint, cfg.lr_schedule
+    if c.load_step >= 0 and not (c.enabled and c.resume):
+        why = "checkpoint.enabled = false" if not c.enabled else "checkpoint.resume = false"
+        raise ConfigError(
+            f"checkpoint.load_step={c.load_step} picks the checkpoint to resume from, but {why} resumes nothing; "
+            "drop load_step, or enable resuming"
+        )
+    if s.decay_steps is not None and s.decay_steps < s.warmup_steps:
+        raise ConfigError(
+            f"lr_schedule.decay_steps={s.decay_steps} is shorter than lr_schedule.warmup_steps={s.warmup_steps}: the "
+            "learning rate would drop from its peak straight to min_lr; set decay_steps above warmup_steps "
+            "(unset means training.steps)"
+        )
     check_wandb(cfg.metrics)
     v = cfg.validation
     if v.enabled and v.protocol == "paper" and cfg.training.steps // v.interval >= PAPER_EVALUATION_ROWS:
@@ -111,6 +125,13 @@ def schedule_warnings(cfg: JobConfig) -> list[str]:
             f"lr_schedule.warmup_steps={s.warmup_steps} is not shorter than training.steps={t.steps}: the learning "
             f"rate never reaches optimizer.lr={cfg.optimizer.lr:g} (it ends at {peak:.3g}); lower warmup_steps"
         )
+    if s.decay_steps is not None and s.decay_steps > t.steps and s.warmup_steps < t.steps:
+        end = lr_at(t.steps - 1, cfg.optimizer.lr, s, t.steps)
+        warnings.append(
+            f"lr_schedule.decay_steps={s.decay_steps} is beyond training.steps={t.steps}: the run stops before the "
+            f"cosine reaches min_lr (its last learning rate is {end:.3g}); set --lr_schedule.decay_steps={t.steps} "
+            "for a full decay"
+        )
     if v.enabled:
         between = min(v.interval, t.steps) * t.micro_batch_size * t.grad_accum_steps  # sequences per process
         if v.sequences * FORWARD_SHARE_OF_A_STEP > between:
@@ -130,6 +151,8 @@ def config_warnings(cfg: JobConfig) -> list[str]:
         keys = ", ".join(f"model.query.{k}" for k in ignored)
         warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
     warnings += schedule_warnings(cfg)
+    if cfg.data.tiktoken_file and cfg.data.tokenizer != "gpt2":
+        warnings.append(f"data.tiktoken_file set but data.tokenizer = {cfg.data.tokenizer!r} reads no ranks; it has no effect")
     if not cfg.metrics.wandb:
         defaults = Metrics()
         unused = [k for k in ("wandb_project", "wandb_entity", "wandb_run_name", "wandb_mode")

@@ -26,16 +26,44 @@ LOCK_FILE = ".lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 
+# What a run folder holds: these names must be plain files, or folders, for the trainer to use them.
+RUN_FILES = ("config.toml", "train.log", "run_info.json", LOCK_FILE)
+RUN_FOLDERS = ("checkpoints", "tb")
+
+
 def check_run_folder(run_dir: Path | str) -> None:
-    """UserError (one line) when ``run_dir`` cannot become a folder: it, or a folder above it, is a file."""
-    for path in (Path(run_dir), *Path(run_dir).parents):
+    """UserError (one line), before anything is created, when ``run_dir`` cannot hold a run.
+
+    It, or a folder above it, is a file; it is not writable; or one of its entries has the wrong
+    kind (a file where the trainer keeps a folder, or the reverse) or is a symbolic link, which the
+    trainer would otherwise write through into someone else's file.
+    """
+    run_dir = Path(run_dir)
+    for path in (run_dir, *run_dir.parents):
         if path.exists():
             if not path.is_dir():
                 raise UserError(
                     f"run folder {run_dir} cannot be created: {path} is a file; "
                     "set job.dump_folder (and job.name) to a folder"
                 )
-            return
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise UserError(
+                    f"run folder {run_dir} cannot be written: {path} is not writable (read-only or another owner); "
+                    "set job.dump_folder to a folder you can write"
+                )
+            break
+    for name in RUN_FILES:
+        entry = run_dir / name
+        if entry.is_symlink():
+            raise UserError(f"{entry} is a symbolic link, and torchnlq never writes through links; remove the link")
+        if entry.exists() and not entry.is_file():
+            raise UserError(f"{entry} is a folder where the run keeps a file; move it away or use a new --job.name")
+    for name in RUN_FOLDERS:
+        entry = run_dir / name
+        if entry.is_symlink():  # saves and prunes (checkpoints), event files (tb) would land in the link's target
+            raise UserError(f"{entry} is a symbolic link, and torchnlq never writes through links; remove the link")
+        if entry.exists() and not entry.is_dir():
+            raise UserError(f"{entry} is a file where the run keeps a folder; move it away or use a new --job.name")
 
 
 class RunLock:
@@ -60,7 +88,8 @@ class RunLock:
         """Take the lock without waiting and write this process into the file; UserError naming another holder."""
         if self._fd is not None:
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by exec'd children
+        # Never through a link (its target is someone else's file); not inherited by exec'd children.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

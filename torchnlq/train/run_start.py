@@ -19,7 +19,13 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from torchnlq.checkpoint.checkpointer import Checkpointer, CorruptCheckpoint, compare_fingerprints, list_checkpoints
+from torchnlq.checkpoint.checkpointer import (
+    Checkpointer,
+    CorruptCheckpoint,
+    compare_fingerprints,
+    list_checkpoints,
+    step_folders,
+)
 from torchnlq.checkpoint.metadata import MODEL_KEY, read_meta
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
@@ -65,10 +71,13 @@ def start_run(
     (or, for a resume, another data order), and takes over the progress of a run it continues.
     """
     fingerprint = record.resume_fingerprint()
+    _refuse_starting_over(cfg, checkpointer.folder)
     path = checkpointer.resume_path() if cfg.enabled else None
     if path is not None:
         _continue(record, _resume(cfg, checkpointer, path, model, optimizer, fingerprint))
         line = f"resumed from {path} (step {record.step}, {record.tokens_seen:,} tokens seen)"
+        if cfg.initial_load_path:
+            line += f"; checkpoint.initial_load_path {cfg.initial_load_path} is not used: the run has its own checkpoints"
         return RunStart("resume", line, record.step, resume_point=path, weights_from=path)
     src = cfg.initial_load_path
     if not src:
@@ -88,6 +97,20 @@ def start_run(
         note = _load_weights(src, model, model_fingerprint)
     line = f"initialised from {src} (step 0{'; ' + note if note else ''})"
     return RunStart("initial", line, 0, weights_from=Path(src))
+
+
+def _refuse_starting_over(cfg: Checkpoint, folder: Path) -> None:
+    """A run folder with checkpoints is never trained from step 0 beside them: new saves would mix two runs
+    and ``keep_latest_k`` would prune the old run's checkpoints."""
+    if cfg.enabled and cfg.resume:
+        return
+    steps = step_folders(folder)
+    if steps:
+        why = "checkpoint.resume = false" if cfg.enabled else "checkpoint.enabled = false"
+        raise UserError(
+            f"{folder} already holds checkpoints (step-{steps[-1]} the latest) and {why} would train from step 0 "
+            "beside them; use a new --job.name to start over (or move that folder away), or resume them"
+        )
 
 
 def _continue(record: RunRecord, saved: RunRecord) -> None:

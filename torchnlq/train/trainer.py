@@ -27,9 +27,10 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.errors import UserError
+from torchnlq.files import make_folder, replace_file
 from torchnlq.models import GPT
 from torchnlq.parallel.dist import build_mesh, init_distributed
-from torchnlq.parallel.memory_estimate import estimate_memory, fit_warning
+from torchnlq.parallel.memory_estimate import check_fits_device, estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import (
     clip_grad_norm,
     materialize_and_init,
@@ -84,6 +85,7 @@ class Trainer:
         check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
         self.dist = init_distributed(tcfg.device)
         self.device, self.rank, self.world_size = self.dist.device, self.dist.rank, self.dist.world_size
+        check_fits_device(self.model_args, self.device, self.world_size)  # before anything is allocated
         if self.device.type == "cpu":
             keep_freed_memory()  # before the model and the first step allocate (docs/performance.md)
         self.is_main = self.rank == 0
@@ -110,10 +112,10 @@ class Trainer:
         # folder, rank 0 holds it for the whole run), its resolved config and its log.
         self.run_lock: RunLock | None = None
         if self.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            make_folder(self.run_dir)
             self.run_lock = RunLock(self.run_dir).acquire()
             self._check_resume_point_unchanged()
-            (self.run_dir / "config.toml").write_text(to_toml(cfg))
+            replace_file(self.run_dir / "config.toml", to_toml(cfg))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
         self.validator = Validator(
@@ -203,7 +205,7 @@ class Trainer:
             data=DataRecord(
                 path=str(cfg.data.path), train_tokens=data.train_tokens, seed=cfg.data.seed,
                 global_batch=data.schedule.global_batch, batch_fingerprint=data.schedule.fingerprint(),
-                content_fingerprint=data.content_fingerprint,
+                content_fingerprint=data.content_fingerprint, content_sha256=data.content_sha256,
             ),
             validation=ValidationRecord(
                 seed=cfg.validation.seed, sequences=cfg.validation.sequences,

@@ -1,0 +1,180 @@
+"""Generated mistakes (Hypothesis): configs and option pairs, run-folder states, corrupted files.
+
+The catalogue (tests/test_catalogue.py) lists the documented mistakes one by one; these tests draw
+the rest and hold every entry point to the same invariant: exit 0 with the promised result, or exit 2
+with exactly one ``error:`` line, no traceback, and no change to any file the user owns. A fixed
+seed (``derandomize``) and small example counts keep them reproducible and within CI's budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from torchnlq.cli import run_cli
+from torchnlq.config.manager import load_job_config
+from torchnlq.errors import UserError
+from torchnlq.train.__main__ import main as train_main
+from torchnlq.train.preflight import check_job_config, config_warnings
+
+from helpers.checkpoints import load_script, tiny_model, write_checkpoint
+from helpers.train import tiny_args
+
+SETTINGS = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@contextmanager
+def scratch() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="generated-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root`` (read through links: their targets must not change)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_outcome(code: int, err: str) -> None:
+    """The promised result, or one error line; never a traceback."""
+    assert "Traceback" not in err, err
+    if code != 0:
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (code, err)
+
+
+# ------------------------------------------------------------------ configs and option pairs
+
+NUMBERS = st.one_of(st.integers(-3, 10**12), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(
+    ["0", "-1", "1e999", "nan", "two", "", "0x10"]))
+OPTIONS = {
+    "training.steps": NUMBERS, "training.seq_len": NUMBERS, "training.micro_batch_size": NUMBERS,
+    "training.grad_accum_steps": NUMBERS, "optimizer.lr": NUMBERS, "optimizer.beta1": NUMBERS,
+    "optimizer.beta2": NUMBERS, "lr_schedule.warmup_steps": NUMBERS, "lr_schedule.decay_steps": NUMBERS,
+    "lr_schedule.min_lr": NUMBERS, "model.n_layers": NUMBERS, "model.dim": NUMBERS, "model.n_heads": NUMBERS,
+    "model.n_kv_heads": NUMBERS, "model.vocab_size": NUMBERS, "model.max_seq_len": NUMBERS,
+    "model.query.bottleneck_ratio": NUMBERS, "validation.interval": NUMBERS, "checkpoint.load_step": NUMBERS,
+    "model.query.type": st.sampled_from(["linear", "identity", "residual", "residual_mlp", "anchored", "mlp", ""]),
+    "model.query.layers": st.sampled_from(["all", "0", "0-1", "5", "1-0", "x", ""]),
+    "model.positions": st.sampled_from(["learned", "rope", "alibi"]),
+    "checkpoint.resume": st.sampled_from(["true", "false", "maybe"]),
+    "checkpoint.enabled": st.sampled_from(["true", "false"]),
+    "checkpoint.export_at_end": st.sampled_from(["true", "false"]),
+    "data.tokenizer": st.sampled_from(["byte", "gpt2", "sentencepiece"]),
+    "data.synthetic": st.sampled_from(["true", "false"]),
+    "validation.protocol": st.sampled_from(["fixed", "paper", "other"]),
+    "job.plugins": st.sampled_from(["", "json", "no_such_module", "../x"]),
+    "model.query.fuse_kv": st.sampled_from(["true", "false"]),
+}
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(st.dictionaries(st.sampled_from(sorted(OPTIONS)), st.just(None), min_size=1, max_size=3).flatmap(
+    lambda keys: st.fixed_dictionaries({k: OPTIONS[k] for k in keys})))
+def test_any_option_values_give_a_config_or_one_line(overrides: dict[str, object]) -> None:
+    """Loading and checking any combination either works or raises one UserError line (nothing runs)."""
+    with scratch() as tmp:
+        argv = [*tiny_args(tmp), *(f"--{k}={v}" for k, v in overrides.items())]
+        try:
+            cfg = load_job_config(argv)
+            check_job_config(cfg)
+            config_warnings(cfg)
+        except UserError as e:
+            assert str(e) and "\n" not in str(e), str(e)
+
+
+# ------------------------------------------------------------------ run-folder states
+
+ENTRIES = ("config.toml", "train.log", "run_info.json", ".lock", "checkpoints", "tb")
+STATES = ("absent", "file", "folder", "link_to_file", "link_to_folder")
+
+
+def lay_out(run: Path, user: Path, states: dict[str, str]) -> None:
+    run.mkdir(parents=True)
+    (user / "folder").mkdir(parents=True)
+    (user / "notes.txt").write_text("the user's\n")
+    (user / "folder" / "kept.txt").write_text("also the user's\n")
+    for name, state in states.items():
+        entry = run / name
+        if state == "file":
+            entry.write_text("something\n")
+        elif state == "folder":
+            entry.mkdir()
+        elif state == "link_to_file":
+            entry.symlink_to(user / "notes.txt")
+        elif state == "link_to_folder":
+            entry.symlink_to(user / "folder")
+
+
+@pytest.mark.integration
+@settings(max_examples=20, **SETTINGS)
+@given(st.fixed_dictionaries({name: st.sampled_from(STATES) for name in ENTRIES}))
+@example(dict.fromkeys(ENTRIES, "absent"))  # a new run
+@example({**dict.fromkeys(ENTRIES[:4], "file"), "checkpoints": "folder", "tb": "link_to_folder"})  # an old run's
+def test_any_run_folder_state_trains_or_is_one_line_and_user_files_stay(states: dict[str, str]) -> None:
+    with scratch() as tmp:
+        user = tmp / "user"
+        lay_out(tmp / "outputs" / "run", user, states)
+        before = snapshot(user)
+        with _captured_stderr() as err:
+            code = run_cli(train_main, tiny_args(tmp, steps=2, checkpoint__interval=2, validation__interval=2))
+        assert_outcome(code, err.getvalue())
+        if code == 0:  # the promised result: a finished run
+            assert json.loads((tmp / "outputs" / "run" / "run_info.json").read_text())["finished"] is True
+        assert snapshot(user) == before
+
+
+@contextmanager
+def _captured_stderr() -> Iterator[object]:
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stderr(buffer), contextlib.redirect_stdout(io.StringIO()):
+        yield buffer
+
+
+# ------------------------------------------------------------------ corrupted files a stranger hands over
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+META_KEYS = ("model_args", "tokenizer", "step", "seq_len", "fingerprint", "validation", "world_size")
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> Iterator[Path]:
+    with scratch() as tmp:
+        yield write_checkpoint(tmp / "ckpt", tiny_model("residual_mlp"))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.sampled_from(META_KEYS), JSON)
+def test_a_corrupted_checkpoint_record_is_read_or_one_line(checkpoint: Path, key: str, value: object) -> None:
+    """generate.py on a checkpoint whose torchnlq.json has one entry replaced by arbitrary JSON."""
+    script = load_script("generate")
+    with scratch() as tmp:
+        ckpt = tmp / "ckpt"
+        shutil.copytree(checkpoint, ckpt)
+        meta = json.loads((ckpt / "torchnlq.json").read_text())
+        meta[key] = value
+        (ckpt / "torchnlq.json").write_text(json.dumps(meta, allow_nan=True))
+        before = snapshot(tmp)
+        with _captured_stderr() as err:
+            code = run_cli(script.main, [str(ckpt), "--max-new-tokens", "2", "--prompt", "a"])
+        assert_outcome(code, err.getvalue())
+        assert snapshot(tmp) == before

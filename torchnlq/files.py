@@ -1,0 +1,174 @@
+"""The one small I/O layer every writer uses: writes that cannot destroy what torchnlq did not write.
+
+- :func:`create_new`: a file that must not exist yet (exclusive creation, never through a link);
+- :func:`replace_file`: a file torchnlq owns, replaced atomically through a temporary sibling;
+  a symbolic link at the path is refused, never followed (its target is the user's);
+- :func:`open_append`: a log opened for appending, never through a link;
+- :func:`make_folder`: a folder and its parents, refusing a file where a folder is expected;
+- :class:`OwnedFolder`: an output folder shared with the user's files, where torchnlq replaces only
+  what its manifest says it wrote;
+- :func:`os_error_line`: an ``OSError`` from the environment (read-only, full disk, permissions,
+  a path of the wrong kind) as one line naming the path and what to do; entry points print it
+  through :func:`torchnlq.cli.run_cli`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+from torchnlq.errors import UserError
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: What to do about each kind of environment fault.
+_FIXES = {
+    errno.ENOSPC: "the disk is full: free space there or write elsewhere",
+    errno.EDQUOT: "the disk quota is exhausted: free space there or write elsewhere",
+    errno.EROFS: "it is on a read-only file system: write elsewhere",
+    errno.EACCES: "permission denied: change its permissions or write elsewhere",
+    errno.EPERM: "operation not permitted: change its permissions or write elsewhere",
+    errno.ENOTDIR: "a file stands where a folder is expected: move it away or choose another path",
+    errno.EISDIR: "a folder stands where a file is expected: move it away or choose another path",
+    errno.ELOOP: "it is a symbolic link, and torchnlq never writes through links: remove the link",
+    errno.ENAMETOOLONG: "the name is too long for the file system: choose a shorter path",
+    errno.EEXIST: "it already exists and torchnlq did not write it: move it away or choose another path",
+}
+
+
+def os_error_line(error: OSError) -> str | None:
+    """One line for an environment fault (None for an OSError that is not one, e.g. a bug)."""
+    fix = _FIXES.get(error.errno)
+    if fix is None:
+        return None
+    where = error.filename if error.filename is not None else "a file"
+    return f"cannot write '{where}': {fix} ({error.strerror})"
+
+
+def _check_not_link(path: Path) -> None:
+    if path.is_symlink():
+        raise UserError(f"'{path}' is a symbolic link, and torchnlq never writes through links; remove the link")
+
+
+def make_folder(path: str | Path) -> Path:
+    """``mkdir -p`` that names the first file standing where a folder is expected (one UserError line).
+
+    A link to a folder is a folder here (an outputs folder on another disk is a common set-up);
+    files are never written through links.
+    """
+    path = Path(path)
+    for folder in reversed([path, *path.parents]):
+        if folder.is_dir():
+            continue
+        if folder.exists() or folder.is_symlink():
+            raise UserError(f"'{folder}' is a file where a folder is expected; move it away or choose another path")
+        folder.mkdir(exist_ok=True)
+    return path
+
+
+def create_new(path: str | Path, data: bytes | str) -> None:
+    """Write a file that must not exist yet; an existing file or a link there is refused, never changed."""
+    path = Path(path)
+    _check_not_link(path)
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise UserError(f"'{path}' already exists and torchnlq will not overwrite it; move it away") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+
+
+def replace_file(path: str | Path, data: bytes | str) -> None:
+    """Replace (or create) a file torchnlq owns, atomically: readers see the old or the new file, never half.
+
+    A link at ``path`` is refused (the link's target is someone else's file), as is a folder.
+    """
+    path = Path(path)
+    _check_not_link(path)
+    if path.is_dir():
+        raise UserError(f"'{path}' is a folder where a file is expected; move it away or choose another path")
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def open_append(path: str | Path, encoding: str = "utf-8"):  # noqa: ANN201 - a text file object
+    """Open a log for appending (created if missing); a link or a folder at ``path`` is refused."""
+    path = Path(path)
+    _check_not_link(path)
+    if path.is_dir():
+        raise UserError(f"'{path}' is a folder where a file is expected; move it away or choose another path")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+    return os.fdopen(fd, "a", encoding=encoding)
+
+
+class OwnedFolder:
+    """An output folder that may also hold the user's files: torchnlq replaces only the files it wrote there.
+
+    A manifest (:data:`MANIFEST`) lists them; :meth:`check` refuses, before anything is written, a
+    name that exists but is not on it (the user's own ``comparison.md``, say).
+    """
+
+    MANIFEST = ".torchnlq-files.json"
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.owned: set[str] = set()
+        try:
+            listed = json.loads((self.folder / self.MANIFEST).read_text(encoding="utf-8"))
+            if isinstance(listed, list):
+                self.owned = {n for n in listed if isinstance(n, str) and n == Path(n).name}
+        except (OSError, ValueError):
+            pass
+
+    def check(self, names: list[str]) -> None:
+        """UserError for the first of ``names`` that exists and torchnlq did not write."""
+        for name in names:
+            path = self.folder / name
+            if (path.exists() or path.is_symlink()) and (name not in self.owned or path.is_symlink()):
+                raise UserError(
+                    f"'{path}' exists and was not written by torchnlq; it is left as it is: choose another output "
+                    "folder or move that file away"
+                )
+
+    def write(self, name: str, data: bytes | str) -> Path:
+        """Replace (or create) ``name`` atomically and record it in the manifest."""
+        self.check([name])
+        make_folder(self.folder)
+        replace_file(self.folder / name, data)
+        self.owned.add(name)
+        replace_file(self.folder / self.MANIFEST, json.dumps(sorted(self.owned)))
+        return self.folder / name
+
+
+#: What a JSON or TOML file a user or a stranger hands over may cost to parse.
+MAX_DOCUMENT_BYTES = 64 * 2**20
+
+
+def read_bounded(path: str | Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of a file someone handed over, refused (one UserError line) above ``max_bytes``."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise UserError(f"{what} '{path}' is {size:,} bytes, more than the {max_bytes:,} torchnlq reads; it is not one")
+    return path.read_bytes()
+
+
+def read_json(path: str | Path, what: str, fix: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> object:
+    """Parse a JSON file someone handed over: bounded in size and nesting; never unpickled; one line when bad."""
+    raw = read_bounded(path, what, max_bytes)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path}' is corrupt ({e}); {fix}") from None
+    except RecursionError:
+        raise UserError(f"'{path}' is nested too deeply to be {what}; {fix}") from None
