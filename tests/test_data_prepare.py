@@ -68,13 +68,19 @@ def test_prepare_text_files_toy_gpt2(tmp_path):
     assert tok.encode("the thing") == [257, 32, 256, 260]  # the toy merges really were used
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot_id"], meta["dtype"]) == ("gpt2", 50257, 50256, "uint16")
     assert meta["source"]["split"] == {"method": "train_test_split", "val_fraction": 0.2, "seed": 2357}
-    assert json.loads((out / "meta.json").read_text()) == meta
+    written = json.loads((out / "meta.json").read_text())
+    assert {k: v for k, v in written.items() if k != "files"} == meta
+    for split in ("train", "val"):  # each file's identity, against a hash and a stat taken here
+        path = fmt.split_file(out, split)
+        assert written["files"][split] == {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                                           "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
     first = {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")}
 
     # Re-run (a previous token folder: needs overwrite): same bytes, no temporary files.
     prepare_dataset(out, **kw, overwrite=True)
     assert {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")} == first
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+    complete = json.loads((out / "meta.json").read_text())
 
     # Interrupted run: the previous complete files stay, temporaries are removed.
     real_write = fmt.write_tokens
@@ -92,7 +98,7 @@ def test_prepare_text_files_toy_gpt2(tmp_path):
         fmt.write_tokens = real_write
     assert {s: fmt.split_file(out, s).read_bytes() for s in ("train", "val")} == first
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
-    assert json.loads((out / "meta.json").read_text()) == meta
+    assert json.loads((out / "meta.json").read_text()) == complete  # the previous complete folder, as it was
 
 
 def test_tiny_input_still_gets_a_val_document(tmp_path):

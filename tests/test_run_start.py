@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def test_fresh_resume_and_initial_loads_each_say_where_the_run_starts(tmp_path: 
         f"{cfg.checkpoint.initial_load_path} is not used: the run has its own checkpoints"
     )
     assert resumed.start.resume_point == resumed.start.weights_from == point
+    # The lineage is recorded: where the weights started (kept across the resume) and what this session resumed.
+    resumed.write_run_info(finished=False)
+    info = json.loads((tmp_path / "outputs/from_export/run_info.json").read_text())
+    assert (info["initialized_from"], info["resumed_from"]) == (str(export), str(point))
     resumed.close()
 
 

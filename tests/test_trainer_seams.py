@@ -230,7 +230,15 @@ def test_resume_refuses_another_corpus_of_the_same_size(tmp_path: Path) -> None:
     np.random.default_rng(0).permutation(tokens).tofile(train_bin)  # same length, same meta.json, other text
     run = tmp_path / "outputs" / "corpus"
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    with pytest.raises(UserError, match=r"data.content="):
+    with pytest.raises(UserError, match=r"train.bin is not the file meta.json records"):  # edited in place
+        Trainer(tiny_config(tmp_path, "corpus", steps=4, checkpoint__interval=2))
+    # Prepared again (meta.json records the new file): the run's fingerprint refuses the other corpus.
+    from torchnlq.data.token_format import file_identity
+
+    meta = json.loads((tmp_path / "data" / "meta.json").read_text())
+    meta["files"]["train"] = file_identity(train_bin)
+    (tmp_path / "data" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=r"data.content(_sha256)?="):
         Trainer(tiny_config(tmp_path, "corpus", steps=4, checkpoint__interval=2))
     # A refused resume touches none of the run's files (config.toml, train.log, run_info.json).
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before

@@ -65,6 +65,10 @@ class RunRecord:
     tokens_seen: int = 0
     skipped_steps: int = 0
     last_val_loss: float | None = None
+    #: Lineage: the checkpoint or export the run's weights started from (kept across resumes; None: fresh)...
+    initialized_from: str | None = None
+    #: ...and the checkpoint this session resumed from (None: it did not resume).
+    resumed_from: str | None = None
 
     def resume_fingerprint(self) -> dict[str, Any]:
         """What must match for a resume: the model's shape and the data order."""
@@ -102,6 +106,8 @@ class RunRecord:
             meta["data_fingerprint"] = self.data.batch_fingerprint
         if self.validation is not None:
             meta["validation"] = {k: v for k, v in asdict(self.validation).items() if v is not None}
+        if self.initialized_from is not None:
+            meta["initialized_from"] = self.initialized_from
         return meta
 
     @classmethod
@@ -126,6 +132,7 @@ class RunRecord:
                 steps=meta.get("steps"),
                 world_size=meta.get("world_size"),
                 mixed_precision=meta.get("mixed_precision"),
+                initialized_from=meta.get("initialized_from"),
                 step=meta.get("step", 0),
                 tokens_seen=meta.get("tokens_seen", 0),
                 skipped_steps=meta.get("skipped_steps", 0),
@@ -151,6 +158,8 @@ class RunRecord:
             "validation_fingerprint": self.validation.fingerprint if self.validation else None,
             "world_size": self.world_size,
             "mixed_precision": self.mixed_precision,
+            "initialized_from": self.initialized_from,
+            "resumed_from": self.resumed_from,
         }
 
     def write_run_info(self, run_dir: Path, finished: bool) -> None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 def register_auto_classes() -> None:
     """Register TorchnlqConfig and TorchnlqForCausalLM with AutoConfig / AutoModelForCausalLM; idempotent."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from torchnlq.parallel.float8 import quiet_torchao_import
 
-    from torchnlq.interop.modeling_torchnlq import TorchnlqConfig, TorchnlqForCausalLM
+    with quiet_torchao_import():  # transformers imports torchao, whose CUDA-only libraries complain on a CPU
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from torchnlq.interop.modeling_torchnlq import TorchnlqConfig, TorchnlqForCausalLM
 
     # exist_ok: a second call replaces the entry with the same classes.
     AutoConfig.register(TorchnlqConfig.model_type, TorchnlqConfig, exist_ok=True)

@@ -75,6 +75,7 @@ def start_run(
     path = checkpointer.resume_path() if cfg.enabled else None
     if path is not None:
         _continue(record, _resume(cfg, checkpointer, path, model, optimizer, fingerprint))
+        record.resumed_from = str(path)
         line = f"resumed from {path} (step {record.step}, {record.tokens_seen:,} tokens seen)"
         if cfg.initial_load_path:
             line += f"; checkpoint.initial_load_path {cfg.initial_load_path} is not used: the run has its own checkpoints"
@@ -89,12 +90,14 @@ def start_run(
                 "step; set checkpoint.initial_load_model_only = true"
             )
         _continue(record, checkpointer.load(Path(src), model, optimizer, fingerprint))
+        record.initialized_from = str(src)
         return RunStart("initial", f"initialised from {src} (step {record.step})", record.step, weights_from=Path(src))
     model_fingerprint = {"model": fingerprint["model"]}  # the shapes must match, the data may differ
     if is_pretrained(src):
         note = _load_pretrained(src, model, model_fingerprint)
     else:
         note = _load_weights(src, model, model_fingerprint)
+    record.initialized_from = str(src)
     line = f"initialised from {src} (step 0{'; ' + note if note else ''})"
     return RunStart("initial", line, 0, weights_from=Path(src))
 
@@ -117,6 +120,7 @@ def _continue(record: RunRecord, saved: RunRecord) -> None:
     """Take over the progress of the checkpoint the run continues (its data position is a function of the step)."""
     record.step, record.tokens_seen = saved.step, saved.tokens_seen
     record.skipped_steps = saved.skipped_steps
+    record.initialized_from = saved.initialized_from  # the lineage goes on with the run
 
 
 def _resume(
