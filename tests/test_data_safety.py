@@ -232,3 +232,22 @@ def test_an_edit_anywhere_in_the_corpus_is_noticed(tmp_path):
     open_token_files(data, 16)
     with pytest.raises(UserError, match="train.bin is not the file meta.json records"):
         open_token_files(Data(path=str(folder), tokenizer="byte", verify_content=True), 16)
+
+
+def test_a_tokenizer_that_does_not_fit_is_refused_at_export_and_a_flag_that_does_nothing_is_an_error(tmp_path, capsys):
+    from torchnlq.errors import UserError
+    from torchnlq.interop.export import export_safetensors
+    from torchnlq.interop.load import LoadedModel
+
+    from helpers.checkpoints import load_script, tiny_model, write_checkpoint
+
+    model = tiny_model("linear", vocab_size=260)  # a byte model's 257 ids fit; GPT-2's 50,257 do not
+    gpt2 = {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}
+    with pytest.raises(UserError, match="has 50,257 ids but the model only 260 embedding rows"):
+        export_safetensors(LoadedModel(model, model.args, gpt2, {}, tmp_path, "test"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    write_checkpoint(tmp_path / "ckpt", tiny_model("linear"))  # a byte model
+    script = load_script("generate")
+    capsys.readouterr()
+    assert run_cli(script.main, [str(tmp_path / "ckpt"), "--tiktoken-file", str(tmp_path / "r.tiktoken")]) == 2
+    one_error_line(capsys.readouterr().err, "--tiktoken-file gives GPT-2 ranks, but this model's tokenizer is 'byte'")

@@ -122,6 +122,8 @@ def tokenizer_from_description(
     name = desc.get("name")
     if not name:
         raise UserError("the model records no tokenizer (no 'tokenizer' in its metadata); it cannot encode a prompt")
+    if tiktoken_file and name != "gpt2":  # a flag that would do nothing is a mistake, not a silent no-op
+        raise UserError(f"--tiktoken-file gives GPT-2 ranks, but this model's tokenizer is {name!r}; drop the flag")
     if source is not None and not tiktoken_file:
         carried = tokenizer_from_folder(source, desc)
         if carried is not None:

@@ -188,6 +188,17 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def check_tokenizer_fits(loaded: LoadedModel) -> None:
+    """An export must not pair a model with a tokenizer whose ids reach past its embedding (e.g. an upcycled
+    model given another model's tokenizer): refused when it is written, not when someone samples from it."""
+    tokens = loaded.tokenizer.get("vocab_size")
+    if isinstance(tokens, int) and tokens > loaded.args.vocab_size:
+        raise UserError(
+            f"the model's tokenizer ({loaded.tokenizer.get('name')}) has {tokens:,} ids but the model only "
+            f"{loaded.args.vocab_size:,} embedding rows; its tokenizer metadata is wrong: fix or re-create the model"
+        )
+
+
 def cast_weights(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The tensors in ``dtype`` on the CPU; a weight beyond ``dtype``'s range (fp16: 65,504) is refused, not
     written as inf."""
@@ -212,6 +223,7 @@ def export_safetensors(
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
+    check_tokenizer_fits(loaded)
     check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
     run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
     config = {

@@ -23,6 +23,7 @@ from torchnlq.interop.export import (
     atomic_folder,
     cast_weights,
     check_export_folder,
+    check_tokenizer_fits,
     export_source,
     parse_dtype,
     write_json,
@@ -114,6 +115,7 @@ def export_hf(
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
+    check_tokenizer_fits(loaded)
     code = export_code(loaded.args.query.type)  # a plugin that cannot travel is refused before anything is written
     check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
     extra = {

@@ -19,6 +19,7 @@ from torchnlq.interop.export import (
     check_export_folder,
     export_source,
     cast_weights,
+    check_tokenizer_fits,
     parse_dtype,
     write_json,
 )
@@ -144,6 +145,7 @@ def export_hf_gpt2(
 
     target = parse_dtype(dtype)
     loaded = as_loaded(source)
+    check_tokenizer_fits(loaded)
     reason = gpt2_incompatibility(loaded.args)
     if reason:
         raise UserError(reason)
