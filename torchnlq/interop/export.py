@@ -192,7 +192,11 @@ def check_tokenizer_fits(loaded: LoadedModel) -> None:
     """An export must not pair a model with a tokenizer whose ids reach past its embedding (e.g. an upcycled
     model given another model's tokenizer): refused when it is written, not when someone samples from it."""
     tokens = loaded.tokenizer.get("vocab_size")
-    if isinstance(tokens, int) and tokens > loaded.args.vocab_size:
+    if not isinstance(tokens, int):
+        return
+    # End-of-text may lie outside the vocabulary (a model trained without it; the export then leaves it out).
+    ordinary = tokens - 1 if loaded.tokenizer.get("eot_id") == tokens - 1 else tokens
+    if ordinary > loaded.args.vocab_size:
         raise UserError(
             f"the model's tokenizer ({loaded.tokenizer.get('name')}) has {tokens:,} ids but the model only "
             f"{loaded.args.vocab_size:,} embedding rows; its tokenizer metadata is wrong: fix or re-create the model"
