@@ -1,6 +1,5 @@
 """The one small I/O layer every writer uses: writes that cannot destroy what torchnlq did not write.
 
-- :func:`create_new`: a file that must not exist yet (exclusive creation, never through a link);
 - :func:`replace_file`: a file torchnlq owns, replaced atomically through a temporary sibling;
   a symbolic link at the path is refused, never followed (its target is the user's);
 - :func:`open_append`: a log opened for appending, never through a link;
@@ -42,8 +41,8 @@ def os_error_line(error: OSError) -> str | None:
     fix = _FIXES.get(error.errno)
     if fix is None:
         return None
-    where = error.filename if error.filename is not None else "a file"
-    return f"cannot write '{where}': {fix} ({error.strerror})"
+    where = f"'{error.filename}'" if error.filename is not None else "a file"
+    return f"{where}: {fix} ({error.strerror})"
 
 
 def _check_not_link(path: Path) -> None:
@@ -65,19 +64,6 @@ def make_folder(path: str | Path) -> Path:
             raise UserError(f"'{folder}' is a file where a folder is expected; move it away or choose another path")
         folder.mkdir(exist_ok=True)
     return path
-
-
-def create_new(path: str | Path, data: bytes | str) -> None:
-    """Write a file that must not exist yet; an existing file or a link there is refused, never changed."""
-    path = Path(path)
-    _check_not_link(path)
-    raw = data.encode() if isinstance(data, str) else data
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
-    except FileExistsError:
-        raise UserError(f"'{path}' already exists and torchnlq will not overwrite it; move it away") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
 
 
 def replace_file(path: str | Path, data: bytes | str) -> None:
@@ -154,18 +140,13 @@ class OwnedFolder:
 MAX_DOCUMENT_BYTES = 64 * 2**20
 
 
-def read_bounded(path: str | Path, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> bytes:
-    """The bytes of a file someone handed over, refused (one UserError line) above ``max_bytes``."""
+def read_json(path: str | Path, what: str, fix: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> object:
+    """Parse a JSON file someone handed over: bounded in size and nesting; never unpickled; one line when bad."""
     path = Path(path)
     size = path.stat().st_size
     if size > max_bytes:
         raise UserError(f"{what} '{path}' is {size:,} bytes, more than the {max_bytes:,} torchnlq reads; it is not one")
-    return path.read_bytes()
-
-
-def read_json(path: str | Path, what: str, fix: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> object:
-    """Parse a JSON file someone handed over: bounded in size and nesting; never unpickled; one line when bad."""
-    raw = read_bounded(path, what, max_bytes)
+    raw = path.read_bytes()
     try:
         return json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
