@@ -76,6 +76,8 @@ OPTIONS = {
     "data.synthetic": st.sampled_from(["true", "false"]),
     "validation.protocol": st.sampled_from(["fixed", "paper", "other"]),
     "job.plugins": st.sampled_from(["", "json", "no_such_module", "../x"]),
+    "data.verify_content": st.sampled_from(["true", "false", "sometimes"]),
+    "data.path": st.sampled_from(["~/nowhere", "", "/dev/null"]),
     "model.query.fuse_kv": st.sampled_from(["true", "false"]),
 }
 
