@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchnlq.benchmarks.inference_speed import main  # noqa: E402
+from benchmarks.inference_speed import main  # noqa: E402
 from torchnlq.cli import run_cli  # noqa: E402
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchnlq.benchmarks.batch_reads import main  # noqa: E402
+from benchmarks.batch_reads import main  # noqa: E402
 from torchnlq.cli import run_cli  # noqa: E402
 
 if __name__ == "__main__":

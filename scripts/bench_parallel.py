@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from torchnlq.benchmarks.activation_memory import format_table, run_bench
+from benchmarks.activation_memory import format_table, run_bench
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import ActivationCheckpoint, Query
 from torchnlq.errors import UserError

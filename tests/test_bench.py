@@ -11,10 +11,10 @@ import json
 import pytest
 
 from torchnlq.cli import run_cli
-from torchnlq.benchmarks import attention_block as bench_attention
-from torchnlq.benchmarks import train_step as bench
-from torchnlq.benchmarks.train_step_args import parse_variant
-from torchnlq.benchmarks.timing import interleave
+from benchmarks import attention_block as bench_attention
+from benchmarks import train_step as bench
+from benchmarks.train_step_args import parse_variant
+from benchmarks.timing import interleave
 
 TINY = [
     "--model.flavor=debug", "--model.n_layers=1", "--model.dim=32", "--model.n_heads=2",
@@ -142,7 +142,7 @@ def test_bench_attention_table(capsys):
 
 
 def test_bench_loader_table(capsys):
-    from torchnlq.benchmarks import batch_reads as bench_loader
+    from benchmarks import batch_reads as bench_loader
 
     assert bench_loader.main(["--tokens", "200000", "--shapes", "2x64,1x32", "--iters", "3"]) == 0
     out = capsys.readouterr().out
@@ -159,7 +159,7 @@ def test_bench_loader_table(capsys):
     (["--tokens", "10"], "smaller than one micro-batch"),
 ])
 def test_bench_loader_bad_input_is_one_line(argv, message, capsys):
-    from torchnlq.benchmarks import batch_reads as bench_loader
+    from benchmarks import batch_reads as bench_loader
 
     assert run_cli(bench_loader.main, argv) == 2
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchnlq.benchmarks import inference_speed
+from benchmarks import inference_speed
 from torchnlq.cli import run_cli
 
 TINY = ["--layers", "2", "--dim", "32", "--heads", "4", "--vocab", "128", "--prompt", "8", "--decode", "3",

@@ -1126,16 +1126,16 @@ ENTRIES: dict[str, EntryPoint] = {
     "run_suite.py": EntryPoint("scripts/run_suite.py", _attr("torchnlq.experiments.suite_run")),
     "compare_runs.py": EntryPoint("scripts/compare_runs.py", _attr("torchnlq.experiments.compare")),
     "model_summary.py": EntryPoint("scripts/model_summary.py", _attr("torchnlq.inference.summary")),
-    "bench.py": EntryPoint("scripts/bench.py", _attr("torchnlq.benchmarks.train_step")),
-    "bench_attention.py": EntryPoint("scripts/bench_attention.py", _attr("torchnlq.benchmarks.attention_block")),
-    "bench_loader.py": EntryPoint("scripts/bench_loader.py", _attr("torchnlq.benchmarks.batch_reads")),
-    "bench_checkpoint.py": EntryPoint("scripts/bench_checkpoint.py", _attr("torchnlq.benchmarks.checkpoint_io")),
+    "bench.py": EntryPoint("scripts/bench.py", _attr("benchmarks.train_step")),
+    "bench_attention.py": EntryPoint("scripts/bench_attention.py", _attr("benchmarks.attention_block")),
+    "bench_loader.py": EntryPoint("scripts/bench_loader.py", _attr("benchmarks.batch_reads")),
+    "bench_checkpoint.py": EntryPoint("scripts/bench_checkpoint.py", _attr("benchmarks.checkpoint_io")),
     "bench_parallel.py": EntryPoint("scripts/bench_parallel.py", _script("bench_parallel")),
     "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
     "upcycle.py": EntryPoint("scripts/upcycle.py", _script("upcycle")),
-    "bench_inference.py": EntryPoint("scripts/bench_inference.py", _attr("torchnlq.benchmarks.inference_speed")),
-    "bench_cpu_allocator.py": EntryPoint("scripts/bench_cpu_allocator.py", _attr("torchnlq.benchmarks.cpu_allocator")),
-    "gpu_check.py": EntryPoint("scripts/gpu_check.py", _attr("torchnlq.benchmarks.gpu_check")),
+    "bench_inference.py": EntryPoint("scripts/bench_inference.py", _attr("benchmarks.inference_speed")),
+    "bench_cpu_allocator.py": EntryPoint("scripts/bench_cpu_allocator.py", _attr("benchmarks.cpu_allocator")),
+    "gpu_check.py": EntryPoint("scripts/gpu_check.py", _attr("benchmarks.gpu_check")),
 }
 
 

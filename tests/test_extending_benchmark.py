@@ -1,10 +1,10 @@
 """The benchmark walk-through of docs/extending.md ("A new benchmark"), performed as written there.
 
-The section has two ```python blocks: the benchmark module (``torchnlq/benchmarks/forward_batch.py``
+The section has two ```python blocks: the benchmark module (``benchmarks/forward_batch.py``
 in the docs) and its entry point (``scripts/bench_forward.py``). They are taken from the
 markdown and written into tmp_path, never into the working tree: the module is imported from
 there and its ``main`` run with tiny sizes; for the layering rules and the script, both go
-into a copy of the package (``tmp/torchnlq/...``, ``tmp/scripts/...``) and the import-linter
+into a copy of the repository's code (``tmp/torchnlq/...``, ``tmp/benchmarks/...``, ``tmp/scripts/...``) and the import-linter
 contracts of pyproject.toml (tests/test_layering.py) run on that copy, the script in a subprocess.
 """
 
@@ -26,8 +26,8 @@ from test_layering import PACKAGE_ROOT, run_lint_imports
 from torchnlq.cli import run_cli
 
 DOC = REPO_ROOT / "docs" / "extending.md"
-MODULE = "torchnlq.benchmarks.forward_batch"  # where the docs put the example
-MODULE_PATH = "torchnlq/benchmarks/forward_batch.py"
+MODULE = "benchmarks.forward_batch"  # where the docs put the example
+MODULE_PATH = "benchmarks/forward_batch.py"
 SCRIPT_PATH = "scripts/bench_forward.py"
 TINY = ["--batches", "1", "2", "--seq", "8", "--layers", "1", "--dim", "16", "--heads", "2",
         "--steps", "2", "--warmup", "1"]
@@ -74,11 +74,11 @@ def check_table(output: str, variants: tuple[str, ...], n_batches: int) -> None:
 
 
 def package_copy(tmp_path: Path, module_source: str) -> Path:
-    """tmp/torchnlq: the package's .py files, plus ``module_source`` as the docs' benchmark module;
-    tmp/pyproject.toml: the import contracts."""
+    """tmp/torchnlq and tmp/benchmarks: the packages' .py files, plus ``module_source`` as the docs'
+    benchmark module; tmp/pyproject.toml: the import contracts."""
     root = tmp_path / "torchnlq"
-    shutil.copytree(PACKAGE_ROOT, root, ignore=lambda _dir, names: [n for n in names if n == "__pycache__"
-                                                                    or (n.endswith(".pyc"))])
+    for package in (PACKAGE_ROOT, REPO_ROOT / "benchmarks"):
+        shutil.copytree(package, tmp_path / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path)
     (tmp_path / MODULE_PATH).write_text(module_source)
     return root
@@ -103,9 +103,9 @@ def test_example_bad_input_is_one_error_line(example, capsys):
 
 
 def test_example_follows_the_layering_rules(tmp_path):
-    """In torchnlq/benchmarks/ the example imports only what the benchmarks layer may import."""
+    """In benchmarks/ the example imports only what the benchmarks layer may import."""
     source = doc_blocks()["module"]
-    assert re.search(r"^from torchnlq\.benchmarks\.timing import ", source, flags=re.MULTILINE), (
+    assert re.search(r"^from benchmarks\.timing import ", source, flags=re.MULTILINE), (
         "the example should use the timing helpers")
     package_copy(tmp_path, source)
     assert example_problems(tmp_path) == []

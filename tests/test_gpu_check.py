@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import torch
 
-from torchnlq.benchmarks import gpu_check
-from torchnlq.benchmarks.gpu_check import Row, judge
+from benchmarks import gpu_check
+from benchmarks.gpu_check import Row, judge
 from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.models import GPT, QUERY_TYPES

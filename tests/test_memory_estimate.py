@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.train import tiny_config
 
-from torchnlq.benchmarks.activation_memory import measure_allocations
-from torchnlq.benchmarks.train_step_support import tensor_bytes
+from benchmarks.activation_memory import measure_allocations
+from benchmarks.train_step_support import tensor_bytes
 from torchnlq.parallel.memory_estimate import GIB, MemoryEstimate, estimate_memory, fit_warning
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import Trainer

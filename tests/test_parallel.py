@@ -27,7 +27,7 @@ from torchnlq.parallel import (
     set_gradient_sync,
 )
 from torchnlq.parallel.activation_checkpoint import is_checkpointed
-from torchnlq.benchmarks.activation_memory import measure_allocations
+from benchmarks.activation_memory import measure_allocations
 from torchnlq.parallel.float8 import float8_linear_class
 
 CPU = torch.device("cpu")

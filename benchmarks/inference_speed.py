@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from torchnlq.benchmarks.activation_memory import measure_allocations
-from torchnlq.benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
+from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 from torchnlq.cli import ArgumentParser
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from torchnlq.cli import ArgumentParser
-from torchnlq.benchmarks.timing import (
+from benchmarks.timing import (
     DeviceTimer,
     describe_machine,
     interleave,

@@ -12,11 +12,11 @@ the config's tokenizer (``--real-data`` reads ``data.path`` instead).
 
 After ``--warmup`` steps per variant (compilation, optimizer state), ``--steps`` timed
 steps run interleaved, one of each variant per round in a shuffled order (see
-:func:`torchnlq.benchmarks.timing.interleave`); figures are medians, and the ratio to the
+:func:`benchmarks.timing.interleave`); figures are medians, and the ratio to the
 first variant is the median over rounds of the per-round ratio (paired: both steps of
 a ratio ran in the same round). One more step per variant measures peak memory: the CUDA
 allocator's peak on GPU; on CPU every allocation during the step, recorded by the
-profiler (:func:`torchnlq.benchmarks.activation_memory.measure_allocations`), since process RSS
+profiler (:func:`benchmarks.activation_memory.measure_allocations`), since process RSS
 never shrinks and is shared by all variants. Both add the variant's parameters and
 optimizer state, which exist before the step. The data column is the time spent in
 ``read_batch`` plus the host-to-device copy, as a share of the step.
@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from torchnlq.benchmarks.activation_memory import measure_allocations
-from torchnlq.benchmarks.timing import (
+from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import (
     DeviceTimer,
     describe_machine,
     interleave,
@@ -48,12 +48,12 @@ from torchnlq.benchmarks.timing import (
     markdown_table,
     median,
 )
-from torchnlq.benchmarks.train_step_args import (
+from benchmarks.train_step_args import (
     BenchOptions,
     parse_variant,
     split_bench_args,
 )
-from torchnlq.benchmarks.train_step_support import (
+from benchmarks.train_step_support import (
     TimedLoader,
     quiet_trainer_logs,
     tensor_bytes,

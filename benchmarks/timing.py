@@ -1,6 +1,6 @@
 """Timing helpers shared by the benchmarks: a device timer, interleaved rounds, machine info, Markdown tables.
 
-Peak memory is :func:`torchnlq.benchmarks.activation_memory.measure_allocations`.
+Peak memory is :func:`benchmarks.activation_memory.measure_allocations`.
 """
 
 from __future__ import annotations

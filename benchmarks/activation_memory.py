@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
-from torchnlq.benchmarks.timing import interleave, markdown_table
+from benchmarks.timing import interleave, markdown_table
 from torchnlq.config.job_config import ActivationCheckpoint
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing

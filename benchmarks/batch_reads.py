@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from torchnlq.cli import ArgumentParser
-from torchnlq.benchmarks.timing import (
+from benchmarks.timing import (
     describe_machine,
     machine_info,
     markdown_table,

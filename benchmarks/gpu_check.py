@@ -14,7 +14,7 @@ It prints the device (name, compute capability, memory, torch / CUDA versions, t
 TFLOP/s MFU is measured against), then one row per query type (default: linear, residual_mlp and the
 config's own; --query-types all: every registered type), and on GPUs with float8 matmuls (compute
 capability >= 8.9) a float8 row per query type. A row is a real Trainer of the config, as
-scripts/bench.py builds it (torchnlq/benchmarks/train_step.py: random tokens, no checkpoints, no
+scripts/bench.py builds it (benchmarks/train_step.py: random tokens, no checkpoints, no
 validation): --warmup untimed steps (the first compiles), --steps timed steps, one more step for the
 peak memory. Each row gives tokens/s, step time, TFLOP/s, MFU, peak memory (with the memory estimate
 from torchnlq.parallel.memory_estimate), graph breaks and recompilations (dynamo's counters), the
@@ -51,9 +51,9 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from torchnlq.benchmarks.timing import machine_info, markdown_table
-from torchnlq.benchmarks.train_step import Variant
-from torchnlq.benchmarks.train_step_args import BenchOptions
+from benchmarks.timing import machine_info, markdown_table
+from benchmarks.train_step import Variant
+from benchmarks.train_step_args import BenchOptions
 from torchnlq.cli import ArgumentParser
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.manager import load_job_config
@@ -67,7 +67,7 @@ from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import TrainingDiverged
 from torchnlq.train.validate import cross_entropy
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The default profile (the paper's best run): gpt_small, bf16 autocast, compile, micro-batch 12 x 1024.
 DEFAULT_CONFIG = "train_configs/gpt_small_res_gelu.toml"
 #: What --device cpu runs when no config is given: the debug model trains in seconds on a CPU.

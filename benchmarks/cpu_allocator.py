@@ -22,12 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchnlq.benchmarks.timing import markdown_table, median
+from benchmarks.timing import markdown_table, median
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
 ARMS = ("keep", "default")
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
 
 
 def run_arm(arm: str, bench_args: list[str], folder: Path) -> tuple[float, float]:
