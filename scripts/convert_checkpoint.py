@@ -6,6 +6,7 @@ Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-bf16 --dtype bf16
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-gpt2 --format hf-gpt2
+    python scripts/convert_checkpoint.py outputs/llama/checkpoints/step-100 exports/llama --format hf-llama
 
 OUT must be a new folder, or with --overwrite a previous export (only its files are replaced).
 Refused even with --overwrite: the checkpoint itself or a folder containing or inside it, the
@@ -29,12 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained), "
         "a Hugging Face transformers folder of any query type (hf: AutoModelForCausalLM.from_pretrained) "
-        "or a Hugging Face GPT-2 folder (hf-gpt2, linear queries: transformers.GPT2LMHeadModel.from_pretrained).",
+        "or a Hugging Face GPT-2 or Llama folder of a linear-query model without remote code (hf-gpt2: "
+        "transformers.GPT2LMHeadModel; hf-llama, Llama-style blocks: transformers.LlamaForCausalLM).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
-    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2"), help="output format")
+    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2", "hf-llama"), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
     add_plugins_option(p)
@@ -58,6 +60,10 @@ def main(argv: list[str]) -> int:
         from torchnlq.interop.hf_gpt2 import export_hf_gpt2
 
         out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    elif args.format == "hf-llama":
+        from torchnlq.interop.hf_llama import export_hf_llama
+
+        out = export_hf_llama(loaded, args.out, args.dtype, overwrite=args.overwrite)
     else:
         from torchnlq.interop.export import export_safetensors
 

@@ -36,6 +36,12 @@ CASES += [
 ]
 CASES += [pytest.param("residual_mlp", {}, {}, m, id=f"residual_mlp-ac-{m}") for m in ("full", "selective", "op")]
 CASES += [pytest.param("linear", {"positions": "rope"}, {}, "op", id="linear-rope-ac-op")]
+# The Llama-style block (every block option away from GPT-2's) with every query type.
+LLAMA = {"positions": "rope", "norm": "rms", "mlp_activation": "swiglu", "qk_norm": True, "bias": True,
+         "rope_scaling_factor": 8.0, "rope_original_max_seq_len": 8, "n_kv_heads": 1, "init": "depth",
+         "tie_embeddings": False}
+CASES += [pytest.param(q, LLAMA, {}, "none", id=f"{q}-llama") for q in QUERY_TYPE_NAMES]
+CASES += [pytest.param("residual_mlp", LLAMA, {}, "selective", id="residual_mlp-llama-ac-selective")]
 
 
 def test_the_cases_cover_every_registered_query_type() -> None:

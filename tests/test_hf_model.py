@@ -30,7 +30,7 @@ from torchnlq.interop.export import HF_EXPORT_FILE, HF_MODELING_FILE, export_saf
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError, UserError
-from torchnlq.interop.hf_export import AUTO_MAP, NOT_IN_CONFIG, export_hf
+from torchnlq.interop.hf_export import AUTO_MAP, export_hf, hf_config
 from torchnlq.interop.ship_code import PACKAGE_FILE, export_code
 from torchnlq.inference.sampling import STOP_EOT, generate_tokens
 from torchnlq.models import GPT, ModelArgs
@@ -307,9 +307,8 @@ def test_bf16_export(transformers, tmp_path):
 @pytest.mark.integration
 def test_configs_it_cannot_compute_are_config_errors(transformers):
     """The wrapper's config is checked by torchnlq's own ModelArgs: one line, before any weight exists."""
-    from torchnlq.interop.modeling_torchnlq import CONFIG_NAMES, TorchnlqConfig
+    from torchnlq.interop.modeling_torchnlq import TorchnlqConfig
 
-    assert set(CONFIG_NAMES) == {f.name for f in fields(ModelArgs)} - set(NOT_IN_CONFIG)
     with pytest.raises(ConfigError, match="model.query.type: unknown 'shiny'.*plugin"):
         TorchnlqConfig(query={"type": "shiny"})
     with pytest.raises(ConfigError, match="model_args.query has unknown keys anchor"):
@@ -320,6 +319,25 @@ def test_configs_it_cannot_compute_are_config_errors(transformers):
         TorchnlqConfig(num_key_value_heads=3)
     with pytest.raises(ConfigError, match="needs n_heads\\*head_dim == dim"):
         TorchnlqConfig(head_dim=8, query={"type": "identity"})
+
+
+@pytest.mark.integration
+def test_config_json_round_trips_every_model_field(transformers):
+    """Every ModelArgs field but ``init`` survives config.json -> TorchnlqConfig -> ModelArgs, each set away
+    from its default (a field added later travels with no change to the wrapper)."""
+    from torchnlq.interop.modeling_torchnlq import TorchnlqConfig
+
+    args = ModelArgs(n_layers=3, dim=48, n_heads=6, n_kv_heads=2, mlp_hidden=80, vocab_size=300, max_seq_len=40,
+                     tie_embeddings=False, positions="rope", rope_theta=5e5, norm_eps=1e-6, init_std=0.03, bias=True,
+                     mlp_activation="swiglu", norm="rms", qk_norm=True, rope_scaling_factor=8.0,
+                     rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16,
+                     query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False))
+    defaults = ModelArgs()
+    same = [f.name for f in fields(ModelArgs) if f.name not in ("init", "head_dim")
+            and getattr(args, f.name) == getattr(defaults, f.name)]
+    assert same == [], f"set these fields away from their defaults in the test: {same}"
+    config = json.loads(json.dumps(hf_config(args, {}, torch.float32)))
+    assert TorchnlqConfig(**config).model_args() == args
 
 
 # ---------------------------------------------------------------- in fresh processes

@@ -274,8 +274,8 @@ def test_init_values_come_from_one_list() -> None:
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--model.init=papr"], "model.init: 'papr' is not one of torchnlq, paper; did you mean 'paper'?"),
-        (["--model.init=Paper"], "model.init: 'Paper' is not one of torchnlq, paper"),
+        (["--model.init=papr"], "model.init: 'papr' is not one of torchnlq, depth, paper; did you mean 'paper'?"),
+        (["--model.init=Paper"], "model.init: 'Paper' is not one of torchnlq, depth, paper"),
         (["--model.query.half_scale=half"], "--model.query.half_scale expects true or false, got 'half'"),
     ],
 )

@@ -159,6 +159,12 @@ def test_float8_conversion_swaps_exactly_the_eligible_linears(recipe: str) -> No
     assert list(model.state_dict()) == keys
 
 
+def test_float8_conversion_swaps_the_gate_of_swiglu() -> None:
+    model = convert_to_float8(seeded_model(tiny_args(n_layers=1, query_type="linear", **LLAMA_BLOCK)), "tensorwise")
+    assert float8_swapped(model) == {f"layers.0.{name}" for name in (
+        "attn.query.w_q", "attn.kv", "attn.proj", "mlp.fc", "mlp.gate", "mlp.proj")}
+
+
 def test_float8_conversion_tied_head_and_query_linears() -> None:
     model = convert_to_float8(seeded_model(tiny_args(n_layers=1, query_type="linear")), "tensorwise")
     assert model.lm_head is None
@@ -213,9 +219,14 @@ def test_build_mesh_errors_and_single_process() -> None:
     assert build_mesh(info(1), Parallelism()) is None
 
 
-def test_fsdp_single_process_matches_plain() -> None:
+LLAMA_BLOCK = dict(positions="rope", norm="rms", mlp_activation="swiglu", qk_norm=True, rope_scaling_factor=8.0,
+                   rope_original_max_seq_len=16, init="depth", n_kv_heads=2)
+
+
+@pytest.mark.parametrize("block", [{}, LLAMA_BLOCK], ids=["gpt2", "llama"])
+def test_fsdp_single_process_matches_plain(block: dict) -> None:
     """fsdp_single_process: a 1-rank gloo group, DTensor params; same init, loss, grads and clipped norm."""
-    args = tiny_args(n_layers=2, positions="rope")
+    args = tiny_args(n_layers=2, **{"positions": "rope", **block})
     info = DistInfo(rank=0, local_rank=0, world_size=1, device=CPU)
     parallelism = Parallelism(fsdp_single_process=True)
     try:
@@ -243,9 +254,11 @@ def test_fsdp_single_process_matches_plain() -> None:
 
 # --- initialisation, clipping, gradient sync without a mesh ---------------------------------
 
-@pytest.mark.parametrize("positions", ["learned", "rope"])
+@pytest.mark.parametrize("positions", ["learned", "rope", "llama"])
 def test_materialize_without_mesh_equals_seeded_model(positions: str) -> None:
-    args = tiny_args(positions=positions, tie_embeddings=positions == "learned")
+    block = LLAMA_BLOCK if positions == "llama" else {"positions": positions}
+    args = tiny_args(tie_embeddings=positions == "learned", **block)
+    positions = args.positions
     with torch.device("meta"):
         model = GPT(args)
     apply_activation_checkpointing(model, ActivationCheckpoint(mode="full"))

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from torchnlq.interop.load import load_model
-from torchnlq.interop.upcycle import read_hf_gpt2, upcycle
+from torchnlq.interop.upcycle import read_hf_model, upcycle
 from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
@@ -57,7 +57,7 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rel: float = 1e-5) -> None:
 
 
 def test_an_imported_gpt2_gives_transformers_logits(gpt2_folder: Path) -> None:
-    args, state, _ = read_hf_gpt2(gpt2_folder)
+    args, state, _ = read_hf_model(gpt2_folder)
     assert (args.bias, args.mlp_activation, args.vocab_size, args.max_seq_len) == (True, "gelu_tanh", 320, 64)
     loaded = upcycle(gpt2_folder)
     assert loaded.model.num_params() == args.num_params() == sum(
@@ -111,7 +111,7 @@ def test_an_imported_gpt2_exports_back_to_transformers(gpt2_folder: Path, tmp_pa
 
 
 def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="is neither a Hugging Face GPT-2 folder"):
+    with pytest.raises(UserError, match="is neither a Hugging Face GPT-2 or Llama folder"):
         upcycle(tmp_path)
     with pytest.raises(UserError, match="names blocks outside 0..2"):
         upcycle(gpt2_folder, Query(type="anchored", layers="2-3"))
@@ -122,14 +122,14 @@ def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path
     (pickled / "config.json").write_text((gpt2_folder / "config.json").read_text())
     (pickled / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(UserError, match="pytorch_model.bin, which torchnlq does not unpickle"):
-        read_hf_gpt2(pickled)
+        read_hf_model(pickled)
     # A sharded folder whose index names a file outside it: refused, the file never opened.
     sharded = tmp_path / "sharded"
     sharded.mkdir()
     (sharded / "config.json").write_text((gpt2_folder / "config.json").read_text())
     (sharded / "model.safetensors.index.json").write_text('{"weight_map": {"wte.weight": "../elsewhere.safetensors"}}')
     with pytest.raises(UserError, match="must name .safetensors files of this folder"):
-        read_hf_gpt2(sharded)
+        read_hf_model(sharded)
 
 
 def run_config(tmp_path: Path, name: str, initial: Path, **query: object):

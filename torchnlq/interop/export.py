@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,13 @@ from torchnlq.checkpoint.metadata import (
 )
 from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
 from torchnlq.paths import is_within, protected_folders
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: config.json's ``torch_dtype`` for each stored dtype.
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 # The torchnlq-specific file of a Hugging Face export (torchnlq.interop.hf_gpt2): it marks the folder as ours.
@@ -248,4 +252,45 @@ def export_safetensors(
         state = cast_weights(loaded.model.state_dict(), target)
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
+    return Path(out_dir).expanduser()
+
+
+def export_standard(
+    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str, overwrite: bool, *,
+    incompatibility: Callable[[ModelArgs], str | None],
+    state_dict: Callable[[GPT], dict[str, torch.Tensor]],
+    config: Callable[[ModelArgs, dict, torch.dtype], dict[str, Any]],
+) -> Path:
+    """Write a folder of a standard transformers architecture (GPT-2, Llama: no remote code); return its path.
+
+    ``incompatibility(args)`` says why the architecture cannot compute this model (one error line),
+    ``state_dict(model)`` renames the weights (fp32) and ``config(args, tokenizer, dtype)`` is the
+    config.json. The folder also holds the tokenizer files and ``torchnlq_export.json`` (the
+    tokenizer description and run metadata, which transformers ignores).
+    """
+    from safetensors.torch import save_file
+
+    from torchnlq.version import __version__
+
+    target = parse_dtype(dtype)
+    loaded = as_loaded(source)
+    check_tokenizer_fits(loaded)
+    reason = incompatibility(loaded.args)
+    if reason:
+        raise UserError(reason)
+    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
+    extra = {
+        **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
+        "torchnlq_version": __version__,
+        "model_args": loaded.args.to_dict(),
+        "tokenizer": loaded.tokenizer,
+        "source": str(loaded.path),
+    }
+    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
+        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        state = cast_weights(state_dict(loaded.model), target)
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_json(tmp / HF_EXPORT_FILE, extra)
+        write_json(tmp / CONFIG_FILE, config(loaded.args, loaded.tokenizer, target))
     return Path(out_dir).expanduser()

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchnlq.interop.export import (
+    DTYPE_NAMES,
     HF_EXPORT_FILE,
     atomic_folder,
     cast_weights,
@@ -39,18 +40,16 @@ AUTO_MAP = {
     "AutoConfig": "modeling_torchnlq.TorchnlqConfig",
     "AutoModelForCausalLM": "modeling_torchnlq.TorchnlqForCausalLM",
 }
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-#: ModelArgs fields that say how weights start, not what the model computes.
-NOT_IN_CONFIG = ("init",)
 
 
 @cache
-def config_names() -> dict[str, str]:
-    """``CONFIG_NAMES`` of the wrapper, read from its source: writing an export needs no transformers."""
+def wrapper_constant(name: str) -> Any:
+    """A literal constant of the wrapper (``CONFIG_NAMES``, ``NOT_IN_CONFIG``), read from its source:
+    writing an export needs no transformers."""
     for node in ast.parse(WRAPPER_SOURCE.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CONFIG_NAMES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
-    raise RuntimeError(f"{WRAPPER_SOURCE} defines no CONFIG_NAMES")
+    raise RuntimeError(f"{WRAPPER_SOURCE} defines no {name}")
 
 
 def hf_state_dict(model: GPT, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -68,19 +67,17 @@ def end_of_text_id(args: ModelArgs, tokenizer: dict[str, Any]) -> int | None:
 
 
 def hf_config(args: ModelArgs, tokenizer: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
-    """config.json: every ModelArgs field under its TorchnlqConfig name, plus what transformers reads.
+    """config.json: every ModelArgs field under its TorchnlqConfig name (transformers' usual name where
+    ``CONFIG_NAMES`` gives one, else its own), plus what transformers reads.
 
     Every field is written, defaults included (``to_dict`` leaves some defaults out), so the file
     says what the model is without relying on the defaults of the copied modeling code.
     """
-    values = {k: v for k, v in asdict(args).items() if k not in NOT_IN_CONFIG}
-    names = config_names()
-    unmapped = sorted(set(values) - set(names))
-    if unmapped:  # a new ModelArgs field needs a config.json name in CONFIG_NAMES
-        raise RuntimeError(f"ModelArgs fields {unmapped} have no config.json name in CONFIG_NAMES")
+    values = {k: v for k, v in asdict(args).items() if k not in wrapper_constant("NOT_IN_CONFIG")}
+    names = wrapper_constant("CONFIG_NAMES")
     eot = end_of_text_id(args, tokenizer)
     return {
-        **{names[k]: v for k, v in values.items()},
+        **{names.get(k, k): v for k, v in values.items()},
         "architectures": ["TorchnlqForCausalLM"],
         "model_type": "torchnlq",
         "auto_map": dict(AUTO_MAP),

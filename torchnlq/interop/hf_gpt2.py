@@ -1,37 +1,28 @@
-"""Export a torchnlq model as a Hugging Face GPT-2 folder (``GPT2LMHeadModel.from_pretrained``).
+"""Hugging Face GPT-2 both ways: export a torchnlq model as a ``GPT2LMHeadModel`` folder, and read one.
 
 Written without importing transformers. Only models GPT-2 computes exactly qualify: learned
 positions, n_kv_heads == n_heads, head_dim == dim / n_heads and a query linear in X
 (``identity`` exports as W_Q = I, ``residual`` as I + W). GPT-2's ``Conv1D`` weights are
 [in, out] and ``c_attn`` fuses [Q | K | V]; biases torchnlq lacks are written as zeros
-(docs/checkpoints.md has the table).
+(docs/checkpoints.md has the table). :func:`read_hf_gpt2` is the reverse (``model.bias`` and
+``gelu_tanh`` make the logits transformers' own).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from torchnlq.interop.export import (
-    HF_EXPORT_FILE,
-    atomic_folder,
-    check_export_folder,
-    export_source,
-    cast_weights,
-    check_tokenizer_fits,
-    parse_dtype,
-    write_json,
-)
-from torchnlq.interop.load import LoadedModel, as_loaded
-from torchnlq.checkpoint.metadata import FORMAT_KEYS
-from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
+from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
+from torchnlq.interop.export import DTYPE_NAMES, export_standard
+from torchnlq.interop.hf_folder import read_hf_config, read_hf_weights, weight_taker
+from torchnlq.interop.load import LoadedModel
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.models.query import get_query_class
-
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def gpt2_incompatibility(args: ModelArgs) -> str | None:
@@ -41,6 +32,9 @@ def gpt2_incompatibility(args: ModelArgs) -> str | None:
         return f"query type {args.query.type} has no GPT-2 equivalent{fallback}"
     if args.positions != "learned":
         return f"positions={args.positions!r}: GPT-2 has learned absolute positions only{fallback}"
+    if not args.is_gpt2_block:
+        return (f"norm={args.norm!r}, mlp_activation={args.mlp_activation!r}, qk_norm={args.qk_norm}: GPT-2 has "
+                f"LayerNorms, a GELU MLP and no QK-norm{fallback}")
     if args.n_kv_heads != args.n_heads:
         return (
             f"n_kv_heads={args.n_kv_heads} != n_heads={args.n_heads} (GQA/MQA): GPT-2 has one K,V head per "
@@ -135,33 +129,61 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 def export_hf_gpt2(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
-    """Write a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); return its path.
+    """Write a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer files); return its path."""
+    return export_standard(source, out_dir, dtype, overwrite, incompatibility=gpt2_incompatibility,
+                           state_dict=gpt2_state_dict, config=gpt2_config)
 
-    ``torchnlq_export.json`` keeps the tokenizer description and run metadata (Hugging Face ignores it).
-    """
-    from safetensors.torch import save_file
 
-    from torchnlq.version import __version__
+# GPT-2's activation_function values and torchnlq's MLP activation for each.
+GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
-    target = parse_dtype(dtype)
-    loaded = as_loaded(source)
-    check_tokenizer_fits(loaded)
-    reason = gpt2_incompatibility(loaded.args)
-    if reason:
-        raise UserError(reason)
-    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
-    extra = {
-        **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
-        "torchnlq_version": __version__,
-        "model_args": loaded.args.to_dict(),
-        "tokenizer": loaded.tokenizer,
-        "source": str(loaded.path),
-    }
-    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
-        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
-        state = cast_weights(gpt2_state_dict(loaded.model), target)
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        write_json(tmp / HF_EXPORT_FILE, extra)
-        write_json(tmp / "config.json", gpt2_config(loaded.args, loaded.tokenizer, target))
-    return Path(out_dir).expanduser()
+
+def gpt2_model_args(config: dict[str, Any]) -> ModelArgs:
+    """torchnlq's ModelArgs for a GPT2Config dict (UserError for what torchnlq cannot compute exactly)."""
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in GPT2_ACTIVATIONS:
+        raise UserError(f"GPT-2 activation_function {activation!r} is not one torchnlq has ({', '.join(GPT2_ACTIVATIONS)})")
+    for key, wanted in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if config.get(key, wanted) != wanted:
+            raise UserError(f"GPT-2 config {key}={config[key]!r}: torchnlq's attention needs {key}={wanted!r}")
+    try:
+        dim, n_heads = int(config["n_embd"]), int(config["n_head"])
+        return ModelArgs(
+            n_layers=int(config["n_layer"]), dim=dim, n_heads=n_heads, head_dim=dim // n_heads,
+            mlp_hidden=int(config.get("n_inner") or 4 * dim), vocab_size=int(config["vocab_size"]),
+            max_seq_len=int(config["n_positions"]), tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+            norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
+            init_std=float(config.get("initializer_range", 0.02)), bias=True,
+            mlp_activation=GPT2_ACTIVATIONS[activation], query=Query(type="linear"),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"GPT-2 config.json lacks or mangles {e}; it is not a GPT2Config") from None
+
+
+def read_hf_gpt2(path: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
+    """(ModelArgs, torchnlq state dict in fp32) of a Hugging Face GPT-2 folder."""
+    folder = Path(path)
+    args = gpt2_model_args(read_hf_config(folder, "gpt2"))
+    # GPT2LMHeadModel prefixes the body with "transformer."; a saved GPT2Model has no prefix.
+    take = weight_taker(folder, {k.removeprefix("transformer."): v for k, v in read_hf_weights(folder).items()},
+                        "GPT2LMHeadModel")
+    d = args.dim
+    sd = {"tok_emb.weight": take("wte.weight"), "pos_emb.weight": take("wpe.weight")}
+    for i in range(args.n_layers):
+        h, t = f"h.{i}.", f"layers.{i}."
+        c_attn_w, c_attn_b = take(h + "attn.c_attn.weight"), take(h + "attn.c_attn.bias")  # [d, 3d], [3d]
+        sd.update({
+            t + "ln_1.weight": take(h + "ln_1.weight"), t + "ln_1.bias": take(h + "ln_1.bias"),
+            t + "attn.query.w_q.weight": c_attn_w[:, :d].t().contiguous(), t + "attn.q_bias": c_attn_b[:d],
+            t + "attn.kv.weight": c_attn_w[:, d:].t().contiguous(), t + "attn.kv.bias": c_attn_b[d:],
+            t + "attn.proj.weight": take(h + "attn.c_proj.weight").t().contiguous(),
+            t + "attn.proj.bias": take(h + "attn.c_proj.bias"),
+            t + "ln_2.weight": take(h + "ln_2.weight"), t + "ln_2.bias": take(h + "ln_2.bias"),
+            t + "mlp.fc.weight": take(h + "mlp.c_fc.weight").t().contiguous(), t + "mlp.fc.bias": take(h + "mlp.c_fc.bias"),
+            t + "mlp.proj.weight": take(h + "mlp.c_proj.weight").t().contiguous(),
+            t + "mlp.proj.bias": take(h + "mlp.c_proj.bias"),
+        })
+    sd["ln_f.weight"], sd["ln_f.bias"] = take("ln_f.weight"), take("ln_f.bias")
+    if not args.tie_embeddings:
+        sd["lm_head.weight"] = take("lm_head.weight")
+    return args, sd

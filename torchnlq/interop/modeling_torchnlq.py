@@ -9,8 +9,9 @@ beside the model package's own files, with its ``torchnlq.models`` imports rewri
 that trained the model, without torchnlq installed. With torchnlq installed,
 :func:`torchnlq.interop.auto.register_auto_classes` registers these classes instead.
 
-config.json holds every :class:`ModelArgs` field under :data:`CONFIG_NAMES` (transformers' usual
-names where one exists); weights are torchnlq's state-dict names under ``model.``.
+config.json holds every :class:`ModelArgs` field: under transformers' usual name where one exists
+(:data:`CONFIG_NAMES`), else under its own, so a model option added later exports with no change
+here; weights are torchnlq's state-dict names under ``model.``.
 
 Generation: keys and values go through transformers' ``Cache`` (``cache.update(k, v, layer)``);
 positions come from ``position_ids``, else from the 2-D ``attention_mask`` (left padding: a row's
@@ -28,63 +29,50 @@ from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig,
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torchnlq.models import GPT, ModelArgs
-from torchnlq.models.rope import RotaryEmbedding, rope_at
+from torchnlq.models.rope import RotaryEmbedding, rope_at, rope_scaling
 
 # torchnlq-export: plugin imports (the export adds one line per plugin module it ships)
 
-#: ModelArgs field -> config.json name.
+#: ModelArgs fields stored under transformers' usual config.json name; the others keep their own name.
 CONFIG_NAMES = {
     "n_layers": "num_hidden_layers",
     "dim": "hidden_size",
     "n_heads": "num_attention_heads",
     "n_kv_heads": "num_key_value_heads",
-    "head_dim": "head_dim",
     "mlp_hidden": "intermediate_size",
-    "vocab_size": "vocab_size",
     "max_seq_len": "max_position_embeddings",
     "tie_embeddings": "tie_word_embeddings",
-    "positions": "positions",
-    "rope_theta": "rope_theta",
-    "norm_eps": "norm_eps",
     "init_std": "initializer_range",
-    "bias": "bias",
-    "mlp_activation": "mlp_activation",
-    "query": "query",
 }
+#: ModelArgs fields that say how weights start, not what the model computes: not in config.json.
+NOT_IN_CONFIG = ("init",)
+
+
+def model_fields() -> dict[str, str]:
+    """Every ModelArgs field in config.json -> its config.json name."""
+    return {f.name: CONFIG_NAMES.get(f.name, f.name) for f in dataclasses.fields(ModelArgs)
+            if f.name not in NOT_IN_CONFIG}
 
 
 class TorchnlqConfig(PretrainedConfig):
-    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line)."""
+    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line).
+
+    Fields not given take ModelArgs' defaults (a config.json written before a field existed
+    describes a model without that option).
+    """
 
     model_type = "torchnlq"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        hidden_size: int = 64,
-        num_hidden_layers: int = 2,
-        num_attention_heads: int = 4,
-        num_key_value_heads: int | None = None,
-        head_dim: int | None = None,
-        intermediate_size: int | None = None,
-        max_position_embeddings: int = 256,
-        positions: str = "learned",
-        rope_theta: float = 10000.0,
-        norm_eps: float = 1e-5,
-        initializer_range: float = 0.02,
-        bias: bool = False,
-        mlp_activation: str = "gelu",
-        query: dict[str, Any] | None = None,
-        tie_word_embeddings: bool = True,
-        use_cache: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        given = dict(locals())
-        for field, name in CONFIG_NAMES.items():
+    def __init__(self, tie_word_embeddings: bool = True, use_cache: bool = True, **kwargs: Any) -> None:
+        defaults = ModelArgs()
+        for field, name in model_fields().items():
             if name != "tie_word_embeddings":
-                setattr(self, name, given[name])
-        self.query = dict(query or {})
+                value = kwargs.pop(name, None if field in ("n_kv_heads", "head_dim", "mlp_hidden")
+                                   else getattr(defaults, field))
+                setattr(self, name, dataclasses.asdict(value) if field == "query" and not isinstance(value, dict)
+                        else value)
+        self.query = dict(self.query or {})
         self.use_cache = use_cache
         # Through the base class: transformers 4.x sets tie_word_embeddings there.
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
@@ -94,13 +82,12 @@ class TorchnlqConfig(PretrainedConfig):
 
     def model_args(self) -> ModelArgs:
         """The torchnlq ModelArgs these fields describe."""
-        values = {field: getattr(self, name) for field, name in CONFIG_NAMES.items()}
-        return ModelArgs.from_dict(values)
+        return ModelArgs.from_dict({field: getattr(self, name) for field, name in model_fields().items()})
 
     @classmethod
     def from_model_args(cls, args: ModelArgs, **kwargs: Any) -> TorchnlqConfig:
         """The config of a torchnlq model (every field written, defaults included)."""
-        values = {name: getattr(args, field) for field, name in CONFIG_NAMES.items()}
+        values = {name: getattr(args, field) for field, name in model_fields().items()}
         values["query"] = dataclasses.asdict(args.query)
         return cls(**values, **kwargs)
 
@@ -206,7 +193,7 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         if gpt.pos_emb is not None:
             x = x + gpt.pos_emb(positions)
         else:
-            cos, sin = rope_at(positions, args.head_dim, args.rope_theta)
+            cos, sin = rope_at(positions, args.head_dim, args.rope_theta, rope_scaling(args))
             rope = (cos[:, None], sin[:, None])  # [B, 1, T, head_dim]: per row, shared by the heads
         if attention_mask is not None:
             mask = attention_mask_4d(attention_mask, past, seq_len)

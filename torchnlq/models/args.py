@@ -10,14 +10,17 @@ from .errors import ConfigError, unknown_choice
 from .query import query_num_params, query_params_in_model
 
 POSITIONS = ("learned", "rope")
-#: ``model.mlp_activation``: exact GELU (nanoGPT, the paper) or GPT-2's tanh approximation.
-MLP_ACTIVATIONS = ("gelu", "gelu_tanh")
+#: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
+MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
+NORMS = ("layer", "rms")
 #: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out.
-LATER_FIELDS: dict[str, Any] = {"bias": False, "mlp_activation": "gelu"}
+LATER_FIELDS: dict[str, Any] = {
+    "bias": False, "mlp_activation": "gelu", "norm": "layer", "qk_norm": False, "rope_scaling_factor": 1.0,
+    "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0, "rope_original_max_seq_len": 8192,
+}
 LATER_QUERY_FIELDS: dict[str, Any] = {"layers": "all", "train_anchor": True}
-#: ``model.init``: the order of the initial draws (:meth:`GPT.init_weights`); "paper" is
-#: :mod:`torchnlq.models.paper_init`.
-INIT_SCHEMES = ("torchnlq", "paper")
+#: ``model.init``: the initial weights (:meth:`GPT.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
+INIT_SCHEMES = ("torchnlq", "depth", "paper")
 
 
 @dataclass
@@ -52,6 +55,12 @@ class ModelArgs:
     init: str = "torchnlq"
     bias: bool = False
     mlp_activation: str = "gelu"
+    norm: str = "layer"
+    qk_norm: bool = False
+    rope_scaling_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_seq_len: int = 8192
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -81,6 +90,23 @@ class ModelArgs:
             raise unknown_choice("model.mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if self.init not in INIT_SCHEMES:
             raise unknown_choice("model.init", self.init, INIT_SCHEMES)
+        if self.norm not in NORMS:
+            raise unknown_choice("model.norm", self.norm, NORMS)
+        if self.init == "paper" and not self.is_gpt2_block:
+            raise ConfigError(
+                "model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.norm='layer', a GELU "
+                "MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' for this block"
+            )
+        if self.rope_scaling_factor != 1.0 and self.positions != "rope":
+            raise ConfigError(
+                f"model.rope_scaling_factor={self.rope_scaling_factor} scales RoPE frequencies, but model.positions="
+                f"{self.positions!r}; set model.positions='rope' or leave the factor at 1"
+            )
+        if self.rope_high_freq_factor <= self.rope_low_freq_factor and self.rope_scaling_factor != 1.0:
+            raise ConfigError(
+                f"model.rope_high_freq_factor={self.rope_high_freq_factor} must exceed model.rope_low_freq_factor="
+                f"{self.rope_low_freq_factor} (Llama 3 uses 4 and 1)"
+            )
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError(
                 f"model.positions='rope' needs an even head_dim, got dim/n_heads = {self.head_dim}; "
@@ -135,6 +161,11 @@ class ModelArgs:
         return cls(**d, query=Query(**query))
 
     @property
+    def is_gpt2_block(self) -> bool:
+        """LayerNorms, a GELU MLP and no QK-norm: the paper's block (RoPE and GQA aside)."""
+        return self.norm == "layer" and self.mlp_activation != "swiglu" and not self.qk_norm
+
+    @property
     def q_dim(self) -> int:
         """Width of all query heads together: n_heads * head_dim."""
         return self.n_heads * self.head_dim
@@ -147,16 +178,19 @@ class ModelArgs:
     def block_params(self, layer: int = 0) -> int:
         """Parameters of transformer block ``layer`` (they differ only for a query that differs by layer).
 
-        ln_1 gain (d) + query + fused K,V (d x 2·kv_dim) + out-projection
-        (q_dim x d) + ln_2 gain (d) + MLP (d x hidden + hidden x d); with ``bias``
-        also every bias: the two LayerNorms' (2·d), the query's (q_dim), K,V's
-        (2·kv_dim), the out-projection's (d) and the MLP's (hidden + d).
+        ln_1 and ln_2 gains (2·d) + query + fused K,V (d x 2·kv_dim) + out-projection (q_dim x d)
+        + MLP (d x hidden + hidden x d; SwiGLU adds the gate's d x hidden) + QK-norm gains
+        (2·head_dim); with ``bias`` also every bias: the LayerNorms' (2·d; an RMSNorm has none),
+        the query's (q_dim), K,V's (2·kv_dim), the out-projection's (d) and the MLP's (hidden,
+        twice for SwiGLU, + d).
         """
-        d = self.dim
+        d, hidden = self.dim, self.mlp_hidden
+        gated = self.mlp_activation == "swiglu"
         query = query_num_params(self.query, d, self.n_heads, self.head_dim, layer, self.n_layers)
-        attention = query + d * 2 * self.kv_dim + self.q_dim * d
-        mlp = 2 * d * self.mlp_hidden
-        biases = 2 * d + self.q_dim + 2 * self.kv_dim + d + self.mlp_hidden + d if self.bias else 0
+        attention = query + d * 2 * self.kv_dim + self.q_dim * d + (2 * self.head_dim if self.qk_norm else 0)
+        mlp = (3 if gated else 2) * d * hidden
+        norm_biases = 2 * d if self.norm == "layer" else 0
+        biases = norm_biases + self.q_dim + 2 * self.kv_dim + d + (2 if gated else 1) * hidden + d if self.bias else 0
         return 2 * d + attention + mlp + biases
 
     def num_params(self, non_embedding: bool = False) -> int:
@@ -175,7 +209,7 @@ class ModelArgs:
         query_0 = query_num_params(self.query, d, self.n_heads, self.head_dim, 0, self.n_layers)
         all_queries = query_params_in_model(self.query, d, self.n_heads, self.head_dim, self.n_layers)
         blocks = self.n_layers * (self.block_params(0) - query_0) + all_queries  # no loop over the blocks
-        final_norm = 2 * d if self.bias else d
+        final_norm = 2 * d if self.bias and self.norm == "layer" else d
         total = token + position + blocks + final_norm + head
         return total - token - position if non_embedding else total
 

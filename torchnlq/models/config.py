@@ -112,21 +112,59 @@ class Model:
     )
     mlp_activation: str = option(
         "gelu",
-        "Activation of the MLP: gelu (exact erf form: nanoGPT, the paper) or gelu_tanh (GPT-2's gelu_new, "
-        "for imported GPT-2 weights).",
-        choices=("gelu", "gelu_tanh"),
+        "The MLP: gelu (exact erf form: nanoGPT, the paper), gelu_tanh (GPT-2's gelu_new, for imported GPT-2 "
+        "weights), or swiglu (Llama's gated MLP: down(silu(gate(x)) * up(x)), three matrices).",
+        choices=("gelu", "gelu_tanh", "swiglu"),
+    )
+    mlp_multiple_of: int = option(
+        256,
+        "swiglu without mlp_hidden: the hidden size is int(2/3 · mlp_ratio · dim) rounded up to a multiple of "
+        "this (Llama's rule: 4 · 256 -> 768), so that the gated MLP has the GELU MLP's parameters.",
+        min=1,
+    )
+    norm: str = option(
+        "layer",
+        "The block's norms (ln_1, ln_2, ln_f): layer (LayerNorm, GPT-2) or rms (RMSNorm, Llama); "
+        "epsilon norm_eps. The query's own norms are model.query.input_norm/output_norm.",
+        choices=("layer", "rms"),
+    )
+    qk_norm: bool = option(
+        False,
+        "RMSNorm (a gain per head channel) on each head of the queries and keys, after the query projection and "
+        "before RoPE (OLMo-2, Qwen3). It normalises the query as the query type made it, so the 1/2 of "
+        "model.query.half_scale cancels (the gains, from 1, set the attention temperature).",
     )
     positions: str = option(
         "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
     )
     rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
+    rope_scaling_factor: float = option(
+        1.0,
+        "Llama-3 RoPE frequency scaling (positions = rope): the low frequencies are divided by this factor, the "
+        "high ones kept, the band between interpolated (Llama 3.1/3.2 use 8 or 32); 1 = no scaling.",
+        min=1.0,
+    )
+    rope_low_freq_factor: float = option(
+        1.0, "Llama-3 RoPE scaling: wavelengths above rope_original_max_seq_len / this are fully scaled.",
+        min=0.0, min_exclusive=True,
+    )
+    rope_high_freq_factor: float = option(
+        4.0, "Llama-3 RoPE scaling: wavelengths below rope_original_max_seq_len / this are kept.",
+        min=0.0, min_exclusive=True,
+    )
+    rope_original_max_seq_len: int = option(
+        8192, "Llama-3 RoPE scaling: the context length the unscaled frequencies were trained for.", min=1
+    )
     norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
     init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
     init: str = option(
         "torchnlq",
-        "Order of the initial random draws (same distributions either way): torchnlq draws each parameter once, "
-        "in module order; paper repeats every draw of the paper's training script (its module constructors, fused "
-        "Q,K,V matrix, nanoGPT's init), so for the same training.seed the initial weights are bitwise its own.",
-        choices=("torchnlq", "paper"),
+        "The initial weights: torchnlq (nanoGPT's scheme: N(0, init_std), residual out-projections "
+        "init_std/sqrt(2·n_layers), each parameter drawn once in module order); depth (torchtitan's depth_init for "
+        "Llama-style models: the residual out-projections of block l at init_std/sqrt(2·(l+1))); paper (the "
+        "torchnlq scheme in the draw order of the paper's training script: its module constructors, fused Q,K,V "
+        "matrix, nanoGPT's init, so that for the same training.seed the initial weights are bitwise its own; "
+        "GPT-2 blocks only).",
+        choices=("torchnlq", "depth", "paper"),
     )
     query: Query = field(default_factory=Query, metadata={"doc": "The attention query projection."})

@@ -1,9 +1,10 @@
-"""A GPT-2-style decoder whose attention query comes from the query registry.
+"""A pre-norm decoder (GPT-2 or Llama style) whose attention query comes from the query registry.
 
-Pre-LN blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``; no biases anywhere (LayerNorms
-included), unless ``model.bias`` asks for GPT-2's (for imported GPT-2 weights); learned absolute
-positions (GPT-2) or RoPE; one K,V projection with optional GQA/MQA; the LM head optionally tied
-to the token embedding. The model knows nothing of parallelism, logging or files: those are
+Pre-norm blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``. The defaults are the paper's GPT-2
+block: LayerNorms, a GELU MLP, learned absolute positions, no biases anywhere (``model.bias``
+adds GPT-2's, for imported GPT-2 weights). The options make it a Llama-style block: RMSNorm,
+the gated SwiGLU MLP, RoPE (with Llama 3's frequency scaling), QK-norm; one K,V projection
+with optional GQA/MQA; the LM head optionally tied to the token embedding. The model knows nothing of parallelism, logging or files: those are
 applied from outside, block by block, through ``model.layers``.
 
 For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally: the
@@ -26,10 +27,16 @@ from .args import ModelArgs
 from .lm_loss import DEFAULT_CHUNK_TOKENS, linear_cross_entropy
 from .paper_init import init_like_paper
 from .query import QueryProjection, build_query
-from .rope import RotaryEmbedding, apply_rotary
+from .rope import RotaryEmbedding, apply_rotary, rope_scaling
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
+
+def build_norm(args: ModelArgs, width: int) -> nn.Module:
+    """The block's norm over ``width`` channels: LayerNorm (bias only under model.bias) or RMSNorm."""
+    if args.norm == "rms":
+        return nn.RMSNorm(width, eps=args.norm_eps)
+    return nn.LayerNorm(width, eps=args.norm_eps, bias=args.bias)
 
 class KVCache:
     """Keys and values of every layer for incremental decoding (inference only).
@@ -105,10 +112,16 @@ class Attention(nn.Module):
         # K and V stay linear (the paper); one matmul for both, K rows first.
         self.kv = nn.Linear(args.dim, 2 * args.kv_dim, bias=args.bias)
         self.proj = nn.Linear(args.q_dim, args.dim, bias=args.bias)
+        # QK-norm: one RMSNorm per side over head_dim, shared by the heads (OLMo-2, Qwen3).
+        self.q_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
+        self.k_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
         self.query.init_weights(init_std)
+        for norm in (self.q_norm, self.k_norm):
+            if norm is not None:
+                norm.reset_parameters()
         nn.init.normal_(self.kv.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
         for bias in (self.q_bias, self.kv.bias, self.proj.bias):
@@ -130,6 +143,8 @@ class Attention(nn.Module):
         q = q.view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q = apply_rotary(q, *rope)
             k = apply_rotary(k, *rope)
@@ -168,34 +183,43 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Linear(dim, hidden) -> GELU (exact erf form; GPT-2's tanh form with mlp_activation) -> Linear(hidden, dim)."""
+    """Linear(dim, hidden) -> GELU -> Linear(hidden, dim); with ``mlp_activation = "swiglu"`` the gated
+    ``proj(silu(gate(x)) * fc(x))`` (Llama's w2(silu(w1 x) * w3 x): gate = w1, fc = w3, proj = w2).
+
+    GELU is the exact erf form, or GPT-2's tanh form with ``gelu_tanh``.
+    """
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.fc = nn.Linear(args.dim, args.mlp_hidden, bias=args.bias)
+        self.gate = nn.Linear(args.dim, args.mlp_hidden, bias=args.bias) if args.mlp_activation == "swiglu" else None
         self.proj = nn.Linear(args.mlp_hidden, args.dim, bias=args.bias)
         self.approximate = "tanh" if args.mlp_activation == "gelu_tanh" else "none"
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
-        """Up-projection at init_std; the down-projection feeds the residual stream, so residual_std; biases 0."""
+        """Up-projection (and gate) at init_std; the down-projection feeds the residual stream, so residual_std; biases 0."""
         nn.init.normal_(self.fc.weight, mean=0.0, std=init_std)
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, mean=0.0, std=init_std)
         nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)
-        for bias in (self.fc.bias, self.proj.bias):
-            if bias is not None:
-                nn.init.zeros_(bias)
+        for linear in (self.fc, self.gate, self.proj):
+            if linear is not None and linear.bias is not None:
+                nn.init.zeros_(linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            return self.proj(F.silu(self.gate(x)) * self.fc(x))
         return self.proj(F.gelu(self.fc(x), approximate=self.approximate))
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+    """Pre-norm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
 
     def __init__(self, args: ModelArgs, layer: int = 0) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
+        self.ln_1 = build_norm(args, args.dim)
         self.attn = Attention(args, layer)
-        self.ln_2 = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
+        self.ln_2 = build_norm(args, args.dim)
         self.mlp = MLP(args)
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
@@ -234,10 +258,11 @@ class GPT(nn.Module):
             self.tok_emb = nn.Embedding(args.vocab_size, args.dim)
             self.pos_emb = nn.Embedding(args.max_seq_len, args.dim) if args.positions == "learned" else None
             self.rope = (
-                RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta) if args.positions == "rope" else None
+                RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta, rope_scaling(args))
+                if args.positions == "rope" else None
             )
             self.layers = nn.ModuleList(Block(args, layer) for layer in range(args.n_layers))
-            self.ln_f = nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
+            self.ln_f = build_norm(args, args.dim)
             # A tied head is no module at all: forward reuses tok_emb.weight, so the weight is
             # one tensor in state_dict and stays shared through to_empty and sharding.
             self.lm_head = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
@@ -261,14 +286,14 @@ class GPT(nn.Module):
             init_like_paper(self)
             return
         std = self.args.init_std
-        residual_std = std / math.sqrt(2 * self.args.n_layers)
         nn.init.normal_(self.tok_emb.weight, mean=0.0, std=std)
         if self.pos_emb is not None:
             nn.init.normal_(self.pos_emb.weight, mean=0.0, std=std)
         if self.rope is not None:
             self.rope.init_weights()
-        for layer in self.layers:
-            layer.init_weights(std, residual_std)
+        for index, layer in enumerate(self.layers):
+            depth = index + 1 if self.args.init == "depth" else self.args.n_layers
+            layer.init_weights(std, std / math.sqrt(2 * depth))
         self.ln_f.reset_parameters()
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)

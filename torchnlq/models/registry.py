@@ -24,6 +24,8 @@ class Flavor:
     n_heads: int
     mlp_ratio: float = 4.0
     max_seq_len: int = 1024
+    #: Key/value heads (GQA); None: one per query head.
+    n_kv_heads: int | None = None
 
 
 FLAVORS: dict[str, Flavor] = {
@@ -35,7 +37,32 @@ FLAVORS: dict[str, Flavor] = {
     "gpt_small_mlp4_75": Flavor(n_layers=12, dim=768, n_heads=12, mlp_ratio=4.75),
     "gpt_medium": Flavor(n_layers=24, dim=1024, n_heads=16),
     "gpt_large": Flavor(n_layers=24, dim=1536, n_heads=16),
+    # Llama-style shapes (the block options come from the config: train_configs/llama_*.toml).
+    # torchtitan's llama3 debug model: dim 256, 6 layers, 16 heads (SwiGLU hidden 768).
+    "llama_debug": Flavor(n_layers=6, dim=256, n_heads=16, max_seq_len=256),
+    # GPT-2 small's 12 x 768 with 12 heads; SwiGLU hidden int(2/3 * 4.0625 * 768) = 2080 (mlp_multiple_of 32)
+    # matches GPT-2 small's parameter count without its 1024 x 768 position table (docs/models.md).
+    "llama_gpt_small": Flavor(n_layers=12, dim=768, n_heads=12, mlp_ratio=4.0625),
+    # Llama 3.2 1B: 16 x 2048, 32 heads, 8 KV heads, SwiGLU hidden int(2/3 * 6 * 2048) = 8192.
+    "llama3_1b": Flavor(n_layers=16, dim=2048, n_heads=32, n_kv_heads=8, mlp_ratio=6.0, max_seq_len=2048),
 }
+
+
+def mlp_width(cfg: Model, flavor: Flavor, dim: int) -> int:
+    """The MLP's hidden size: ``mlp_hidden``, else round(ratio · dim); for SwiGLU Llama's rule,
+    int(2/3 · ratio · dim) rounded up to a multiple of ``mlp_multiple_of`` (the gated MLP's three
+    matrices then hold about the parameters of the GELU MLP's two)."""
+    if cfg.mlp_hidden is not None:
+        return cfg.mlp_hidden
+    ratio = cfg.mlp_ratio if cfg.mlp_ratio is not None else flavor.mlp_ratio
+    if cfg.mlp_activation == "swiglu":
+        multiple = cfg.mlp_multiple_of
+        hidden = multiple * -(-int(2 * ratio * dim / 3) // multiple)
+    else:
+        hidden = round(ratio * dim)
+    if hidden < 1:
+        raise ConfigError(f"model.mlp_ratio={ratio} gives an MLP of {hidden} units at dim={dim}; raise it")
+    return hidden
 
 
 def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
@@ -44,7 +71,7 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     ``vocab_size`` is the data side's vocabulary (see
     :func:`torchnlq.data.tokenizer.padded_vocab_size`); a set ``cfg.vocab_size`` wins over it. The MLP width is ``cfg.mlp_hidden``,
     else ``round(ratio * dim)`` with ``cfg.mlp_ratio`` or the flavor's ratio,
-    on the final dim (so overriding ``dim`` scales the MLP). Raises ConfigError.
+    on the final dim (so overriding ``dim`` scales the MLP; :func:`mlp_width`). Raises ConfigError.
     """
     if cfg.flavor not in FLAVORS:
         raise unknown_choice("model.flavor", cfg.flavor, list(FLAVORS))
@@ -52,13 +79,10 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     n_layers = cfg.n_layers if cfg.n_layers is not None else flavor.n_layers
     dim = cfg.dim if cfg.dim is not None else flavor.dim
     n_heads = cfg.n_heads if cfg.n_heads is not None else flavor.n_heads
-    if cfg.mlp_hidden is not None:
-        mlp_hidden = cfg.mlp_hidden
-    else:
-        ratio = cfg.mlp_ratio if cfg.mlp_ratio is not None else flavor.mlp_ratio
-        mlp_hidden = round(ratio * dim)
-        if mlp_hidden < 1:
-            raise ConfigError(f"model.mlp_ratio={ratio} gives an MLP of {mlp_hidden} units at dim={dim}; raise it")
+    mlp_hidden = mlp_width(cfg, flavor, dim)
+    # A flavor's KV heads hold at its own head count only: overriding n_heads alone means multi-head.
+    n_kv_heads = cfg.n_kv_heads if cfg.n_kv_heads is not None else (
+        flavor.n_kv_heads if cfg.n_heads is None else None)
     if n_heads < 1 or dim % n_heads:
         raise ConfigError(divides_message(n_heads, dim))
     # ModelArgs.__post_init__ validates the rest (n_kv_heads, positions, query type and shapes).
@@ -66,7 +90,7 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         n_layers=n_layers,
         dim=dim,
         n_heads=n_heads,
-        n_kv_heads=cfg.n_kv_heads,
+        n_kv_heads=n_kv_heads,
         head_dim=dim // n_heads,
         mlp_hidden=mlp_hidden,
         vocab_size=cfg.vocab_size if cfg.vocab_size is not None else vocab_size,
@@ -79,6 +103,12 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         init=cfg.init,
         bias=cfg.bias,
         mlp_activation=cfg.mlp_activation,
+        norm=cfg.norm,
+        qk_norm=cfg.qk_norm,
+        rope_scaling_factor=cfg.rope_scaling_factor,
+        rope_low_freq_factor=cfg.rope_low_freq_factor,
+        rope_high_freq_factor=cfg.rope_high_freq_factor,
+        rope_original_max_seq_len=cfg.rope_original_max_seq_len,
         query=copy.deepcopy(cfg.query),  # the model must not change if the config object is edited later
     )
 

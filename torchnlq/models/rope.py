@@ -8,6 +8,11 @@ position n by these angles makes q·k depend only on m - n. (The interleaved /
 complex form is the same function up to a fixed permutation of channels, which
 the adjacent linear layers absorb.)
 
+Llama 3's frequency scaling (``model.rope_scaling_factor``) divides the low frequencies
+(wavelengths beyond ``original_max_seq_len / low_freq_factor``) by the factor, keeps the high
+ones (below ``original_max_seq_len / high_freq_factor``) and interpolates between, as Meta's
+reference code computes them.
+
 The cos/sin tables are non-persistent buffers: not in checkpoints, and
 recomputed by :meth:`RotaryEmbedding.init_weights`, so a model built on the
 meta device and materialised with ``to_empty`` gets correct tables back.
@@ -15,8 +20,44 @@ meta device and materialised with ``to_empty`` gets correct tables back.
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from .args import ModelArgs
+
+
+class RopeScaling(NamedTuple):
+    """Llama 3's RoPE frequency scaling (the ``rope_scaling`` of a Hugging Face Llama-3.1+ config)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_seq_len: int
+
+
+def rope_scaling(args: ModelArgs) -> RopeScaling | None:
+    """The model's RoPE scaling, or None without (``rope_scaling_factor`` 1)."""
+    if args.rope_scaling_factor == 1.0:
+        return None
+    return RopeScaling(args.rope_scaling_factor, args.rope_low_freq_factor, args.rope_high_freq_factor,
+                       args.rope_original_max_seq_len)
+
+
+def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None, device: torch.device | None = None
+                        ) -> torch.Tensor:
+    """θ_i = theta^(-2i/head_dim), i < head_dim/2, in float64; scaled as Llama 3 does when ``scaling`` is given."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float64) / head_dim))
+    if scaling is None:
+        return inv_freq
+    factor, low, high, original = scaling
+    wavelength = 2 * math.pi / inv_freq
+    # 0 where the wavelength exceeds original/low (fully scaled), 1 below original/high (kept).
+    smooth = ((original / wavelength - low) / (high - low)).clamp(0.0, 1.0)
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
 
 
 def rope_tables(
@@ -25,21 +66,23 @@ def rope_tables(
     theta: float,
     device: torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    scaling: RopeScaling | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables of shape [max_seq_len, head_dim] (computed in float64, returned in ``dtype``)."""
     positions = torch.arange(max_seq_len, device=device)
-    return rope_at(positions, head_dim, theta, dtype)
+    return rope_at(positions, head_dim, theta, scaling, dtype)
 
 
 def rope_at(
-    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype = torch.float32
+    positions: torch.Tensor, head_dim: int, theta: float, scaling: RopeScaling | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape [*positions.shape, head_dim] for integer ``positions`` of any shape.
 
     The tables of :func:`rope_tables` at those rows, bit for bit (for per-row positions of a
     left-padded batch).
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float64) / head_dim))
+    inv_freq = inverse_frequencies(head_dim, theta, scaling, positions.device)
     angles = positions.to(torch.float64)[..., None] * inv_freq  # [..., head_dim/2]
     angles = torch.cat((angles, angles), dim=-1)  # the same angle for channel i and i + head_dim/2
     # float64 for the angles: m·θ at m ~ 1e4 loses digits in float32.
@@ -63,19 +106,21 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class RotaryEmbedding(nn.Module):
     """Holds the cos/sin tables for positions 0..max_seq_len-1; shared by every block."""
 
-    def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float, scaling: RopeScaling | None = None) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.theta = theta
+        self.scaling = scaling
         self.register_buffer("cos", torch.empty(max_seq_len, head_dim), persistent=False)
         self.register_buffer("sin", torch.empty(max_seq_len, head_dim), persistent=False)
 
     def init_weights(self) -> None:
         """(Re)compute the tables in place, on the buffers' device and in their dtype (no randomness)."""
-        cos, sin = rope_tables(self.head_dim, self.max_seq_len, self.theta, self.cos.device, self.cos.dtype)
+        cos, sin = rope_tables(self.head_dim, self.max_seq_len, self.theta, self.cos.device, self.cos.dtype,
+                               self.scaling)
         with torch.no_grad():
             self.cos.copy_(cos)
             self.sin.copy_(sin)
@@ -85,4 +130,5 @@ class RotaryEmbedding(nn.Module):
         return self.cos[:seq_len], self.sin[:seq_len]
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, theta={self.theta}"
+        scaled = f", scaling={tuple(self.scaling)}" if self.scaling else ""
+        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, theta={self.theta}{scaled}"

@@ -33,7 +33,8 @@ from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks
-from torchnlq.interop.upcycle import anchored_from_linear, is_hf_gpt2_folder, pretrained_weights
+from torchnlq.interop.hf_folder import hf_model_type
+from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
 from torchnlq.models import GPT
 from torchnlq.models.args import ModelArgs
 from torchnlq.parallel.parallelize import reference_state_dict
@@ -57,8 +58,8 @@ class RunStart:
 
 
 def is_pretrained(path: str | Path) -> bool:
-    """An initial load of weights from another format: a safetensors export or a Hugging Face GPT-2 folder."""
-    return is_export(path) or is_hf_gpt2_folder(path)
+    """An initial load of weights from another format: a safetensors export or a Hugging Face GPT-2/Llama folder."""
+    return is_export(path) or hf_model_type(path) is not None
 
 
 def start_run(

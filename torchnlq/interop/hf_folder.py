@@ -1,0 +1,81 @@
+"""Reading Hugging Face model folders (``save_pretrained``): which architecture, its config.json, its weights.
+
+Shared by the architectures torchnlq imports (:mod:`torchnlq.interop.hf_gpt2`,
+:mod:`torchnlq.interop.hf_llama`). Weights are read with safetensors only: a pickle is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchnlq.errors import UserError
+from torchnlq.files import read_json
+
+#: The ``model_type`` values of config.json that torchnlq reads (initial load, upcycling).
+IMPORTABLE_TYPES = ("gpt2", "llama")
+_HINT = "pass a Hugging Face GPT-2 or Llama folder (save_pretrained)"
+
+
+def hf_model_type(path: str | Path) -> str | None:
+    """The ``model_type`` of the folder's config.json when torchnlq can import it, else None."""
+    try:
+        config = read_json(Path(path, "config.json"), "a Hugging Face config.json", _HINT)
+    except (UserError, OSError):
+        return None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    return kind if kind in IMPORTABLE_TYPES else None
+
+
+def read_hf_config(folder: Path, model_type: str) -> dict[str, Any]:
+    """config.json of ``folder``, which must say ``model_type``; UserError otherwise."""
+    if not (folder / "config.json").is_file():
+        raise UserError(f"'{folder}' has no config.json; {_HINT}")
+    config = read_json(folder / "config.json", "a Hugging Face config.json", _HINT)
+    if not isinstance(config, dict) or config.get("model_type") != model_type:
+        got = config.get("model_type") if isinstance(config, dict) else None
+        raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
+    return config
+
+
+def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The folder's safetensors weights (one file, or the shards an index names); never a pickle."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    files = [folder / "model.safetensors"]
+    index = folder / "model.safetensors.index.json"
+    if not files[0].is_file() and index.is_file():
+        index_json = read_json(index, "a safetensors index", "save the model again")
+        weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
+        names = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else None
+        # Shards are plain names inside the folder: an index naming ../elsewhere.safetensors is refused.
+        if not names or not all(isinstance(n, str) and n == Path(n).name and n.endswith(".safetensors") for n in names):
+            raise UserError(f"'{index}' is unreadable (its weight_map must name .safetensors files of this folder)")
+        files = [folder / name for name in names]
+    if not files[0].is_file():
+        pickled = [n for n in ("pytorch_model.bin", "tf_model.h5") if (folder / n).exists()]
+        hint = (f" (it holds {pickled[0]}, which torchnlq does not unpickle: save it again with "
+                "model.save_pretrained(folder), which writes safetensors)") if pickled else ""
+        raise UserError(f"'{folder}' has no model.safetensors{hint}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            tensors.update(load_file(str(file)))
+        except (SafetensorError, OSError) as e:
+            raise UserError(f"'{file}' is unreadable ({e})") from None
+    return tensors
+
+
+def weight_taker(folder: Path, tensors: dict[str, torch.Tensor], architecture: str):  # noqa: ANN201
+    """``take(name)``: the fp32 tensor ``name`` of ``tensors``, or one UserError naming the missing weight."""
+
+    def take(name: str) -> torch.Tensor:
+        if name not in tensors:
+            raise UserError(f"'{folder}' lacks the {architecture} weight {name!r}; is it a complete {architecture} "
+                            "model saved with save_pretrained?")
+        return tensors[name].float()
+
+    return take

@@ -1,0 +1,175 @@
+"""Hugging Face Llama both ways: export a Llama-style torchnlq model as a ``LlamaForCausalLM`` folder, and read one.
+
+Written without importing transformers. Llama computes exactly the torchnlq models with RMSNorm,
+the SwiGLU MLP, RoPE (rotate-half, as torchnlq's; Llama 3's frequency scaling included), no
+QK-norm and a query linear in X; GQA, any head_dim, tied or untied heads and biases
+(``attention_bias``/``mlp_bias``) carry over. Any other query type exports with ``--format hf``.
+
+The weights are a rename: q_proj is the query's matrix, k_proj/v_proj the two halves of
+torchnlq's fused ``kv``, o_proj ``proj``; gate_proj/up_proj/down_proj are the MLP's
+``gate``/``fc``/``proj``; input/post-attention layernorms are ``ln_1``/``ln_2``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchnlq.config.job_config import Query
+from torchnlq.errors import UserError
+from torchnlq.interop.export import DTYPE_NAMES, export_standard
+from torchnlq.interop.hf_folder import read_hf_config, read_hf_weights, weight_taker
+from torchnlq.interop.load import LoadedModel
+from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
+from torchnlq.models.query import get_query_class
+
+
+def llama_incompatibility(args: ModelArgs) -> str | None:
+    """Why ``LlamaForCausalLM`` cannot compute this model, or None when it can."""
+    fallback = "; export with --format hf (any model) or --format safetensors"
+    if not get_query_class(args.query.type).linear_in_x:
+        return f"query type {args.query.type} has no Llama equivalent (Llama's query is linear){fallback}"
+    needs = {"positions": "rope", "norm": "rms", "mlp_activation": "swiglu", "qk_norm": False}
+    wrong = [f"model.{key}={getattr(args, key)!r}" for key, want in needs.items() if getattr(args, key) != want]
+    if wrong:
+        return (f"{', '.join(wrong)}: Llama has RoPE, RMSNorm, the SwiGLU MLP and no QK-norm "
+                f"(train_configs/llama_debug.toml sets them){fallback}")
+    return None
+
+
+def llama_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict[str, Any]:
+    """The Hugging Face LlamaConfig dict of this model (dropout 0: an inference export)."""
+    eot = tokenizer.get("eot_id")
+    if not isinstance(eot, int) or not 0 <= eot < args.vocab_size:
+        eot = None  # transformers warns about (and generate() mishandles) a special id outside the vocabulary
+    scaling = None
+    if args.rope_scaling_factor != 1.0:
+        scaling = {"rope_type": "llama3", "factor": args.rope_scaling_factor,
+                   "low_freq_factor": args.rope_low_freq_factor, "high_freq_factor": args.rope_high_freq_factor,
+                   "original_max_position_embeddings": args.rope_original_max_seq_len}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": args.vocab_size,
+        "hidden_size": args.dim,
+        "intermediate_size": args.mlp_hidden,
+        "num_hidden_layers": args.n_layers,
+        "num_attention_heads": args.n_heads,
+        "num_key_value_heads": args.n_kv_heads,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": args.max_seq_len,
+        "rms_norm_eps": args.norm_eps,
+        "rope_theta": args.rope_theta,
+        "rope_scaling": scaling,
+        "attention_bias": args.bias,
+        "mlp_bias": args.bias,
+        "attention_dropout": 0.0,
+        "initializer_range": args.init_std,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": args.tie_embeddings,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "use_cache": True,
+        "torch_dtype": DTYPE_NAMES[dtype],
+    }
+
+
+# torchnlq block name -> Llama decoder-layer name (weights, and biases under model.bias).
+_LAYER_NAMES = {
+    "ln_1": "input_layernorm", "ln_2": "post_attention_layernorm", "attn.proj": "self_attn.o_proj",
+    "mlp.gate": "mlp.gate_proj", "mlp.fc": "mlp.up_proj", "mlp.proj": "mlp.down_proj",
+}
+
+
+def llama_state_dict(model: GPT) -> dict[str, torch.Tensor]:
+    """torchnlq weights under LlamaForCausalLM's names, fp32, on the model's device."""
+    args = model.args
+    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    out = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["ln_f.weight"]}
+    for i, block in enumerate(model.layers):
+        src, dst = f"layers.{i}.", f"model.layers.{i}."
+        out[dst + "self_attn.q_proj.weight"] = block.attn.query.linear_weight().float()
+        for kind in ("weight", "bias"):
+            if src + f"attn.kv.{kind}" in sd:
+                k, v = sd[src + f"attn.kv.{kind}"].split(args.kv_dim)
+                out[dst + f"self_attn.k_proj.{kind}"], out[dst + f"self_attn.v_proj.{kind}"] = k, v
+            for ours, theirs in _LAYER_NAMES.items():
+                if src + f"{ours}.{kind}" in sd:
+                    out[dst + f"{theirs}.{kind}"] = sd[src + f"{ours}.{kind}"]
+        if args.bias:
+            out[dst + "self_attn.q_proj.bias"] = sd[src + "attn.q_bias"]
+    if not args.tie_embeddings:  # tied: from_pretrained re-ties lm_head to embed_tokens
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+def export_hf_llama(
+    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
+) -> Path:
+    """Write a Hugging Face Llama folder (config.json, model.safetensors, tokenizer files); return its path."""
+    return export_standard(source, out_dir, dtype, overwrite, incompatibility=llama_incompatibility,
+                           state_dict=llama_state_dict, config=llama_config)
+
+
+def llama_model_args(config: dict[str, Any]) -> ModelArgs:
+    """torchnlq's ModelArgs for a LlamaConfig dict (UserError for what torchnlq cannot compute exactly)."""
+    if config.get("hidden_act", "silu") != "silu":
+        raise UserError(f"Llama hidden_act {config['hidden_act']!r}: torchnlq's SwiGLU uses silu")
+    if config.get("attention_bias", False) != config.get("mlp_bias", False):
+        raise UserError("Llama attention_bias != mlp_bias: torchnlq's model.bias sets both")
+    # transformers 5 keeps theta and scaling in rope_parameters; 4.x in rope_theta / rope_scaling.
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise UserError("Llama config.json's rope_scaling is not an object")
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "llama3"):
+        raise UserError(f"Llama RoPE type {kind!r}: torchnlq computes the default and llama3 kinds only")
+    try:
+        dim, n_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        scaled = {}
+        if kind == "llama3":
+            scaled = dict(rope_scaling_factor=float(rope["factor"]),
+                          rope_low_freq_factor=float(rope["low_freq_factor"]),
+                          rope_high_freq_factor=float(rope["high_freq_factor"]),
+                          rope_original_max_seq_len=int(rope["original_max_position_embeddings"]))
+        return ModelArgs(
+            n_layers=int(config["num_hidden_layers"]), dim=dim, n_heads=n_heads,
+            n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
+            head_dim=int(config.get("head_dim") or dim // n_heads), mlp_hidden=int(config["intermediate_size"]),
+            vocab_size=int(config["vocab_size"]), max_seq_len=int(config["max_position_embeddings"]),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)), positions="rope",
+            rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
+            norm_eps=float(config.get("rms_norm_eps", 1e-6)), init_std=float(config.get("initializer_range", 0.02)),
+            bias=bool(config.get("attention_bias", False)), mlp_activation="swiglu", norm="rms",
+            query=Query(type="linear"), **scaled,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"Llama config.json lacks or mangles {e}; it is not a LlamaConfig") from None
+
+
+def read_hf_llama(path: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
+    """(ModelArgs, torchnlq state dict in fp32) of a Hugging Face Llama folder (safetensors only)."""
+    folder = Path(path)
+    args = llama_model_args(read_hf_config(folder, "llama"))
+    tensors = read_hf_weights(folder)
+    take = weight_taker(folder, tensors, "LlamaForCausalLM")
+    kinds = ("weight", "bias") if args.bias else ("weight",)
+    sd = {"tok_emb.weight": take("model.embed_tokens.weight"), "ln_f.weight": take("model.norm.weight")}
+    for i in range(args.n_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        sd[dst + "attn.query.w_q.weight"] = take(src + "self_attn.q_proj.weight")
+        for kind in kinds:
+            sd[dst + f"attn.kv.{kind}"] = torch.cat([take(src + f"self_attn.k_proj.{kind}"),
+                                                     take(src + f"self_attn.v_proj.{kind}")])
+            for ours, theirs in _LAYER_NAMES.items():
+                if kind == "weight" or not ours.startswith("ln_"):  # an RMSNorm has no bias
+                    sd[dst + f"{ours}.{kind}"] = take(src + f"{theirs}.{kind}")
+        if args.bias:
+            sd[dst + "attn.q_bias"] = take(src + "self_attn.q_proj.bias")
+    if not args.tie_embeddings:
+        sd["lm_head.weight"] = take("lm_head.weight")
+    return args, sd
