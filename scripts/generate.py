@@ -9,8 +9,9 @@ Examples:
 Prints the prompt followed by the continuation on stdout; a note on stderr
 says when sampling stopped early (end-of-text or a full context). The tokenizer
 is the one the checkpoint or export carries (a gpt2 checkpoint's tokenizer.tiktoken,
-an export's vocab.json); --tiktoken-file is needed only for a gpt2 model saved
-without it (before torchnlq carried it, or by a run that could not find it).
+an export's vocab.json, the tokenizer.json of a model trained with data.tokenizer = "hf");
+--tiktoken-file is needed only for a gpt2 model saved without it (before torchnlq carried
+it, or by a run that could not find it).
 """
 
 from __future__ import annotations

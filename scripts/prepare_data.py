@@ -5,6 +5,8 @@ Examples:
     python scripts/prepare_data.py --out data/shakespeare --files input.txt --val-fraction 0.1 \\
         --text-split paragraph --tiktoken-file ../shared/data/gpt2.tiktoken   # offline, local text
     python scripts/prepare_data.py --adopt ../nanoGPT/data/openwebtext         # nanoGPT's train.bin/val.bin
+    python scripts/prepare_data.py --out data/wiki-llama3 --files wiki.txt --tokenizer hf \\
+        --tokenizer-file llama3/tokenizer.json --eot-token "<|end_of_text|>"   # any tokenizer.json
 
 --out must be a new or empty folder; --overwrite lets it be a previous token folder (only its
 train.bin, val.bin and meta.json are replaced). A repeated --files adds to the list. When done
@@ -28,14 +30,14 @@ from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402  (imports no data
 from torchnlq.errors import UserError  # noqa: E402
 
 # Options that say how to tokenize: an adopted folder is already tokenized, so they cannot apply.
-PREPARE_ONLY = ("dataset", "dataset_config", "files", "text_field", "text_split", "tiktoken_file", "val_fraction",
-                "split_seed", "num_proc", "cache_dir")
+PREPARE_ONLY = ("dataset", "dataset_config", "files", "text_field", "text_split", "tiktoken_file", "tokenizer_file",
+                "eot_token", "val_fraction", "split_seed", "num_proc", "cache_dir")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Tokenize a Hugging Face dataset or local files into uint16 token files (train.bin, val.bin, "
-        "meta.json), or adopt a nanoGPT data folder (--adopt).",
+        description="Tokenize a Hugging Face dataset or local files into token files (train.bin, val.bin: uint16, "
+        "or uint32 for a vocabulary above 65,536; meta.json), or adopt a nanoGPT data folder (--adopt).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out", default=None,
@@ -55,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-split", default="file", choices=("file", "paragraph", "line"),
                    help="how a local text file becomes documents: whole file, paragraphs (separated by blank or "
                    "whitespace-only lines), or lines")
-    p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "byte"), help="tokenizer")
+    p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "byte", "hf"),
+                   help="tokenizer: gpt2 (tiktoken), byte, or hf (the Hugging Face tokenizer.json of --tokenizer-file)")
+    p.add_argument("--tokenizer-file", default=None, metavar="TOKENIZER.json",
+                   help="--tokenizer hf: a Hugging Face tokenizer.json (e.g. a Llama 3 model folder's); train with "
+                   "data.tokenizer_file set to the same file")
+    p.add_argument("--eot-token", default=None, metavar="TEXT",
+                   help="--tokenizer hf: the token appended after each document (default: the first of "
+                   "<|endoftext|>, <|end_of_text|>, </s>, <eos> in the vocabulary)")
     p.add_argument("--tiktoken-file", default=None,
                    help="local GPT-2 .tiktoken ranks file for offline use (default: $TORCHNLQ_TIKTOKEN_FILE, else tiktoken's download)")
     p.add_argument("--val-fraction", type=float, default=0.0005,
@@ -104,7 +113,8 @@ def main(argv: list[str]) -> int:
     meta = prepare_dataset(
         args.out, dataset=args.dataset, dataset_config=args.dataset_config, files=args.files,
         text_field=args.text_field, text_split=args.text_split, tokenizer=args.tokenizer,
-        tiktoken_file=args.tiktoken_file, val_fraction=args.val_fraction, split_seed=args.split_seed,
+        tiktoken_file=args.tiktoken_file, tokenizer_file=args.tokenizer_file, eot_token=args.eot_token,
+        val_fraction=args.val_fraction, split_seed=args.split_seed,
         num_proc=args.num_proc, cache_dir=cache_dir, overwrite=args.overwrite,
     )
     print(format_report(meta, args.out))

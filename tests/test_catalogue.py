@@ -190,6 +190,27 @@ def token_folder(
     return setup
 
 
+def tokenizer_json(name: str, special: Sequence[str] = ("<|endoftext|>",)) -> Setup:
+    """A small Hugging Face tokenizer.json (WordLevel: w0..w9, [UNK], then ``special``), made by the tokenizers
+    library."""
+
+    def setup(tmp: Path, inputs: Inputs) -> None:
+        from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({**{f"w{i}": i for i in range(10)}, "[UNK]": 10}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.add_special_tokens([AddedToken(s, special=True) for s in special])
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        tok.save(str(tmp / name))
+
+    return setup
+
+
+#: A model of an hf tokenizer.json (13 ids) whose checkpoint carries no tokenizer.json (generate.py must say so).
+HF_MODEL_META = {"tokenizer": {"name": "hf", "vocab_size": 12, "eot_id": 11, "eot_token": "<|endoftext|>",
+                               "tokenizer_sha256": "0" * 64}}
+
+
 def checkpoint(name: str, meta: Mapping[str, Any] | None = None, **model: Any) -> Setup:
     """A trainer-like checkpoint folder (tests/helpers/checkpoints.py) of a tiny model, with extra metadata."""
 
@@ -406,6 +427,20 @@ IN_PROCESS = [
         "metrics.weight_dynamics_interval"),
     row(T, "mlp-activation-unknown", [*TRAIN, "--model.mlp_activation=relu"], "model.mlp_activation"),
     row(T, "norm-unknown", [*TRAIN, "--model.norm=batch"], "model.norm"),
+    row(T, "optimizer-groups-on-the-command-line", [*TRAIN, "--optimizer.groups=x"],
+        "--optimizer.groups is a list of tables: write it in a TOML config as [[optimizer.groups]] entries"),
+    row(T, "optimizer-group-pattern-matches-nothing", ["{tmp}/g.toml"], "'wq' matches no parameter of this model",
+        setup=write({"g.toml": '[model]\nflavor = "debug"\n[data]\ntokenizer = "byte"\nsynthetic = true\n'
+                     'path = "{tmp}/syn"\n[[optimizer.groups]]\nname = "wq"\nparams = ["layers.*.attn.wq.weight"]\n'})),
+    row(T, "optimizer-group-unknown-key", ["{tmp}/g2.toml"], "unknown key 'optimizer.groups[0].lr'",
+        setup=write({"g2.toml": '[[optimizer.groups]]\nname = "x"\nlr = 2.0\n'})),
+    row(T, "optimizer-group-not-a-table", ["{tmp}/g3.toml"], "optimizer.groups is written as [[optimizer.groups]] tables",
+        setup=write({"g3.toml": '[optimizer]\ngroups = ["x"]\n'})),
+    row(T, "muon-adjust-lr-unknown", [*TRAIN, "--optimizer.muon_adjust_lr=kimi"], "optimizer.muon_adjust_lr"),
+    row(T, "decay-length-with-the-cosine", [*TRAIN, "--lr_schedule.decay_length=5"],
+        "lr_schedule.decay_length is the decay tail of lr_schedule.name = 'wsd'"),
+    row(T, "wsd-decay-longer-than-the-run", [*TRAIN, "--lr_schedule.name=wsd", "--lr_schedule.decay_length=100000"],
+        "there is no stable phase"),
     row(T, "qk-norm-not-a-bool", [*TRAIN, "--model.qk_norm=maybe"], "model.qk_norm"),
     row(T, "mlp-multiple-of-zero", [*TRAIN, "--model.mlp_activation=swiglu", "--model.mlp_multiple_of=0"],
         "model.mlp_multiple_of"),
@@ -531,8 +566,32 @@ IN_PROCESS = [
         setup=token_folder("notok", meta=_drop("tokenizer"))),
     row(T, "meta-json-token-count-wrong", [*TRAIN, "--data.path={tmp}/count"], "train.bin has 600 tokens but meta.json says 7",
         setup=token_folder("count", meta=_set("tokens.train", 7))),
-    row(T, "meta-json-other-dtype", [*TRAIN, "--data.path={tmp}/u32"], "holds uint32 tokens; torchnlq reads uint16 only",
-        setup=token_folder("u32", meta=_set("dtype", "uint32"))),
+    row(T, "meta-json-unknown-dtype", [*TRAIN, "--data.path={tmp}/f16"],
+        "records token dtype 'float16'; torchnlq reads uint16 or uint32",
+        setup=token_folder("f16", meta=_set("dtype", "float16"))),
+    row(T, "meta-json-uint32-over-uint16-files", [*TRAIN, "--data.path={tmp}/u32"],
+        "has 300 tokens but meta.json says 600", setup=token_folder("u32", meta=_set("dtype", "uint32"))),
+    # ---------------------------------------------------------------- run_train.sh: a tokenizer.json (hf)
+    row(T, "hf-tokenizer-without-its-file", [*TRAIN, "--data.tokenizer=hf"],
+        'data.tokenizer = "hf" reads a Hugging Face tokenizer.json: set data.tokenizer_file'),
+    row(T, "tokenizer-file-missing", [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/nope.json"],
+        "tokenizer file '{tmp}/nope.json' does not exist"),
+    row(T, "tokenizer-file-corrupt", [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/tokenizer.json"],
+        "is not a tokenizer.json the tokenizers library reads", setup=write({"tokenizer.json": '{"model": {'})),
+    row(T, "tokenizer-file-is-a-folder", [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/llama"],
+        "name the file itself: '{tmp}/llama/tokenizer.json'", setup=tokenizer_json("llama/tokenizer.json")),
+    row(T, "eot-token-not-in-the-vocabulary", [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/t.json",
+        "--data.eot_token=<eos>"], "end-of-text token '<eos>' is not in the vocabulary",
+        setup=tokenizer_json("t.json")),
+    row(T, "tokenizer-json-without-an-end-of-text",
+        [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/sep.json"], "has none of the end-of-text tokens",
+        setup=tokenizer_json("sep.json", special=("<sep>",))),
+    row(T, "byte-data-for-an-hf-tokenizer", [*TRAIN, "--data.tokenizer=hf", "--data.tokenizer_file={tmp}/t.json"],
+        "was tokenized with 'byte' (meta.json) but data.tokenizer is 'hf'", setup=tokenizer_json("t.json")),
+    row(T, "data-of-another-tokenizer-json", [*TRAIN, "--data.path={tmp}/hfdata", "--data.tokenizer=hf",
+        "--data.tokenizer_file={tmp}/t.json"], "tokenized with a tokenizer.json of sha256 0000000000000000",
+        setup=both(tokenizer_json("t.json"), token_folder("hfdata", meta=lambda m: m.update(
+            tokenizer="hf", tokenizer_info={"name": "hf", "tokenizer_sha256": "0" * 64})))),
     row(T, "meta-json-without-vocab-size", [*TRAIN, "--data.path={tmp}/novocab"], "vocab_size",
         setup=token_folder("novocab", meta=_drop("vocab_size"))),
     row(T, "meta-json-vocab-size-not-a-number", [*TRAIN, "--data.path={tmp}/many"], "vocab_size",
@@ -663,12 +722,37 @@ IN_PROCESS = [
     row("prepare_data.py", "cache-dir-is-a-file", [*PREPARE, "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt",
                                                   "--cache-dir", "{tmp}/src/b.txt"],
         "--cache-dir '{tmp}/src/b.txt' exists and is not a folder", setup=write(DOCS)),
+    row("prepare_data.py", "hf-tokenizer-without-its-file", ["--out", "{tmp}/tokens", "--tokenizer", "hf", "--files",
+                                                            "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        'tokenizer "hf" reads a Hugging Face tokenizer.json', setup=write(DOCS)),
+    row("prepare_data.py", "tokenizer-file-missing",
+        ["--out", "{tmp}/tokens", "--tokenizer", "hf", "--tokenizer-file", "{tmp}/nope.json", "--files",
+         "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "tokenizer file '{tmp}/nope.json' does not exist", setup=write(DOCS)),
+    row("prepare_data.py", "tokenizer-file-corrupt", ["--out", "{tmp}/tokens", "--tokenizer", "hf", "--tokenizer-file",
+                                                     "{tmp}/src/b.txt", "--files", "{tmp}/src/a.txt"],
+        "is not a tokenizer.json the tokenizers library reads", setup=write(DOCS)),
+    row("prepare_data.py", "eot-token-not-in-the-vocabulary",
+        ["--out", "{tmp}/tokens", "--tokenizer", "hf", "--tokenizer-file", "{tmp}/t.json", "--eot-token", "</s>",
+         "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "end-of-text token '</s>' is not in the vocabulary", setup=both(write(DOCS), tokenizer_json("t.json"))),
+    row("prepare_data.py", "tiktoken-file-for-the-byte-tokenizer",
+        [*PREPARE, "--tiktoken-file", "{tmp}/src/a.txt", "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--tiktoken-file gives the GPT-2 ranks of --tokenizer gpt2, not --tokenizer byte", setup=write(DOCS)),
+    row("prepare_data.py", "tokenizer-file-for-the-byte-tokenizer",
+        [*PREPARE, "--tokenizer-file", "{tmp}/t.json", "--files", "{tmp}/src/a.txt", "{tmp}/src/b.txt"],
+        "--tokenizer-file applies to --tokenizer hf", setup=both(write(DOCS), tokenizer_json("t.json"))),
+    row("prepare_data.py", "adopt-with-an-hf-tokenizer", ["--adopt", "{tmp}/nano", "--tokenizer", "hf"],
+        "--adopt takes nanoGPT folders of gpt2 or byte ids", setup=write(NANO)),
     # ---------------------------------------------------------------- convert_checkpoint.py
     row("convert_checkpoint.py", "output-folder-not-given", ["{ckpt}"], "OUT"),
     row("convert_checkpoint.py", "plugin-module-missing", ["{ckpt}", "{tmp}/out", "--plugins", "no_such_plugin_module"],
         "--plugins: cannot import 'no_such_plugin_module'"),
     row("convert_checkpoint.py", "unknown-dtype", ["{ckpt}", "{tmp}/out", "--dtype", "int8"], "int8"),
     row("convert_checkpoint.py", "checkpoint-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist"),
+    row("convert_checkpoint.py", "hf-model-without-its-tokenizer-json", ["{tmp}/hftok", "{tmp}/out"],
+        "but '{tmp}/hftok' carries none; copy that file into '{tmp}/hftok' as tokenizer.json",
+        setup=checkpoint("hftok", meta=HF_MODEL_META, vocab_size=64)),
     row("convert_checkpoint.py", "run-folder-for-a-checkpoint", ["{run}", "{tmp}/out"],
         "(it looks like a run folder: pass one of {run}/checkpoints/step-N)"),
     row("convert_checkpoint.py", "data-folder-for-a-checkpoint", ["{data}", "{tmp}/out"],
@@ -844,6 +928,11 @@ IN_PROCESS = [
         setup=checkpoint("notok", meta={"tokenizer": {}})),
     row("generate.py", "tokenizer-larger-than-the-model", ["{tmp}/small"], "tokenizer byte has 257 tokens but the model only 200",
         setup=checkpoint("small", vocab_size=200)),
+    row("generate.py", "hf-model-without-its-tokenizer-json", ["{tmp}/hftok"], "that '{tmp}/hftok' does not carry",
+        setup=checkpoint("hftok", meta=HF_MODEL_META, vocab_size=64)),
+    row("generate.py", "hf-model-whose-tokenizer-json-changed", ["{tmp}/edited"],
+        "not the tokenizer.json the model was trained with",
+        setup=both(checkpoint("edited", meta=HF_MODEL_META, vocab_size=64), tokenizer_json("edited/tokenizer.json"))),
     # ---------------------------------------------------------------- evaluate.py
     row("evaluate.py", "data-not-given", ["{ckpt}"], "--data"),
     row("evaluate.py", "data-folder-missing", ["{ckpt}", "--data", "{tmp}/nowhere"], "data.path '{tmp}/nowhere' does not exist"),

@@ -85,8 +85,8 @@ def test_prepare_text_files_toy_gpt2(tmp_path):
     # Interrupted run: the previous complete files stay, temporaries are removed.
     real_write = fmt.write_tokens
 
-    def interrupted(path, total, chunks):
-        real_write(path, total, chunks)
+    def interrupted(path, total, chunks, *dtype):
+        real_write(path, total, chunks, *dtype)
         if path.name.startswith(".val"):
             raise KeyboardInterrupt
 
@@ -137,9 +137,10 @@ def test_prepare_errors(tmp_path):
         prepare_dataset(tmp_path / "o", files=[str(tmp_path / "missing.txt")], tokenizer="byte")
     with pytest.raises(UserError, match="gpt2.tiktoken' does not exist"):
         prepare_dataset(tmp_path / "o", files=[str(one)], tiktoken_file=str(tmp_path / "gpt2.tiktoken"))
-    with pytest.raises(UserError, match="does not fit the uint16"):
-        fmt.check_vocab_fits(65537)
-    fmt.check_vocab_fits(65536)  # ids 0..65535 fit
+    # Above 65,536 ids the files are uint32 (tests/test_tokenizer_json.py); only numpy's uint32 range is refused.
+    with pytest.raises(UserError, match="does not fit the uint32"):
+        fmt.check_vocab_fits(int(np.iinfo(np.uint32).max) + 2)
+    fmt.check_vocab_fits(int(np.iinfo(np.uint32).max) + 1)  # ids 0..2**32-1 fit
 
 
 @pytest.mark.integration  # the real corpus and tokenizer, end to end

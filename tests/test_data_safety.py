@@ -178,6 +178,40 @@ def test_sigterm_during_an_export_removes_its_temporaries_and_a_rerun_finishes(t
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
+def _sleep_in_a_worker() -> None:
+    import time
+
+    time.sleep(60)
+
+
+def test_a_worker_forked_by_a_tool_dies_of_sigterm_instead_of_raising() -> None:
+    """A process a tool forks (datasets' worker pool) gets SIGTERM's default action back: Pool.terminate, which
+    datasets calls at the end of every multi-process load and map, must kill it. With run_cli's handler inherited,
+    a worker raised Terminated while holding its pool's queue lock and left a sibling blocked on that lock (or,
+    stuck in C code after the fork, never ran the handler), and the tool hung for ever (seen with prepare_data.py
+    --num-proc 2, twice in a day of test runs)."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    def main(argv: list[str]) -> int:
+        worker = multiprocessing.get_context("fork").Process(target=_sleep_in_a_worker)
+        worker.start()
+        worker.terminate()  # SIGTERM, as Pool.terminate sends it
+        worker.join(timeout=30)
+        assert worker.exitcode == -signal.SIGTERM, worker.exitcode  # killed by the signal, not exit code 1
+        os.kill(os.getpid(), signal.SIGTERM)  # the tool itself still stops with its one line
+        time.sleep(5)
+        return 0
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert run_cli(main, []) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_an_fp16_export_never_writes_inf_and_integer_weights_are_refused(tmp_path):
     import torch
     from safetensors.torch import load_file, save_file

@@ -72,7 +72,10 @@ OPTIONS = {
     "checkpoint.resume": st.sampled_from(["true", "false", "maybe"]),
     "checkpoint.enabled": st.sampled_from(["true", "false"]),
     "checkpoint.export_at_end": st.sampled_from(["true", "false"]),
-    "data.tokenizer": st.sampled_from(["byte", "gpt2", "sentencepiece"]),
+    "data.tokenizer": st.sampled_from(["byte", "gpt2", "hf", "sentencepiece"]),
+    # A tokenizer.json that is missing, a folder, not a file, not JSON; an eot token no vocabulary here holds.
+    "data.tokenizer_file": st.sampled_from(["~/nowhere.json", "", "/dev/null", "/", "pyproject.toml"]),
+    "data.eot_token": st.sampled_from(["<|endoftext|>", "", "</s>"]),
     "data.synthetic": st.sampled_from(["true", "false"]),
     "validation.protocol": st.sampled_from(["fixed", "paper", "other"]),
     "job.plugins": st.sampled_from(["", "json", "no_such_module", "../x"]),

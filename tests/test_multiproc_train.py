@@ -110,3 +110,19 @@ def test_a_mistake_only_the_workers_find_is_one_error_line(single: tuple[Path, d
     assert len(errors) == 1 and errors[0].startswith("error: checkpoint "), proc.stderr
     assert "model.dim=32" in errors[0] and "model.dim=64" in errors[0]
     assert {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()} == before  # nothing touched
+
+
+def test_muon_replicated_on_two_processes_matches_one(tmp_path: Path) -> None:
+    """Muon sees whole matrices when the processes replicate (dp_shard = 1): the losses are one process's.
+    Sharded by FSDP it would orthogonalise shards, another update: refused in one line, nothing trained."""
+    muon = ["--optimizer.name=muon", "--checkpoint.enabled=false"]
+    check(run_train(tmp_path, *tiny_args(tmp_path, "one"), *muon))
+    proc = run_train(tmp_path, *tiny_args(tmp_path, "replicated"), *muon, *TWO_PROC, "--parallelism.dp_replicate=2",
+                     "--parallelism.dp_shard=1", ngpu=2)
+    check(proc)
+    assert_close(train_losses(tmp_path, "replicated"), train_losses(tmp_path, "one"), 1e-5)
+    sharded = run_train(tmp_path, *tiny_args(tmp_path, "sharded"), *muon, *TWO_PROC, ngpu=2)
+    assert sharded.returncode == 2 and "Traceback" not in sharded.stdout + sharded.stderr
+    errors = [line for line in sharded.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("error: Muon cannot orthogonalise FSDP-sharded matrices"), errors
+    assert not (tmp_path / "outputs/sharded/checkpoints").exists()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from torchnlq.config.job_config import LRSchedule, Optimizer
-from torchnlq.train.optim import build_optimizer, lr_at, param_groups
+from torchnlq.train.optim import build_optimizer, lr_at
 
 
 def paper_lr(it: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:
@@ -54,7 +54,7 @@ class Tiny(nn.Module):
 
 def test_weight_decay_only_on_matrices_and_tied_weights_once() -> None:
     model = Tiny()
-    decay, no_decay = param_groups(model, 0.1)
+    decay, no_decay = build_optimizer(Optimizer(weight_decay=0.1), model, "cpu").param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert {id(p) for p in decay["params"]} == {id(model.emb.weight), id(model.lin.weight)}
     assert {id(p) for p in no_decay["params"]} == {id(model.lin.bias), id(model.norm.weight)}

@@ -49,6 +49,49 @@ def test_resume_is_bitwise_identical(tmp_path: Path) -> None:
         assert torch.equal(p, q), name
 
 
+def test_muon_groups_and_wsd_resume_bitwise(tmp_path: Path) -> None:
+    """Muon (its momentum buffers in the DCP optimizer entry beside AdamW's moments), a group with its own
+    LR multiplier and a WSD schedule: stopped at step 6 and resumed, the run is the uninterrupted one, bit for
+    bit; each group's LR is the schedule's times its multiplier."""
+    from torchnlq.config.job_config import OptimizerGroup
+
+    def config(name: str, steps: int = 12, **extra: object):
+        cfg = tiny_config(tmp_path, name, steps, optimizer__name="muon", lr_schedule__name="wsd",
+                          lr_schedule__decay_shape="1-sqrt", lr_schedule__decay_length=4, lr_schedule__decay_steps=12,
+                          lr_schedule__min_lr=3e-5, checkpoint__interval=3, **extra)
+        cfg.optimizer.groups = [OptimizerGroup(name="query_mlp", kind="query_mlp", lr_multiplier=2.0)]
+        return cfg
+
+    def run(name: str, steps: int = 12) -> Trainer:
+        trainer = Trainer(config(name, steps))
+        trainer.train()
+        return trainer
+
+    run("full")
+    run("split", steps=6)
+    resumed = run("split")
+    full = scalars(tmp_path / "outputs/full/tb")
+    split = scalars(tmp_path / "outputs/split/tb")
+    for step in range(1, 13):
+        assert split["loss/train"][step] == full["loss/train"][step], step
+    for step in range(1, 13):  # lr/<group> = schedule (steps 0..11: warmup 2, stable to 7, 1-sqrt over 8..11)
+        it = step - 1
+        base = 3e-3 * (it + 1) / 3 if it < 2 else 3e-3 if it < 8 else 3e-5 + (3e-3 - 3e-5) * (1 - ((it - 8) / 4) ** 0.5)
+        assert full["lr/query_mlp"][step] == pytest.approx(2 * base, rel=1e-6), step
+        assert full["lr/muon"][step] == pytest.approx(base, rel=1e-6), step
+    fresh = Trainer(config("full"))
+    assert fresh.step == 12
+    for (name, p), q in zip(resumed.model.named_parameters(), fresh.model.parameters()):
+        assert torch.equal(p, q), name
+    # Resuming with other optimizer groups is refused by the record, in one line, before any state is read.
+    with pytest.raises(UserError, match="saved with optimizer.muon='muon, 8 tensors' but this run has optimizer.muon='muon, 12 tensors'"):
+        cfg = config("full", training__steps=14)
+        cfg.optimizer.groups = []
+        Trainer(cfg)
+    with pytest.raises(UserError, match="saved with optimizer.decay='adamw, 2 tensors' but this run has optimizer.decay="):
+        Trainer(tiny_config(tmp_path, "full", 14))
+
+
 def test_rerun_of_a_finished_run_does_nothing(tmp_path: Path) -> None:
     train(tmp_path, "done", steps=4)
     again = train(tmp_path, "done", steps=4)
@@ -156,3 +199,29 @@ def test_export_at_end_loads_with_equal_logits(tmp_path: Path) -> None:
         assert torch.equal(model(x), trainer.model.eval()(x))
     with pytest.raises(UserError, match="export_at_end"):
         Trainer(tiny_config(tmp_path, "exp2", checkpoint__export_at_end=True, checkpoint__enabled=False))
+
+
+def test_a_branched_decay_continues_the_source_run_at_its_step(tmp_path: Path) -> None:
+    """WSD branching: a stable-phase run saved at step 6 feeds a decay of 4 steps in a new run
+    (initial_load_path + initial_load_model_only = false): its steps 7..10 are, bit for bit, those of a run
+    trained straight through with that schedule; run_info and compare_runs name the source."""
+    import json
+
+    from torchnlq.experiments.compare import compare_runs
+
+    wsd = dict(lr_schedule__name="wsd", lr_schedule__decay_length=4, lr_schedule__min_lr=3e-5, checkpoint__interval=3)
+    train(tmp_path, "stable", steps=6, lr_schedule__decay_steps=40, **wsd)  # still at its peak at step 6
+    source = tmp_path / "outputs/stable/checkpoints/step-6"
+    branch = train(tmp_path, "decay4", steps=10, lr_schedule__decay_steps=10, checkpoint__initial_load_path=source,
+                   checkpoint__initial_load_model_only=False, **wsd)
+    assert branch.step == 10
+    train(tmp_path, "straight", steps=10, lr_schedule__decay_steps=10, **wsd)
+    branched, straight = losses(tmp_path, "decay4")[0], losses(tmp_path, "straight")[0]
+    assert set(branched) == set(range(7, 11))
+    for step in range(7, 11):
+        assert branched[step] == straight[step], step
+    info = json.loads((tmp_path / "outputs/decay4/run_info.json").read_text())
+    assert info["initialized_from"] == str(source)
+    compare_runs([tmp_path / "outputs/straight", tmp_path / "outputs/decay4"], tmp_path / "outputs/straight",
+                 tmp_path / "cmp")
+    assert f"- decay4: started from {source}" in (tmp_path / "cmp/comparison.md").read_text()

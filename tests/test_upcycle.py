@@ -93,9 +93,10 @@ def test_the_anchored_query_starts_as_the_pretrained_function(gpt2_folder: Path,
 def test_a_frozen_anchor_has_no_gradient(gpt2_folder: Path) -> None:
     model = upcycle(gpt2_folder, Query(type="anchored", train_anchor=False)).model
     assert all(not block.attn.query.w_q.weight.requires_grad for block in model.layers)
-    from torchnlq.train.optim import param_groups
+    from torchnlq.config.job_config import Optimizer
+    from torchnlq.train.optim import build_optimizer
 
-    trained = {id(p) for group in param_groups(model, 0.1) for p in group["params"]}
+    trained = {id(p) for group in build_optimizer(Optimizer(), model, "cpu").param_groups for p in group["params"]}
     assert all(id(block.attn.query.w_q.weight) not in trained for block in model.layers)
 
 

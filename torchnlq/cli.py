@@ -58,6 +58,38 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+# SIGTERM around a fork of a tool (datasets' worker pools fork it). Pool.terminate, which datasets calls at the
+# end of every multi-process load and map, sends SIGTERM to each worker, and a worker must die of it: raised as
+# Terminated, a worker could leave its pool's queue lock held and a sibling blocked on that lock for ever (a child
+# stuck in C code would never run a Python handler; CPython also drops a signal that arrives before the child's
+# interpreter is ready), so the tool would never return. The child therefore starts with SIGTERM's default action
+# at the C level; in the parent, a SIGTERM that arrives during the fork is held back and raised right after it.
+_fork_state: list[tuple[bool, bool]] = []  # per fork in progress: (SIG_DFL set by us, SIGTERM blocked by us)
+
+
+def _before_fork() -> None:
+    main_thread = threading.current_thread() is threading.main_thread()  # signal.signal works there only
+    if not (main_thread and signal.getsignal(signal.SIGTERM) is _raise_terminated):
+        _fork_state.append((False, False))
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _fork_state.append((True, signal.SIGTERM not in before))
+
+
+def _after_fork(in_child: bool) -> None:
+    changed, blocked = _fork_state.pop() if _fork_state else (False, False)
+    if not changed:
+        return
+    if not in_child:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    if blocked:  # the parent raises a SIGTERM that came meanwhile; the child dies of one
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+_fork_hook_registered = False
+
+
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``main(argv)``; a :class:`UserError`, or an environment fault (read-only, full disk, a path of the
     wrong kind: :func:`torchnlq.files.os_error_line`), prints one ``error: ...`` line and returns 2.
@@ -65,8 +97,13 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = No
     SIGTERM is turned into :class:`Terminated` (the trainer replaces this with its own save-and-stop
     handler), so an interrupted tool cleans up and exits with one line, as for Ctrl-C.
     """
+    global _fork_hook_registered
     args = sys.argv[1:] if argv is None else argv
     in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread and not _fork_hook_registered:  # once per process, when a tool first runs (not at import)
+        os.register_at_fork(before=_before_fork, after_in_parent=lambda: _after_fork(False),
+                            after_in_child=lambda: _after_fork(True))
+        _fork_hook_registered = True
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         return _run(main, args)

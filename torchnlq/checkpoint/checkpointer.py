@@ -203,7 +203,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # Fingerprint keys newer than the first torchnlq checkpoints (checkpoints without them still resume).
-FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256"})
+FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256", "optimizer.decay",
+                                          "optimizer.no_decay"})
 # Keys of removed options that never changed the function (models.config.REMOVED_QUERY_FIELDS).
 FINGERPRINT_KEYS_REMOVED = frozenset({"model.query.fuse_kv"})
 

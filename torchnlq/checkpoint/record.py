@@ -69,11 +69,14 @@ class RunRecord:
     initialized_from: str | None = None
     #: ...and the checkpoint this session resumed from (None: it did not resume).
     resumed_from: str | None = None
+    #: The optimizer's parameter groups: name -> "optimizer, N tensors" (the state a checkpoint holds per group).
+    optimizer_groups: dict[str, str] | None = None
 
     def resume_fingerprint(self) -> dict[str, Any]:
-        """What must match for a resume: the model's shape and the data order."""
+        """What must match for a resume: the model's shape, the data order and the optimizer's groups."""
         assert self.data is not None and self.seq_len is not None, "a training run records its data"
-        return {
+        optimizer = {"optimizer": dict(self.optimizer_groups)} if self.optimizer_groups else {}
+        return optimizer | {
             "model": self.model_args.to_dict(),
             "data": {
                 "tokenizer": self.tokenizer.get("name"),
@@ -133,6 +136,7 @@ class RunRecord:
                 world_size=meta.get("world_size"),
                 mixed_precision=meta.get("mixed_precision"),
                 initialized_from=meta.get("initialized_from"),
+                optimizer_groups=_optimizer_groups(meta),
                 step=meta.get("step", 0),
                 tokens_seen=meta.get("tokens_seen", 0),
                 skipped_steps=meta.get("skipped_steps", 0),
@@ -160,11 +164,19 @@ class RunRecord:
             "mixed_precision": self.mixed_precision,
             "initialized_from": self.initialized_from,
             "resumed_from": self.resumed_from,
+            # Which tokenizer file made the ids (an hf tokenizer.json, or tiktoken ranks): runs compare only on the same.
+            "tokenizer_sha256": self.tokenizer.get("tokenizer_sha256") or self.tokenizer.get("tiktoken_sha256"),
         }
 
     def write_run_info(self, run_dir: Path, finished: bool) -> None:
         """Write ``<run_dir>/run_info.json`` atomically (a reader never sees half a file)."""
         replace_file(run_dir / RUN_INFO_FILE, json.dumps(self.to_run_info(finished), indent=2, allow_nan=False))
+
+
+def _optimizer_groups(meta: dict[str, Any]) -> dict[str, str] | None:
+    """The optimizer groups a checkpoint's fingerprint records (None before they were recorded)."""
+    groups = (meta.get("fingerprint") or {}).get("optimizer")
+    return dict(groups) if isinstance(groups, dict) else None
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:

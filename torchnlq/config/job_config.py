@@ -7,6 +7,8 @@ section they need, never the whole :class:`JobConfig`.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,16 @@ from torchnlq.models.config import Model, Query, option  # noqa: F401 - Model, Q
 
 # torch's generators take seeds up to 2**64 - 1 (a larger one overflows deep inside the first draw).
 SEED_MAX = 2**64 - 1
+
+
+def entry_type(section: Any, name: str) -> type | None:
+    """The dataclass of a ``list[Entry]`` field (a TOML array of tables, ``[[optimizer.groups]]``), else None."""
+    hint = typing.get_type_hints(type(section))[name]
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        if dataclasses.is_dataclass(item):
+            return item
+    return None
 
 
 def section(cls: type, doc: str) -> Any:
@@ -82,11 +94,36 @@ class Training:
 
 
 @dataclass
+class OptimizerGroup:
+    """One ``[[optimizer.groups]]`` entry: the parameters it claims and how they are optimised."""
+
+    name: str = option("group", "The group's name (logs show lr/<name>; the run header lists its parameters).")
+    params: list[str] = option(
+        [], "Parameter-name patterns (fnmatch: layers.*.attn.query.w1.weight); empty means every name (then kind "
+        "selects).",
+    )
+    kind: str | None = option(
+        None,
+        "Select by kind (with params: both must hold): hidden (2-D matrices of the blocks), embedding (token and "
+        "position tables; a tied head is the token table), head (an untied LM head), gain_bias (norm gains, "
+        "biases), query_mlp (the query MLP's W1, W2).",
+        choices=("hidden", "embedding", "head", "gain_bias", "query_mlp"),
+    )
+    optimizer: str = option("adamw", "adamw (or adamw8bit's, with optimizer.name) or muon (2-D matrices only).",
+                            choices=("adamw", "muon"))
+    lr_multiplier: float = option(1.0, "The group's LR is the schedule's times this.", min=0.0, min_exclusive=True)
+    weight_decay: float | None = option(None, "The group's weight decay; unset means optimizer.weight_decay.", min=0.0)
+
+
+@dataclass
 class Optimizer:
-    """AdamW; weight decay on tensors with two or more dimensions only."""
+    """AdamW (weight decay on tensors with two or more dimensions only), or Muon for the hidden matrices."""
 
     name: str = option(
-        "adamw", "Optimizer: adamw (torch) or adamw8bit (torchao's 8-bit AdamW states).", choices=("adamw", "adamw8bit")
+        "adamw",
+        "Optimizer: adamw (torch), adamw8bit (torchao's 8-bit AdamW states), or muon (torch's Muon for the blocks' "
+        "2-D matrices, AdamW for embeddings, head, gains and biases: modded-nanogpt's split).",
+        choices=("adamw", "adamw8bit", "muon"),
     )
     lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
     weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
@@ -94,17 +131,42 @@ class Optimizer:
     beta2: float = option(0.95, "AdamW beta2.", min=0.0, max=1.0, max_exclusive=True)
     eps: float = option(1e-8, "AdamW epsilon.", min=0.0, min_exclusive=True)
     fused: bool | None = option(None, "Fused AdamW kernel; unset means on for CUDA, off otherwise.")
+    muon_momentum: float = option(0.95, "Muon momentum.", min=0.0, max=1.0, max_exclusive=True)
+    muon_nesterov: bool = option(True, "Muon: Nesterov momentum.")
+    muon_ns_steps: int = option(5, "Muon: Newton-Schulz iterations of the orthogonalisation.", min=1)
+    muon_adjust_lr: str = option(
+        "match_rms_adamw",
+        "Muon's per-matrix LR scale: match_rms_adamw (0.2·sqrt(max(rows, cols)), Moonshot's: the AdamW LR and "
+        "weight decay carry over) or original (sqrt(max(1, rows/cols)), Keller Jordan's: wants a ~50x larger LR).",
+        choices=("match_rms_adamw", "original"),
+    )
+    groups: list[OptimizerGroup] = option(
+        [], "[[optimizer.groups]] entries (TOML only): parameters by pattern and/or kind with their own optimizer, "
+        "LR multiplier and weight decay; the rest keep the default groups (docs/training.md).",
+    )
 
 
 @dataclass
 class LRSchedule:
-    """Linear warmup, then cosine decay (the paper's / nanoGPT's schedule)."""
+    """Linear warmup, then cosine decay (the paper's / nanoGPT's schedule) or warmup-stable-decay."""
 
+    name: str = option(
+        "cosine",
+        "cosine (the paper's: decays from the end of the warmup) or wsd (warmup-stable-decay: the peak until the "
+        "last decay_length steps, then decay_shape down to min_lr).",
+        choices=("cosine", "wsd"),
+    )
     warmup_steps: int = option(10, "Warmup steps: lr * (step + 1) / (warmup_steps + 1).", min=0)
     min_lr: float = option(6e-5, "Learning rate at and after decay_steps.", min=0.0)
     decay_steps: int | None = option(
-        None, "Step at which the cosine reaches min_lr; unset means training.steps.", min=1
+        None, "Step at which the schedule reaches min_lr; unset means training.steps.", min=1
     )
+    decay_shape: str = option("linear", "wsd: the decay tail's shape: linear, cosine or 1-sqrt.",
+                              choices=("linear", "cosine", "1-sqrt"))
+    decay_length: int | None = option(None, "wsd: steps of the decay tail; unset means decay_fraction of decay_steps.",
+                                      min=1)
+    decay_fraction: float = option(0.2, "wsd: the decay tail as a fraction of decay_steps (when decay_length is unset).",
+                                   min=0.0, max=1.0, min_exclusive=True)
 
 
 @dataclass
@@ -113,10 +175,28 @@ class Data:
 
     path: str = option(
         "./outputs/data/synthetic",
-        "Folder with train.bin, val.bin (uint16 tokens) and meta.json, as written by scripts/prepare_data.py.",
+        "Folder with train.bin, val.bin (uint16 or uint32 tokens, as meta.json records) and meta.json, as written "
+        "by scripts/prepare_data.py.",
         path=True,
     )
-    tokenizer: str = option("gpt2", "Tokenizer of the token files: gpt2 (tiktoken) or byte.", choices=("gpt2", "byte"))
+    tokenizer: str = option(
+        "gpt2",
+        "Tokenizer of the token files: gpt2 (tiktoken), byte, or hf (any Hugging Face tokenizer.json, named by "
+        "data.tokenizer_file; docs/data.md).",
+        choices=("gpt2", "byte", "hf"),
+    )
+    tokenizer_file: str | None = option(
+        None,
+        "data.tokenizer = \"hf\": the tokenizer.json the data was prepared with (its sha256 must be the one "
+        "meta.json records); it sizes the model's vocabulary, and checkpoints and exports carry a copy.",
+        path=True,
+    )
+    eot_token: str | None = option(
+        None,
+        "data.tokenizer = \"hf\": the text of the end-of-text token that separates documents; unset means the first "
+        "of the usual ones in the vocabulary (those of GPT-2, Llama 3, Llama 2 and Gemma, in that order: "
+        "docs/data.md); it must be the one the data was prepared with (meta.json).",
+    )
     verify_content: bool = option(
         False,
         "Hash the token files in full when the run opens them, even when their size and modification time are "

@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, entry_type
 from torchnlq.config.plugins import import_plugins
 from torchnlq.models.config import REMOVED_QUERY_FIELDS
 from torchnlq.errors import ConfigError, closest
@@ -180,7 +180,28 @@ def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", 
                 obj, f, _ = _resolve(cfg, dotted)
             except ConfigError as e:
                 raise ConfigError(f"{source}: {e}") from None
+            item = entry_type(obj, f.name)
+            if item is not None:
+                setattr(obj, f.name, _entries(dotted, value, item, source))
+                continue
             setattr(obj, f.name, check_value(dotted, value, _field_type(obj, f.name), f.metadata))
+
+
+def _entries(dotted: str, value: Any, item: type, source: str) -> list[Any]:
+    """A TOML array of tables (``[[optimizer.groups]]``) as a list of ``item`` dataclasses, every key checked."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{source}: {dotted} is written as [[{dotted}]] tables, one per entry; got {value!r:.60}")
+    entries = []
+    for index, table in enumerate(value):
+        entry = item()
+        fields = _fields(entry)
+        for key, raw in table.items():
+            where = f"{dotted}[{index}].{key}"
+            if key not in fields:
+                raise ConfigError(f"{source}: unknown key '{where}'{_suggest(key, list(fields))}")
+            setattr(entry, key, check_value(where, raw, _field_type(entry, key), fields[key].metadata))
+        entries.append(entry)
+    return entries
 
 
 def _resolve_section(cfg: JobConfig, dotted: str, source: str) -> None:
@@ -194,6 +215,8 @@ def _resolve_section(cfg: JobConfig, dotted: str, source: str) -> None:
 def set_from_string(cfg: JobConfig, dotted: str, raw: str | None) -> None:
     """Apply one command-line override; ``raw`` is None for a bare flag."""
     obj, f, _ = _resolve(cfg, dotted)
+    if entry_type(obj, f.name) is not None:
+        raise ConfigError(f"--{dotted} is a list of tables: write it in a TOML config as [[{dotted}]] entries")
     typ = _field_type(obj, f.name)
     setattr(obj, f.name, check_value(dotted, _parse_string(dotted, raw, typ), typ, f.metadata))
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, entry_type
 
 
 def iter_options(section: Any, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
@@ -34,6 +34,7 @@ def _toml_value(value: Any) -> str:
 def to_toml(cfg: JobConfig) -> str:
     """The resolved config as TOML; unset (None) options are written as comments."""
     lines: list[str] = []
+    tables: list[tuple[Any, str]] = []
 
     def emit(section: Any, name: str) -> None:
         lines.append(f"[{name}]")
@@ -42,11 +43,19 @@ def to_toml(cfg: JobConfig) -> str:
             value = getattr(section, f.name)
             if dataclasses.is_dataclass(value):
                 nested.append((value, f"{name}.{f.name}"))
+            elif entry_type(section, f.name) is not None:
+                tables.extend((entry, f"{name}.{f.name}") for entry in value)
             elif value is None:
                 lines.append(f"# {f.name} = (unset)")
             else:
                 lines.append(f"{f.name} = {_toml_value(value)}")
         lines.append("")
+        for entry, array in tables:  # [[section.key]]: one table per entry, after the section's keys
+            lines.append(f"[[{array}]]")
+            lines.extend(f"{f.name} = {_toml_value(getattr(entry, f.name))}" for f in dataclasses.fields(entry)
+                         if getattr(entry, f.name) is not None)
+            lines.append("")
+        tables.clear()
         for value, sub in nested:
             emit(value, sub)
 
@@ -128,4 +137,27 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
             allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
         default = "unset" if value is None else f"`{_toml_value(value)}`"
         out.append(f"| `{key}` | {default} | {'; '.join(allowed)} | {meta.get('doc', '')} |")
+        item = entry_type(_section_of(cfg, head), key)
+        if item is not None:  # the keys of one [[head.key]] entry, as a table of their own
+            section = None
+            out.append(markdown_reference_entry(item(), f"{head}.{key}", registries))
     return "\n".join(out).lstrip() + "\n"
+
+
+def _section_of(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def markdown_reference_entry(entry: Any, array: str, registries: Choices | None) -> str:
+    """The table of one ``[[array]]`` entry's keys (docs/configs.md)."""
+    rows = ["", f"### [[{array}]] (one table per entry)", "", "| key | default | allowed | meaning |",
+            "| --- | --- | --- | --- |"]
+    for f in dataclasses.fields(entry):
+        value = getattr(entry, f.name)
+        choices = _choices(f"{array}.{f.name}", f, registries)
+        allowed = ", ".join(f"`{c}`" for c in choices) if choices else ""
+        rows.append(f"| `{f.name}` | {'unset' if value is None else f'`{_toml_value(value)}`'} | {allowed} | "
+                    f"{f.metadata.get('doc', '')} |")
+    return "\n".join(rows)

@@ -19,12 +19,14 @@ from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.synthetic import ensure_synthetic_corpus
 from torchnlq.data.token_file import TokenFile, read_batch
+from torchnlq.data.tokenizer import read_tokenizer_json
 from torchnlq.errors import UserError, script_command
 
 
 def _prepare_hint(folder: Path, tokenizer: str) -> str:
+    args = f"--out {folder} --tokenizer {tokenizer}" + (" --tokenizer-file TOKENIZER.json" if tokenizer == "hf" else "")
     return (
-        f"prepare it with: {script_command(f'scripts/prepare_data.py --out {folder} --tokenizer {tokenizer}')} "
+        f"prepare it with: {script_command(f'scripts/prepare_data.py {args}')} "
         "(see docs/data.md), or set data.synthetic = true for the offline debug corpus"
     )
 
@@ -57,12 +59,12 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
             f"data.path '{cfg.path}' was tokenized with '{meta['tokenizer']}' (meta.json) but data.tokenizer is "
             f"'{cfg.tokenizer}'; set data.tokenizer = \"{meta['tokenizer']}\" or prepare the data again"
         )
-    if meta.get("dtype", fmt.DTYPE_NAME) != fmt.DTYPE_NAME:
-        raise UserError(f"data.path '{cfg.path}' holds {meta['dtype']} tokens; torchnlq reads {fmt.DTYPE_NAME} only")
+    dtype = fmt.token_dtype(meta, folder / fmt.META_NAME)
+    check_same_tokenizer_file(cfg, meta)
     fmt.verify_files(folder, meta, full=cfg.verify_content)
     files = []
     for split in fmt.SPLITS:
-        tf = TokenFile(fmt.split_file(folder, split))
+        tf = TokenFile(fmt.split_file(folder, split), dtype)
         expected = meta.get("tokens", {}).get(split)
         if expected is not None and expected != len(tf):
             raise UserError(
@@ -77,6 +79,32 @@ def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dic
             )
         files.append(tf)
     return files[0], files[1], meta
+
+
+def check_same_tokenizer_file(cfg: Data, meta: dict[str, Any]) -> None:
+    """An ``hf`` data folder must have been tokenized with the tokenizer.json and end-of-text the config names.
+
+    meta.json records the file's sha256 and the eot token; another file (or an edited one) gives other ids
+    under the same name, and another eot other document boundaries: both are refused, not trained on.
+    """
+    if cfg.tokenizer != "hf":
+        return
+    info = meta.get("tokenizer_info") if isinstance(meta.get("tokenizer_info"), dict) else {}
+    recorded = info.get("tokenizer_sha256")
+    if cfg.tokenizer_file and isinstance(recorded, str):
+        ours = hashlib.sha256(read_tokenizer_json(cfg.tokenizer_file, "data.tokenizer_file")).hexdigest()
+        if ours != recorded:
+            raise UserError(
+                f"data.path '{cfg.path}' was tokenized with a tokenizer.json of sha256 {recorded[:16]}... (meta.json) "
+                f"but data.tokenizer_file '{cfg.tokenizer_file}' has sha256 {ours[:16]}...; point data.tokenizer_file "
+                "at the file the data was prepared with, or prepare the data again"
+            )
+    eot = info.get("eot_token")
+    if cfg.eot_token is not None and isinstance(eot, str) and eot != cfg.eot_token:
+        raise UserError(
+            f"data.path '{cfg.path}' separates documents with {eot!r} (meta.json) but data.eot_token is "
+            f"{cfg.eot_token!r}; set data.eot_token = {eot!r} (or leave it unset), or prepare the data again"
+        )
 
 
 def _check_token_ids(tokens: TokenFile, meta: dict[str, Any]) -> None:

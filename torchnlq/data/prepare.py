@@ -1,4 +1,4 @@
-"""Hugging Face datasets or local files -> uint16 token files + meta.json (docs/data.md).
+"""Hugging Face datasets or local files -> uint16 (uint32 above 65,536 ids) token files + meta.json (docs/data.md).
 
 The paper's recipe (nanoGPT's openwebtext/prepare.py): split 0.0005 of the documents off
 as validation (seed 2357) unless the dataset has a validation split, encode each document
@@ -369,6 +369,8 @@ def prepare_dataset(
     tokenizer: str = "gpt2",
     tiktoken_file: str | None = None,
     expected_hash: str | None = GPT2_TIKTOKEN_SHA256,
+    tokenizer_file: str | None = None,
+    eot_token: str | None = None,
     val_fraction: float = 0.0005,
     split_seed: int = 2357,
     num_proc: int | None = None,
@@ -378,13 +380,22 @@ def prepare_dataset(
     """Tokenize a dataset into ``out``/train.bin, val.bin, meta.json; returns the meta dict.
 
     ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``; ``cache_dir`` (default
-    ``out``/hf_cache) holds datasets' caches. A failure removes the folders this call created,
+    ``out``/hf_cache) holds datasets' caches. ``tokenizer="hf"`` reads ``tokenizer_file`` (a
+    tokenizer.json) with end-of-text ``eot_token``. A failure removes the folders this call created,
     except a hub download, kept for the next try.
     """
+    if tokenizer != "hf" and (tokenizer_file is not None or eot_token is not None):
+        flag = "--tokenizer-file" if tokenizer_file is not None else "--eot-token"
+        raise UserError(f"{flag} applies to --tokenizer hf (a tokenizer.json), not --tokenizer {tokenizer}; "
+                        f"drop {flag} or pass --tokenizer hf")
+    if tokenizer != "gpt2" and tiktoken_file is not None:  # it would do nothing: say so rather than ignore it
+        raise UserError(f"--tiktoken-file gives the GPT-2 ranks of --tokenizer gpt2, not --tokenizer {tokenizer}; "
+                        "drop --tiktoken-file or pass --tokenizer gpt2")
     out = check_out_folder(out, overwrite)
     paths = check_options(files, text_field, text_split, val_fraction, split_seed, cache_dir)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else out / CACHE_NAME
-    tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash)
+    tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash, tokenizer_file=tokenizer_file,
+                          eot_token=eot_token)
     fmt.check_vocab_fits(tok.vocab_size)
     if num_proc is not None and num_proc <= 1:
         num_proc = None  # datasets' single-process path; no worker pool to start
@@ -427,7 +438,8 @@ def _tokenize_into(
         splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
     source["text_field"] = text_field
 
-    columns = {"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")}
+    dtype = fmt.dtype_for_vocab(tok.vocab_size)  # uint16 while every id fits (half the bytes), else uint32
+    columns = {"ids": datasets.List(datasets.Value(dtype)), "len": datasets.Value("int64")}
     # Documents of local files keep the index of their file, for the per-file counts below.
     per_file = FILE_COLUMN in dd["train"].column_names
     if per_file:
@@ -453,7 +465,7 @@ def _tokenize_into(
             total = _count_tokens(tokenized)
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
             with tqdm(total=total, unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
-                largest[split] = fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar))
+                largest[split] = fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar), dtype)
             tokens[split], documents[split] = total, len(tokenized)
             if per_file:
                 counts[split] = _count_per_file(tokenized, len(source["files"]))
@@ -463,7 +475,7 @@ def _tokenize_into(
                  "tokens": {s: int(c[1][i]) for s, c in counts.items()}}
                 for i, name in enumerate(source["files"])
             ]
-        meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest)
+        meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest, dtype=dtype)
         fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind
         fmt.remove_temps(temps.values())
@@ -527,6 +539,9 @@ def adoption_tokenizer(name: str) -> dict[str, Any]:
         return ByteTokenizer().describe()
     if name == "gpt2":
         return {"name": "gpt2", "vocab_size": BASE_VOCAB_SIZE["gpt2"], "eot_id": GPT2_EOT_ID}
+    if name == "hf":  # its vocabulary is its file's; nanoGPT folders hold GPT-2 (or byte) uint16 ids
+        raise UserError("--adopt takes nanoGPT folders of gpt2 or byte ids; a tokenizer.json's data is prepared from "
+                        "its text: prepare_data.py --out FOLDER --tokenizer hf --tokenizer-file TOKENIZER.json")
     raise UserError(f"unknown tokenizer '{name}'; choose one of: gpt2, byte")
 
 

@@ -14,27 +14,31 @@ from torchnlq.errors import UserError
 
 
 class TokenFile:
-    """A read-only uint16 token file (``train.bin`` / ``val.bin``), memory-mapped for random reads.
+    """A read-only token file (``train.bin`` / ``val.bin``) of ``dtype`` ids (uint16 unless meta.json records
+    uint32: :func:`torchnlq.data.token_format.token_dtype`), memory-mapped for random reads.
 
     The mapping is advised ``MADV_RANDOM``: without it every page fault on an uncached part also
     reads the kernel's readahead window (possibly megabytes for a window of a few KiB); see
     docs/performance.md, "Data loader alone".
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, dtype: np.dtype = fmt.DTYPE):
         self.path = Path(path)
+        self.dtype = np.dtype(dtype)
         size = self.path.stat().st_size
-        if size % fmt.DTYPE.itemsize:
-            raise UserError(f"'{self.path}' has an odd size ({size} bytes), not uint16 tokens; prepare it again")
+        if size % self.dtype.itemsize:
+            raise UserError(
+                f"'{self.path}' has an odd size ({size} bytes), not {self.dtype.name} tokens; prepare it again"
+            )
         self._mapping: mmap.mmap | None = None
         # mmap refuses empty files; an empty split is reported by the length checks.
         if size:
             with open(self.path, "rb") as f:
                 self._mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             self.advise(getattr(mmap, "MADV_RANDOM", None))
-            self.tokens: np.ndarray = np.frombuffer(self._mapping, dtype=fmt.DTYPE)
+            self.tokens: np.ndarray = np.frombuffer(self._mapping, dtype=self.dtype)
         else:
-            self.tokens = np.zeros(0, dtype=fmt.DTYPE)
+            self.tokens = np.zeros(0, dtype=self.dtype)
 
     def advise(self, advice: int | None) -> None:
         """``madvise`` the whole mapping (a no-op for an empty file or where the platform lacks it)."""

@@ -1,4 +1,8 @@
-"""The on-disk token format: ``train.bin``, ``val.bin`` (raw little-endian uint16) and ``meta.json``.
+"""The on-disk token format: ``train.bin``, ``val.bin`` (raw little-endian uint16 or uint32) and ``meta.json``.
+
+The ids are uint16 when the tokenizer's vocabulary fits (GPT-2, byte: 2 bytes a token), else uint32
+(a 128k Llama 3 vocabulary); meta.json's ``"dtype"`` records which. A folder without one was written
+before uint32 existed and holds uint16 (as nanoGPT's folders do).
 
 Files are written under temporary names and renamed at the end; ``meta.json`` is renamed
 last and removed first, so a folder with a ``meta.json`` is always complete.
@@ -18,8 +22,10 @@ import numpy as np
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
 
-DTYPE = np.dtype("<u2")  # uint16: GPT-2's 50257 ids fit, at 2 bytes per token
+DTYPE = np.dtype("<u2")  # uint16: GPT-2's 50257 ids fit, at 2 bytes per token (the default and legacy format)
 DTYPE_NAME = "uint16"
+#: The token dtypes meta.json may record, little-endian whatever the machine.
+DTYPES = {"uint16": DTYPE, "uint32": np.dtype("<u4")}
 SPLITS = ("train", "val")
 META_NAME = "meta.json"
 FORMAT_VERSION = 1
@@ -35,25 +41,48 @@ def temp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
+def dtype_for_vocab(vocab_size: int) -> str:
+    """The dtype name of token files for a vocabulary of ``vocab_size`` ids: uint16 when its largest id fits."""
+    return "uint16" if vocab_size - 1 <= np.iinfo(DTYPES["uint16"]).max else "uint32"
+
+
 def check_vocab_fits(vocab_size: int) -> None:
-    """Error when the tokenizer's ids do not fit the uint16 files."""
-    if vocab_size - 1 > np.iinfo(DTYPE).max:
+    """Error when the tokenizer's ids do not fit even the uint32 files."""
+    if vocab_size - 1 > np.iinfo(DTYPES["uint32"]).max:
         raise UserError(
-            f"vocabulary of {vocab_size} tokens does not fit the uint16 token files (largest id 65535); "
-            "use a tokenizer with at most 65536 tokens"
+            f"vocabulary of {vocab_size:,} tokens does not fit the uint32 token files (largest id 4,294,967,295); "
+            "use a tokenizer with fewer tokens"
         )
 
 
-def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray]) -> int:
-    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as uint16 through a memmap; return the largest id."""
+def token_dtype(meta: dict[str, Any], where: str | Path) -> np.dtype:
+    """The dtype meta.json records (absent: uint16, the format before uint32); any other value is one UserError."""
+    name = meta.get("dtype", DTYPE_NAME)
+    if not isinstance(name, str) or name not in DTYPES:
+        raise UserError(
+            f"'{where}' records token dtype {name!r}; torchnlq reads {' or '.join(DTYPES)} token files: prepare the "
+            "data folder again"
+        )
+    return DTYPES[name]
+
+
+def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray], dtype: np.dtype | str = DTYPE) -> int:
+    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as ``dtype`` through a memmap.
+
+    Returns the largest id; an id beyond ``dtype`` is an error, never wrapped around.
+    """
+    dtype = DTYPES[dtype] if isinstance(dtype, str) else np.dtype(dtype)
     if total <= 0:
         raise UserError(f"no tokens to write to {path.name}; the input has no documents for that split")
-    arr = np.memmap(path, dtype=DTYPE, mode="w+", shape=(total,))
+    arr = np.memmap(path, dtype=dtype, mode="w+", shape=(total,))
+    limit = int(np.iinfo(dtype).max)
     pos, largest = 0, -1
     for chunk in chunks:
         n = len(chunk)
         if n:
             largest = max(largest, int(np.max(chunk)))
+            if largest > limit:  # numpy would wrap it silently into another id
+                raise RuntimeError(f"{path.name}: token id {largest} does not fit {dtype.name}")
         if pos + n > total:
             raise RuntimeError(f"{path.name}: more tokens than the {total} counted")
         arr[pos : pos + n] = chunk
@@ -97,16 +126,35 @@ def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
 
     meta.json records each split's sha256, size and mtime (``files``): a run checks them when it opens the
     folder, and its resume fingerprint holds the hashes, so an edit anywhere in the corpus is noticed.
+    The files it replaces are kept aside until the new meta.json is in place: interrupted anywhere (a
+    signal, a full disk), the folder is put back as it was, never half old and half new.
     """
     meta_path = folder / META_NAME
     meta_tmp = temp_name(meta_path)
     digests = {split: file_identity(tmp)["sha256"] for split, tmp in temps.items()}
-    meta_path.unlink(missing_ok=True)
-    for split, tmp in temps.items():
-        os.replace(tmp, split_file(folder, split))
-    files = {split: file_identity(split_file(folder, split), digests.get(split)) for split in SPLITS}
-    meta_tmp.write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
-    os.replace(meta_tmp, meta_path)
+    replaced = [meta_path, *(split_file(folder, split) for split in temps)]
+    kept: dict[Path, Path] = {}  # a file being replaced -> where its previous version waits
+    placed: list[Path] = []
+    try:
+        for path in replaced:
+            if path.exists():
+                kept[path] = path.with_name(f".{path.name}.previous-{os.getpid()}")
+                os.replace(path, kept[path])
+        for split, tmp in temps.items():
+            os.replace(tmp, split_file(folder, split))
+            placed.append(split_file(folder, split))
+        files = {split: file_identity(split_file(folder, split), digests.get(split)) for split in SPLITS}
+        meta_tmp.write_text(json.dumps({**meta, "files": files}, indent=2) + "\n")
+        os.replace(meta_tmp, meta_path)
+    except BaseException:
+        meta_tmp.unlink(missing_ok=True)
+        for path in placed:
+            path.unlink(missing_ok=True)
+        for path, previous in kept.items():
+            os.replace(previous, path)
+        raise
+    for previous in kept.values():
+        previous.unlink(missing_ok=True)
 
 
 def remove_temps(temps: Iterable[Path]) -> None:
@@ -128,6 +176,7 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
             raise UserError(f"'{path}' has {key}={meta[key]!r}, not a token count; prepare the data folder again")
     if "vocab_size" not in meta:
         raise UserError(f"'{path}' has no 'vocab_size' entry; prepare the data folder again")
+    token_dtype(meta, path)  # an unknown dtype is refused here, before any reader maps a file with it
     return meta
 
 
@@ -139,9 +188,9 @@ def is_complete(folder: str | Path) -> bool:
 
 def make_meta(
     tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any],
-    max_token_id: dict[str, int] | None = None,
+    max_token_id: dict[str, int] | None = None, dtype: str = DTYPE_NAME,
 ) -> dict[str, Any]:
-    """The meta.json content: tokenizer fields, counts, the largest id per split, and source."""
+    """The meta.json content: tokenizer fields, counts, the largest id per split, the token dtype, and source."""
     extra = {"max_token_id": max_token_id} if max_token_id is not None else {}
     return extra | {
         "format_version": FORMAT_VERSION,
@@ -149,7 +198,7 @@ def make_meta(
         "vocab_size": tokenizer["vocab_size"],
         "eot_id": tokenizer["eot_id"],
         "tokenizer_info": tokenizer,
-        "dtype": DTYPE_NAME,
+        "dtype": dtype,
         "tokens": tokens,
         "documents": documents,
         "source": source,

@@ -1,4 +1,5 @@
-"""Tokenizers: tiktoken GPT-2 (with offline file support) and a byte-level one.
+"""Tokenizers: tiktoken GPT-2 (with offline file support), a byte-level one, and any Hugging Face
+``tokenizer.json`` (through the ``tokenizers`` library: :class:`HFTokenizer`, name ``hf``).
 
 ``encode`` is always the *ordinary* encoding: ``"<|endoftext|>"`` in a document is plain
 text, never the eot id (the paper uses ``encode_ordinary`` and appends the eot id itself).
@@ -7,10 +8,11 @@ text, never the eot id (the paper uses ``encode_ordinary`` and appends the eot i
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from torchnlq.errors import UserError
 
 # Base (unpadded) vocabulary sizes: a model is sized without loading the tokenizer's files.
 BASE_VOCAB_SIZE = {"gpt2": 50257, "byte": 257}
+#: Every tokenizer name; ``hf`` (a tokenizer.json) has no fixed size: it is read from its file.
+TOKENIZER_NAMES = ("gpt2", "byte", "hf")
 
 # sha256 of tiktoken's r50k_base ranks file (the same ids as tiktoken.get_encoding("gpt2")).
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -45,7 +49,7 @@ class Tokenizer(ABC):
 
     @abstractmethod
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids back to text; the eot id is rendered as ``<|endoftext|>``."""
+        """Ids back to text; the eot id is rendered as its text (``<|endoftext|>`` for gpt2 and byte)."""
 
     def describe(self) -> dict[str, Any]:
         """Name, vocabulary size and eot id (kept in meta.json and checkpoints)."""
@@ -190,19 +194,214 @@ class GPT2Tokenizer(Tokenizer):
             raise RuntimeError(f"tiktoken file '{self.path}' changed while in use")
 
 
+# ---------------------------------------------------------------------------- any tokenizer.json
+
+#: The file a Hugging Face fast tokenizer is saved as (and what exports and checkpoints carry).
+TOKENIZER_JSON = "tokenizer.json"
+#: A tokenizer.json is refused above this size before it is parsed (Llama 3's is 9 MB, Gemma 3's about 33 MB):
+#: parsing costs time and memory in proportion, and the file comes from anyone.
+MAX_TOKENIZER_JSON_BYTES = 64 * 2**20
+#: Ids above this are refused: the model's embedding has a row per id (Gemma's 262,144 is the largest common
+#: vocabulary), and a crafted file could otherwise give one token id 4e9 and ask for a model of that size.
+MAX_HF_VOCAB = 2**24
+#: End-of-text when data.eot_token is unset: the first of these the vocabulary holds (GPT-2/NeoX/Qwen,
+#: Llama 3, Llama 2/Mistral/T5, Gemma).
+DEFAULT_EOT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
+_TOKENIZER_JSON_FIX = "point data.tokenizer_file (prepare_data.py --tokenizer-file) at a Hugging Face tokenizer.json"
+
+
+def read_tokenizer_json(path: str | Path, what: str = "tokenizer file") -> bytes:
+    """The bytes of a tokenizer.json someone handed over: missing, a folder or above the size bound is one UserError."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if (p / TOKENIZER_JSON).is_file():
+            hint = f"name the file itself: '{p / TOKENIZER_JSON}'"
+        else:
+            hint = _TOKENIZER_JSON_FIX
+        raise UserError(f"{what} '{path}' is a folder, not a tokenizer.json; {hint}")
+    if not p.is_file():
+        raise UserError(f"{what} '{path}' does not exist; {_TOKENIZER_JSON_FIX}")
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_TOKENIZER_JSON_BYTES + 1)  # never more than the bound, whatever the file claims
+    except OSError as e:
+        raise UserError(f"{what} '{path}' is unreadable ({e.strerror or e}); {_TOKENIZER_JSON_FIX}") from None
+    if len(data) > MAX_TOKENIZER_JSON_BYTES:
+        raise UserError(
+            f"{what} '{path}' is larger than {MAX_TOKENIZER_JSON_BYTES // 2**20} MiB, more than a tokenizer.json "
+            f"torchnlq reads; {_TOKENIZER_JSON_FIX}"
+        )
+    return data
+
+
+def _parse_tokenizer_json(data: bytes, where: str) -> Any:
+    """A ``tokenizers.Tokenizer`` from the file's bytes; anything the library refuses is one UserError line."""
+    try:
+        from tokenizers import Tokenizer as RustTokenizer
+    except ImportError:  # a dependency of torchnlq, but an environment may lack it
+        raise UserError("data.tokenizer = \"hf\" needs the tokenizers library: pip install tokenizers") from None
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"'{where}' is not a tokenizer.json (not UTF-8 text: {e.reason}); {_TOKENIZER_JSON_FIX}"
+        ) from None
+    try:
+        # The library's own parser (serde, in Rust): JSON only, nesting bounded, nothing executed.
+        return RustTokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises a bare Exception for every parse error
+        first = (str(e).strip().splitlines() or ["unreadable"])[0][:200]
+        raise UserError(f"'{where}' is not a tokenizer.json the tokenizers library reads ({first}); "
+                        f"{_TOKENIZER_JSON_FIX}") from None
+
+
+def _choose_eot(vocab: Mapping[str, int], eot_token: str | None, where: str) -> tuple[str, int]:
+    """(text, id) of end-of-text: ``eot_token`` when given, else the first of :data:`DEFAULT_EOT_TOKENS` present."""
+    if eot_token is not None:
+        if eot_token not in vocab:
+            raise UserError(
+                f"end-of-text token {eot_token!r} is not in the vocabulary of '{where}'; set data.eot_token "
+                "(prepare_data.py --eot-token) to a token of that tokenizer, e.g. the eos_token of its "
+                "tokenizer_config.json"
+            )
+        return eot_token, vocab[eot_token]
+    for candidate in DEFAULT_EOT_TOKENS:
+        if candidate in vocab:
+            return candidate, vocab[candidate]
+    raise UserError(
+        f"'{where}' has none of the end-of-text tokens {', '.join(DEFAULT_EOT_TOKENS)}; name its document separator "
+        "with data.eot_token (prepare_data.py --eot-token), e.g. the eos_token of its tokenizer_config.json"
+    )
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizer.json`` through the ``tokenizers`` library: ids identical to its own encode.
+
+    Ordinary encoding: no template tokens are added (``add_special_tokens=False``, so no BOS), and
+    the text of a token marked *special* in the file (``<|endoftext|>``, ``<|begin_of_text|>``) is
+    encoded as plain text (the library's ``encode_special_tokens``), never as that token's id.
+    Added tokens that are not marked special are ordinary vocabulary and still match. End-of-text
+    is ``eot_token`` when given, else the first of :data:`DEFAULT_EOT_TOKENS` in the vocabulary.
+    The vocabulary size is the number of ids, or the largest id + 1 when the ids have holes.
+    """
+
+    name = "hf"
+
+    def __init__(self, data: bytes, where: str | Path, eot_token: str | None = None):
+        self.where = str(where)
+        self._data = data  # kept for pickling: the file may be gone or changed by then
+        self.file_sha256 = hashlib.sha256(data).hexdigest()
+        tok = _parse_tokenizer_json(data, self.where)
+        tok.encode_special_tokens = True
+        vocab = tok.get_vocab(with_added_tokens=True)
+        if not vocab:
+            raise UserError(f"'{where}' has an empty vocabulary; {_TOKENIZER_JSON_FIX}")
+        largest = max(vocab.values())
+        if largest >= MAX_HF_VOCAB:
+            raise UserError(f"'{where}' gives a token id {largest:,}; torchnlq sizes models for ids below "
+                            f"{MAX_HF_VOCAB:,}; {_TOKENIZER_JSON_FIX}")
+        self._tok = tok
+        self.vocab_size = max(tok.get_vocab_size(with_added_tokens=True), largest + 1)
+        self.eot_token, self.eot_id = _choose_eot(vocab, eot_token, self.where)
+
+    @classmethod
+    def from_file(cls, path: str | Path, eot_token: str | None = None) -> HFTokenizer:
+        """Read ``path`` (a tokenizer.json, bounded in size) and build the tokenizer."""
+        return cls(read_tokenizer_json(path), path, eot_token)
+
+    def encode(self, text: str) -> list[int]:
+        """The file's ids of ``text``, without template tokens; special-token text stays plain text."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids back to text through the file's decoder; special tokens (eot too) are rendered as their text."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, vocabulary size, eot id and text, and the sha256 of the tokenizer.json (a changed file is noticed)."""
+        return super().describe() | {"eot_token": self.eot_token, "tokenizer_sha256": self.file_sha256}
+
+    @property
+    def file_bytes(self) -> bytes:
+        """The tokenizer.json exactly as read (what checkpoints and exports carry)."""
+        return self._data
+
+    # Pickled with the file's bytes (datasets' map(num_proc) and cache fingerprint pickle the tokenizer):
+    # the copy encodes with the very file this one read, whatever happened to the path since.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"data": self._data, "where": self.where, "eot_token": self.eot_token}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["data"], state["where"], state["eot_token"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer('{self.where}', vocab_size={self.vocab_size}, eot={self.eot_token!r})"
+
+
+@functools.lru_cache(maxsize=2)  # a parsed 128k-token BPE holds ~100 MB: a process keeps at most two
+def _cached_hf(given: str, resolved: str, size: int, mtime_ns: int, eot_token: str | None) -> HFTokenizer:
+    # Keyed by the file's resolved path, size and mtime (a changed file is read again); ``given`` keeps the
+    # path the user wrote in the tokenizer's messages and repr.
+    return HFTokenizer.from_file(given, eot_token)
+
+
+def load_hf_tokenizer(path: str | Path, eot_token: str | None = None) -> HFTokenizer:
+    """:meth:`HFTokenizer.from_file`, parsed once per file version: config resolution, the preflight and the
+    trainer all ask for the same file (Llama 3's takes a few hundred milliseconds to parse)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return HFTokenizer.from_file(path, eot_token)  # the missing file's (or folder's) error line
+    st = p.stat()
+    return _cached_hf(str(path), str(p.resolve()), st.st_size, st.st_mtime_ns, eot_token)
+
+
+def _unknown_tokenizer(name: str) -> UserError:
+    return UserError(f"unknown tokenizer '{name}'; choose one of: {', '.join(TOKENIZER_NAMES)}")
+
+
+def _needs_file(name: str) -> UserError:
+    return UserError(
+        f'tokenizer "{name}" reads a Hugging Face tokenizer.json: set data.tokenizer_file '
+        "(prepare_data.py --tokenizer-file) to its path"
+    )
+
+
 def build_tokenizer(
-    name: str, tiktoken_file: str | None = None, *, expected_hash: str | None = GPT2_TIKTOKEN_SHA256
+    name: str, tiktoken_file: str | None = None, *, expected_hash: str | None = GPT2_TIKTOKEN_SHA256,
+    tokenizer_file: str | None = None, eot_token: str | None = None,
 ) -> Tokenizer:
-    """The tokenizer called ``name`` ("gpt2" or "byte"); ``expected_hash=None`` accepts any ranks file."""
+    """The tokenizer called ``name`` ("gpt2", "byte" or "hf"); ``expected_hash=None`` accepts any ranks file.
+
+    ``tokenizer_file`` and ``eot_token`` are the tokenizer.json and end-of-text token of ``hf``.
+    """
     if name == "byte":
         return ByteTokenizer()
     if name == "gpt2":
         return GPT2Tokenizer(tiktoken_file, expected_hash)
-    raise UserError(f"unknown tokenizer '{name}'; choose one of: {', '.join(sorted(BASE_VOCAB_SIZE))}")
+    if name == "hf":
+        if not tokenizer_file:
+            raise _needs_file(name)
+        return load_hf_tokenizer(tokenizer_file, eot_token)
+    raise _unknown_tokenizer(name)
 
 
-def padded_vocab_size(tokenizer_name: str, multiple: int) -> int:
-    """The embedding rows a model needs for ``tokenizer_name``: its base vocabulary rounded up to ``multiple``."""
-    if tokenizer_name not in BASE_VOCAB_SIZE:
-        raise UserError(f"unknown tokenizer '{tokenizer_name}'; choose one of: {', '.join(sorted(BASE_VOCAB_SIZE))}")
-    return -(-BASE_VOCAB_SIZE[tokenizer_name] // multiple) * multiple
+def base_vocab_size(tokenizer_name: str, tokenizer_file: str | None = None, eot_token: str | None = None) -> int:
+    """The ids of ``tokenizer_name``: fixed for gpt2 and byte (no file read), the file's for hf."""
+    if tokenizer_name in BASE_VOCAB_SIZE:
+        return BASE_VOCAB_SIZE[tokenizer_name]
+    if tokenizer_name == "hf":
+        if not tokenizer_file:
+            raise _needs_file(tokenizer_name)
+        return load_hf_tokenizer(tokenizer_file, eot_token).vocab_size
+    raise _unknown_tokenizer(tokenizer_name)
+
+
+def padded_vocab_size(
+    tokenizer_name: str, multiple: int, tokenizer_file: str | None = None, eot_token: str | None = None
+) -> int:
+    """The embedding rows a model needs for ``tokenizer_name``: its base vocabulary rounded up to ``multiple``.
+
+    ``hf`` reads its ``tokenizer_file`` (and checks ``eot_token`` is in it); gpt2 and byte read nothing.
+    """
+    return -(-base_vocab_size(tokenizer_name, tokenizer_file, eot_token) // multiple) * multiple

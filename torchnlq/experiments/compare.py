@@ -13,6 +13,7 @@ import io
 import json
 import math
 import re
+import shutil
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
-from torchnlq.files import OwnedFolder
+from torchnlq.files import OwnedFolder, replace_file
 from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
 if sys.version_info >= (3, 11):
@@ -88,6 +89,22 @@ def load_run(path: Path) -> RunData:
                         "resumes, or leave this run out") from None
     if not isinstance(info, dict):
         raise UserError(f"'{path / 'run_info.json'}' is not a JSON object; leave this run out")
+    # What the comparison reads of the two records, checked here: a hand-edited or foreign file is one line.
+    for section in ("training", "data", "checkpoint", "optimizer", "lr_schedule"):
+        if not isinstance(config.get(section, {}), dict):
+            raise UserError(f"'{path / 'config.toml'}' has {section} = {config[section]!r}, not a table; the trainer "
+                            "writes it: restore it or leave this run out")
+    for section, key in (("optimizer", "lr"), ("optimizer", "weight_decay"), ("lr_schedule", "min_lr")):
+        value = config.get(section, {}).get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"'{path / 'config.toml'}' has no number {section}.{key} (it has {value!r}); the trainer "
+                            "writes it: restore it or leave this run out")
+    for key, kinds in (("non_embedding_params", (int,)), ("batch_fingerprint", (str, type(None))),
+                       ("validation_fingerprint", (str, type(None)))):
+        value = info.get(key)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise UserError(f"'{path / 'run_info.json'}' has {key} = {value!r}, not what the trainer writes; it "
+                            "rewrites the file when the run resumes, or leave this run out")
     scalars = read_scalars(path / "tb") if (path / "tb").is_dir() else {}
     val = scalars.get("loss/val", {})
     if not val:
@@ -141,9 +158,15 @@ def group_runs(runs: list[RunData]) -> list[Group]:
 
 def check_same_data(runs: list[RunData]) -> None:
     """Refuse runs that did not see identical training batches and validation sequences."""
-    tokenizers = {r.config.get("data", {}).get("tokenizer") for r in runs}
+    def tokenizer(run: RunData) -> str:
+        """The tokenizer's name, and for a file-backed one (an hf tokenizer.json) which file."""
+        name = str(run.config.get("data", {}).get("tokenizer"))
+        sha = run.info.get("tokenizer_sha256")
+        return f"{name} {sha[:12]}" if name == "hf" and isinstance(sha, str) else name
+
+    tokenizers = {tokenizer(r) for r in runs}
     if len(tokenizers) > 1:  # losses per token of different vocabularies do not compare
-        detail = ", ".join(f"{r.name}={r.config.get('data', {}).get('tokenizer')}" for r in runs)
+        detail = ", ".join(f"{r.name}={tokenizer(r)}" for r in runs)
         raise UserError(f"the runs use different tokenizers ({detail}): their losses per token do not compare; "
                         "pass --allow-different-data to compare them anyway")
     for key, what in (("batch_fingerprint", "training batches"), ("validation_fingerprint", "validation sequences")):
@@ -238,6 +261,7 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides).\n"
         f"Data: batch fingerprint {fp.get('batch_fingerprint')}, validation fingerprint "
         f"{fp.get('validation_fingerprint')}.\n"
+        + lineage(groups)
         + "".join(f"\n![{Path(name).stem}]({name})\n" for name in plots) + (f"\n{note}\n" if note else "")
     )
     files = {
@@ -245,13 +269,36 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         "comparison.csv": _csv([g.row for g in groups]),
         "runs.csv": _csv([
             {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
-             "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint")}
+             "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint"),
+             "initialized_from": r.info.get("initialized_from")}
             for g in groups for r in g.runs]),
         **plots,
     }
     folder = OwnedFolder(out)
     folder.check(list(files))  # before anything is written
-    return [folder.write(name, data) for name, data in files.items()], note
+    # Interrupted (SIGTERM, Ctrl-C, a full disk), the folder is put back as it was: never half a comparison.
+    names = [*files, OwnedFolder.MANIFEST]
+    kept = {n: (out / n).read_bytes() for n in names if (out / n).is_file() and not (out / n).is_symlink()}
+    created = next((p for p in reversed((out, *out.parents)) if not p.exists()), None)
+    try:
+        return [folder.write(name, data) for name, data in files.items()], note
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        else:
+            for name in names:
+                if name in kept:
+                    replace_file(out / name, kept[name])
+                else:
+                    (out / name).unlink(missing_ok=True)
+        raise
+
+
+def lineage(groups: list[Group]) -> str:
+    """The runs that did not start from scratch, and where they started (a branched decay, an upcycled model)."""
+    lines = [f"- {r.name}: started from {r.info['initialized_from']}" for g in groups for r in g.runs
+             if isinstance(r.info.get("initialized_from"), str)]
+    return "\nLineage:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def check_out_folder(out: str | Path, runs: list[Path]) -> None:

@@ -206,7 +206,7 @@ def check_data(suite: Suite) -> None:
     from torchnlq.data.batches import open_token_files
     from torchnlq.train.preflight import check_data_fits_model, check_job_config
 
-    opened: dict[tuple[str, str, int], dict[str, Any]] = {}
+    opened: dict[tuple[str, str, str | None, int], dict[str, Any]] = {}
     for run in suite.runs:
         if is_finished(read_run_info(suite.run_dir(run)), run.steps):
             continue
@@ -214,7 +214,7 @@ def check_data(suite: Suite) -> None:
         data = cfg.data
         if data.synthetic and not fmt.is_complete(Path(data.path).expanduser()):
             continue
-        key = (data.path, data.tokenizer, cfg.training.seq_len)
+        key = (data.path, data.tokenizer, data.tokenizer_file, cfg.training.seq_len)  # hf: checked against its file
         try:
             if key not in opened:
                 opened[key] = open_token_files(data, cfg.training.seq_len)[2]

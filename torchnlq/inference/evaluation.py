@@ -88,22 +88,31 @@ def resolve_settings(
         raise UserError(f"--seed={seed} must be in 0..{SEED_MAX} (what torch's generators take)")
     if seq_len > loaded.args.max_seq_len:
         raise UserError(f"--seq-len={seq_len} exceeds the model's max_seq_len={loaded.args.max_seq_len}")
+    # evaluate_source builds every batch (inputs and targets, int64) before the first forward: bounded by the RAM.
+    from torchnlq.parallel.memory_estimate import device_memory_bytes
+
+    needed, ram = 16 * sequences * seq_len, device_memory_bytes(torch.device("cpu"))
+    if ram is not None and needed > ram:
+        raise UserError(f"--sequences={sequences} of {seq_len} tokens take {needed / 2**30:,.1f} GiB as validation "
+                        f"batches, more than this machine's {ram / 2**30:,.1f} GiB of memory; lower --sequences")
     return ValidationSettings(int(seq_len), int(sequences), int(micro), int(seed))
 
 
 def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_dir: str | Path) -> None:
-    """UserError when the model and the data both record their .tiktoken file's sha256 and the two differ.
+    """UserError when the model and the data both record their .tiktoken ranks' (gpt2) or tokenizer.json's (hf)
+    sha256 and the two differ.
 
     Ids of another vocabulary under the same name would give a meaningless loss.
     """
-    model_sha = tokenizer.get("tiktoken_sha256")
     info = data_meta.get("tokenizer_info")
-    data_sha = info.get("tiktoken_sha256") if isinstance(info, dict) else None
-    if model_sha and data_sha and model_sha != data_sha:
-        raise UserError(
-            f"data '{data_dir}' was tokenized with .tiktoken ranks of sha256 {data_sha[:16]}... but the model with "
-            f"{model_sha[:16]}...; evaluate on data prepared with the model's ranks"
-        )
+    for key, what in (("tiktoken_sha256", ".tiktoken ranks"), ("tokenizer_sha256", "a tokenizer.json")):
+        model_sha = tokenizer.get(key)
+        data_sha = info.get(key) if isinstance(info, dict) else None
+        if isinstance(model_sha, str) and isinstance(data_sha, str) and model_sha != data_sha:
+            raise UserError(
+                f"data '{data_dir}' was tokenized with {what} of sha256 {data_sha[:16]}... but the model with "
+                f"{model_sha[:16]}...; evaluate on data prepared with the model's tokenizer"
+            )
 
 
 def evaluation_autocast(record: RunRecord, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:

@@ -41,7 +41,12 @@ def sample_next(
     """Next token ids [B] from last-position logits [B, V] (float32); temperature 0 takes the argmax."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    scaled = logits / temperature
+    if torch.isnan(scaled).any() or torch.isposinf(scaled).any():
+        # A temperature so small (logits / T overflows) or so large (T itself overflows float32) that float32
+        # cannot hold the quotient: shifted to a largest logit of 0 and divided in float64, it stays finite.
+        scaled = (logits.double() - logits.double().max(dim=-1, keepdim=True).values) / temperature
+    logits = scaled
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -128,6 +133,12 @@ def tokenizer_from_description(
         carried = tokenizer_from_folder(source, desc)
         if carried is not None:
             return carried
+    if name == "hf":  # a tokenizer.json exists only where the model carries it (a present one returned above)
+        recorded = desc.get("tokenizer_sha256")
+        which = f" (sha256 {str(recorded)[:16]}...)" if recorded else ""
+        where = f"'{source}'" if source is not None else "the model folder"
+        raise UserError(f"the model's tokenizer is a Hugging Face tokenizer.json{which} that {where} does not carry; "
+                        "copy the file the model was trained with into it as tokenizer.json")
     recorded = desc.get("tiktoken_sha256")
     if name == "gpt2" and recorded and recorded != GPT2_TIKTOKEN_SHA256:
         tokenizer = build_tokenizer(name, tiktoken_file, expected_hash=None)
@@ -163,15 +174,35 @@ def generate_text(
 ) -> tuple[str, Generation]:
     """Encode ``prompt``, sample a continuation, decode; returns (prompt + continuation, Generation)."""
     check_sampling(max_new_tokens, temperature, top_k, seed)
+    try:  # a command line's bytes that are not UTF-8 arrive as lone surrogates, which no tokenizer encodes
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"the prompt is not UTF-8 text (character {e.start + 1} is {prompt[e.start]!r}, a byte that "
+                        "is not UTF-8); give the prompt as UTF-8") from None
     loaded = as_loaded(source, device)
     tokenizer = model_tokenizer(loaded, tiktoken_file)
     # An empty prompt starts from end-of-text, the document boundary the model was trained on.
-    ids = tokenizer.encode(prompt) or [tokenizer.eot_id]
+    prompt_ids = tokenizer.encode(prompt)
+    ids = prompt_ids or [tokenizer.eot_id]
     result = generate_tokens(
         loaded.model, ids, max_new_tokens, temperature, top_k, seed,
         eot_id=tokenizer.eot_id, vocab_limit=tokenizer.vocab_size,
     )
-    return prompt + tokenizer.decode(result.new_tokens), result
+    if not prompt_ids:  # a new document: its text starts with the first new token
+        return prompt + tokenizer.decode(result.new_tokens), result
+    return prompt + continuation_text(tokenizer, prompt_ids, result.new_tokens), result
+
+
+def continuation_text(tokenizer: Tokenizer, prompt_ids: list[int], new_ids: list[int]) -> str:
+    """The text ``new_ids`` add after ``prompt_ids``: the decoded whole less the decoded prompt.
+
+    Decoding the new ids alone loses what a decoder does at the join (a WordLevel or SentencePiece
+    tokenizer.json puts the space between words, or drops a word's leading marker, only inside one
+    decode); for byte-level tokenizers (gpt2, byte) both ways give the same text.
+    """
+    head = tokenizer.decode(prompt_ids)
+    whole = tokenizer.decode([*prompt_ids, *new_ids])
+    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(new_ids)
 
 
 def stop_note(result: Generation, max_seq_len: int) -> str | None:

@@ -4,9 +4,13 @@
 byte-level BPE, derived from tiktoken ranks, never from transformers (merges are recovered by rank).
 The byte tokenizer gets the same files with ids = byte values and no merges.
 
-A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`), an export its vocab.json;
-:func:`tokenizer_from_folder` rebuilds the tokenizer from either. Every file is read as text or
-JSON, never unpickled.
+A model trained with any Hugging Face ``tokenizer.json`` (tokenizer ``hf``) gets that very file,
+byte for byte, and a tokenizer_config.json naming its end-of-text (:func:`find_tokenizer_json`).
+
+A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`) or the tokenizer.json, an
+export its vocab.json or tokenizer.json; :func:`tokenizer_from_folder` rebuilds the tokenizer from
+any of them, and reads a Hugging Face model folder's tokenizer.json too. Every file is read as text
+or JSON, never unpickled.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from torchnlq.data.tokenizer import (
     GPT2_PATTERN,
     GPT2_TIKTOKEN_SHA256,
     TIKTOKEN_FILE_ENV,
+    TOKENIZER_JSON,
     ByteTokenizer,
     GPT2Tokenizer,
+    HFTokenizer,
     Tokenizer,
+    read_tokenizer_json,
 )
 from torchnlq.errors import UserError
 from torchnlq.files import MAX_DOCUMENT_BYTES, read_json
@@ -41,7 +48,7 @@ VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
 HF_TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
-FAST_TOKENIZER_FILE = "tokenizer.json"
+FAST_TOKENIZER_FILE = TOKENIZER_JSON
 # tiktoken caches a download under sha1(its URL) in its cache folder; r50k_base holds the GPT-2 ranks.
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 _FIX = f"set {TIKTOKEN_FILE_ENV} to the model's .tiktoken ranks file (GPT-2's: e.g. ../shared/data/gpt2.tiktoken)"
@@ -314,21 +321,74 @@ def _write_json(path: Path, obj: Any, compact: bool = False) -> None:
     path.write_text(text + "\n", encoding="utf-8")
 
 
+def find_tokenizer_json(
+    tokenizer_description: Mapping[str, Any], source: str | Path | None = None, tokenizer_file: str | Path | None = None
+) -> bytes:
+    """The tokenizer.json an ``hf`` model was trained with: ``tokenizer_file``, else the one ``source`` carries.
+
+    Either must have the sha256 the model recorded (a file edited since gives other ids under the same
+    name); none found is a UserError saying which file to put where.
+    """
+    recorded = tokenizer_description.get("tokenizer_sha256")
+    candidates = [(Path(tokenizer_file).expanduser(), "data.tokenizer_file")] if tokenizer_file else []
+    if source is not None:
+        candidates.append((Path(source) / TOKENIZER_JSON, "the tokenizer file"))
+    mismatch = None
+    for path, what in candidates:
+        if not path.is_file():
+            continue
+        data = read_tokenizer_json(path, what)
+        digest = _sha256(data)
+        if recorded is None or digest == recorded:
+            return data
+        mismatch = f"'{path}' has sha256 {digest[:16]}..., not the model's {str(recorded)[:16]}... (it changed)"
+    want = f"the tokenizer.json of sha256 {str(recorded)[:16]}..." if recorded else "a tokenizer.json"
+    found = mismatch or (f"'{source}' carries none" if source is not None else "none was given")
+    into = f"'{source}'" if source is not None else "the model folder"
+    raise UserError(f"the model was trained with {want}, but {found}; copy that file into {into} as {TOKENIZER_JSON}")
+
+
+def _write_hf_json_tokenizer(tokenizer_description: Mapping[str, Any], folder: Path, model_max_length: int,
+                             source: Path | None) -> None:
+    """An ``hf`` model's tokenizer: its tokenizer.json as it was, and the configs naming its end-of-text."""
+    data = find_tokenizer_json(tokenizer_description, source)  # or the line saying which file is missing or changed
+    # Rebuilt from the file and checked against the record: the end-of-text written below is the model's.
+    tokenizer = _checked_hf(data, Path(source or ".") / TOKENIZER_JSON, tokenizer_description, None)
+    (folder / TOKENIZER_JSON).write_bytes(data)
+    _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {
+        # transformers' class for "the tokenizer is its tokenizer.json": AutoTokenizer gives the same ids.
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": int(model_max_length),
+        "eos_token": tokenizer.eot_token,
+        # Off, so that decode gives back the text the file's decoder makes.
+        "clean_up_tokenization_spaces": False,
+    })
+    _write_json(folder / SPECIAL_TOKENS_FILE, {"eos_token": tokenizer.eot_token})
+
+
 def write_hf_tokenizer_files(
     tokenizer_description: dict, folder: Path, model_max_length: int, source: Path | None = None
 ) -> None:
-    """Write Hugging Face GPT-2-style tokenizer files for the described tokenizer into ``folder``."""
+    """Write the Hugging Face tokenizer files of the described tokenizer into ``folder``.
+
+    gpt2 and byte: GPT-2-style files made from the ranks; hf: the model's tokenizer.json, copied from
+    ``source`` (the checkpoint or export the model came from) after checking its recorded sha256.
+    """
     name = tokenizer_description.get("name")
     if not name:
         return  # a model made in Python without a tokenizer: nothing to describe
     folder = Path(folder)
+    if name == "hf":
+        _write_hf_json_tokenizer(tokenizer_description, folder, model_max_length,
+                                 Path(source) if source is not None else None)
+        return
     if name == "byte":
         vocab, merges, eot = _byte_vocab()
     elif name == "gpt2":
         text, where = _locate_gpt2_ranks(tokenizer_description, source, None)
         vocab, merges, eot = _bpe_vocab(parse_ranks(text, where), where)
     else:
-        raise UserError(f"unknown tokenizer '{name}' in the model's metadata; torchnlq knows gpt2 and byte")
+        raise UserError(f"unknown tokenizer '{name}' in the model's metadata; torchnlq knows gpt2, byte and hf")
     _write_json(folder / VOCAB_FILE, {**vocab, ENDOFTEXT: eot}, compact=True)
     (folder / MERGES_FILE).write_text(
         "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8"
@@ -401,10 +461,64 @@ def _is_byte_vocab(vocab: dict[str, int]) -> bool:
     return vocab == {**{c: b for b, c in byte_to_char().items()}, ENDOFTEXT: ByteTokenizer.eot_id}
 
 
+def _folder_eos_token(folder: Path) -> str | None:
+    """The eos_token of a Hugging Face folder's tokenizer_config.json (a string or {"content": ...}), or None."""
+    path = folder / HF_TOKENIZER_CONFIG_FILE
+    if not path.is_file():
+        return None
+    config = read_json(path, "a tokenizer_config.json", "repair or remove it")
+    eos = config.get("eos_token") if isinstance(config, dict) else None
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    return eos if isinstance(eos, str) and eos else None
+
+
+def _checked_hf(data: bytes, path: Path, desc: Mapping[str, Any], eot_token: str | None) -> HFTokenizer:
+    """The tokenizer of a tokenizer.json's ``data`` with the end-of-text the model records (else the folder's own
+    eos_token, else the usual names), whose vocabulary size and eot id must be those ``desc`` records."""
+    eot = eot_token or desc.get("eot_token")
+    if eot is None:  # a Hugging Face model folder: its own end-of-sequence, if the vocabulary holds it
+        eos = _folder_eos_token(path.parent)
+        try:
+            tokenizer = HFTokenizer(data, path, eos)
+        except UserError:
+            if eos is None:
+                raise
+            tokenizer = HFTokenizer(data, path)  # an eos_token outside the vocabulary: the usual names instead
+    else:
+        tokenizer = HFTokenizer(data, path, eot)
+    for key in ("vocab_size", "eot_id"):
+        if isinstance(desc.get(key), int) and desc[key] != getattr(tokenizer, key):
+            raise UserError(f"'{path}' gives {key} {getattr(tokenizer, key)} but the model records {desc[key]}; "
+                            f"put the model's own tokenizer.json back in {path.parent}")
+    return tokenizer
+
+
+def _hf_from_folder(folder: Path, desc: Mapping[str, Any], eot_token: str | None) -> HFTokenizer | None:
+    """The tokenizer.json tokenizer of ``folder`` (None without one), checked against the model's record."""
+    path = folder / TOKENIZER_JSON
+    if not path.is_file():
+        return None
+    data = read_tokenizer_json(path, "the tokenizer file")
+    recorded = desc.get("tokenizer_sha256")
+    if isinstance(recorded, str) and _sha256(data) != recorded:
+        raise UserError(
+            f"'{path}' has sha256 {_sha256(data)[:16]}..., not the tokenizer.json the model was trained with "
+            f"({recorded[:16]}...); put that file back in {folder}"
+        )
+    return _checked_hf(data, path, desc, eot_token)
+
+
 def tokenizer_from_folder(
-    folder: str | Path, tokenizer_description: Mapping[str, Any] | None = None
+    folder: str | Path, tokenizer_description: Mapping[str, Any] | None = None, *, eot_token: str | None = None
 ) -> Tokenizer | None:
-    """The torchnlq tokenizer a checkpoint or export folder carries (same ids), or None when it carries none."""
+    """The torchnlq tokenizer a checkpoint, export or Hugging Face model folder carries (same ids), or None.
+
+    Without a description the folder's files decide: the carried GPT-2 ranks (tokenizer.tiktoken), a
+    GPT-2-style vocab.json (+ merges.txt: gpt2, or the byte tokenizer's), else a tokenizer.json (hf,
+    e.g. a Llama folder's), whose end-of-text is ``eot_token``, else its tokenizer_config.json's
+    eos_token, else the first of :data:`~torchnlq.data.tokenizer.DEFAULT_EOT_TOKENS` it holds.
+    """
     folder = Path(folder)
     desc = dict(tokenizer_description or {})
     name = desc.get("name")
@@ -413,8 +527,12 @@ def tokenizer_from_folder(
             name = "gpt2"
         elif (folder / VOCAB_FILE).is_file():
             name = "byte" if _is_byte_vocab(_read_vocab(folder / VOCAB_FILE)) else "gpt2"
+        elif (folder / TOKENIZER_JSON).is_file():
+            name = "hf"
     if name == "byte":
         return ByteTokenizer()
+    if name == "hf":
+        return _hf_from_folder(folder, desc, eot_token)
     if name != "gpt2":
         return None
     text = carried_ranks(folder, desc)

@@ -155,15 +155,17 @@ def _fake_model(model: nn.Module, fake: Any, dtype: torch.dtype | None) -> None:
                     module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
 
 
-def _optimizer_state_bytes(cfg: JobConfig, params: list[nn.Parameter]) -> int:
-    """AdamW: two fp32 states per element; 8-bit AdamW: two bytes plus a scale per block."""
+def _optimizer_state_bytes(cfg: JobConfig, named: list[tuple[str, nn.Parameter]]) -> int:
+    """AdamW: two fp32 states per element; 8-bit AdamW: two bytes plus a scale per block; Muon: one fp32
+    momentum buffer per element of the blocks' matrices (its default groups; AdamW for the rest)."""
     if cfg.optimizer.name == "adamw8bit":
         total = 0
-        for p in params:
+        for _, p in named:
             n = p.numel()
             total += 2 * (n + 4 * math.ceil(n / ADAMW8BIT_BLOCK)) if n >= MIN_8BIT_NUMEL else 8 * n
         return total
-    return sum(8 * p.numel() for p in params)
+    muon = cfg.optimizer.name == "muon"
+    return sum((4 if muon and p.dim() == 2 and name.startswith("layers.") else 8) * p.numel() for name, p in named)
 
 
 def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, param_dtype: torch.dtype | None,
@@ -218,9 +220,9 @@ def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device
     bf16 = device_type == "cuda" and cfg.training.mixed_precision == "bf16"
     precision = "bf16" if bf16 else "fp32"
     with torch.device("meta"):
-        params = [p for p in GPT(args).parameters() if p.requires_grad]
-    master = sum(4 * p.numel() for p in params)  # fp32 weights and gradients in every mode
-    optimizer = _optimizer_state_bytes(cfg, params)
+        named = [(n, p) for n, p in GPT(args).named_parameters() if p.requires_grad]
+    master = sum(4 * p.numel() for _, p in named)  # fp32 weights and gradients in every mode
+    optimizer = _optimizer_state_bytes(cfg, named)
     if world_size == 1:
         _, peak = _simulate_step(cfg, args, autocast_bf16=bf16, param_dtype=None, drop_grads=False)
         # The simulated peak includes the gradients (allocated during backward): report them apart.

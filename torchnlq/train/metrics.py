@@ -301,8 +301,12 @@ class MetricsLogger:
         """Add the tokens processed by one optimizer step."""
         self._tokens_since += tokens
 
-    def log_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens_seen: int) -> dict[str, float]:
-        """Write the console line and the TensorBoard scalars for ``step``; return the figures."""
+    def log_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens_seen: int,
+                 group_lrs: dict[str, float] | None = None) -> dict[str, float]:
+        """Write the console line and the TensorBoard scalars for ``step``; return the figures.
+
+        ``group_lrs``: each optimizer group's LR (``[[optimizer.groups]]``, Muon), as ``lr/<name>``.
+        """
         now = time.perf_counter()
         elapsed = max(now - self._last_time, 1e-9)
         tps = self._tokens_since / elapsed
@@ -324,6 +328,8 @@ class MetricsLogger:
             if key in figures:
                 self.scalar(tag, figures[key], step)
         self.scalar("tokens_seen", tokens_seen, step)
+        for name, value in (group_lrs or {}).items():
+            self.scalar(f"lr/{name}", value, step)
         return figures
 
     def seconds_left(self, step: int, now: float) -> float:

@@ -1,4 +1,11 @@
-"""AdamW with the paper's parameter groups, and the warmup + cosine LR schedule.
+"""The optimizer: parameter groups by pattern and kind, AdamW / AdamW8bit / Muon, and the LR schedules.
+
+Groups. Without ``[[optimizer.groups]]`` the groups are the paper's: tensors with two or more
+dimensions decayed, norm gains and biases not (and with ``optimizer.name = "muon"`` the hidden
+matrices split off to Muon, as modded-nanogpt does). Each ``[[optimizer.groups]]`` entry claims
+the parameters its name patterns and/or kind select and sets their optimizer, LR multiplier and
+weight decay; what no entry claims stays in those default groups. A pattern that matches nothing,
+or a parameter two entries claim, is one ConfigError.
 
 ``optimizer.name = "adamw8bit"`` swaps torch's AdamW for torchao's ``AdamW8bit`` (both moments
 in 8 bits: ~2 bytes of state per parameter instead of 8; see docs/performance.md).
@@ -6,72 +13,248 @@ in 8 bits: ~2 bytes of state per parameter instead of 8; see docs/performance.md
 
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
-from torchnlq.config.job_config import LRSchedule, Optimizer
+from torchnlq.config.job_config import LRSchedule, Optimizer, OptimizerGroup
 from torchnlq.errors import ConfigError
 
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """A decayed group (tensors with >= 2 dims) and an undecayed one (norm gains, biases); tied weights once."""
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+#: What a group's ``kind`` can select (:func:`parameter_kinds`).
+KINDS = ("hidden", "embedding", "head", "gain_bias", "query_mlp")
+_QUERY_MLP = re.compile(r"layers\.\d+\.attn\.query\.w[12]\.weight")
 
 
-def _adamw8bit(cfg: Optimizer, groups: list[dict]) -> torch.optim.Optimizer:
-    """torchao's AdamW8bit over the same parameter groups (imported only when asked for)."""
-    if cfg.fused:
-        raise ConfigError("optimizer.fused = true is torch's fused AdamW kernel; unset it with optimizer.name = 'adamw8bit'")
-    from torchnlq.parallel.float8 import quiet_torchao_import
+def parameter_kinds(name: str, param: torch.Tensor) -> set[str]:
+    """The kinds of one parameter: exactly one of hidden / embedding / head / gain_bias, plus
+    query_mlp for the query MLP's W1, W2 (which are also hidden matrices)."""
+    if param.dim() < 2:
+        kinds = {"gain_bias"}
+    elif name in ("tok_emb.weight", "pos_emb.weight"):
+        kinds = {"embedding"}  # a tied head is this tensor
+    elif name == "lm_head.weight":
+        kinds = {"head"}
+    else:
+        kinds = {"hidden"}
+    if _QUERY_MLP.fullmatch(name):
+        kinds.add("query_mlp")
+    return kinds
 
-    with quiet_torchao_import():
-        from torchao.optim import AdamW8bit
-    # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless, not actionable.
-    warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
-    return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+@dataclass
+class GroupPlan:
+    """One parameter group as planned: its name, optimizer, LR multiplier, weight decay and parameters."""
+
+    name: str
+    optimizer: str  # "adamw" (or adamw8bit's AdamW8bit) or "muon"
+    weight_decay: float
+    lr_multiplier: float = 1.0
+    names: list[str] = field(default_factory=list)
+    params: list[nn.Parameter] = field(default_factory=list)
+
+    def describe(self) -> str:
+        count = sum(p.numel() for p in self.params)
+        return (f"{self.name}: {self.optimizer}, lr x{self.lr_multiplier:g}, wd {self.weight_decay:g}, "
+                f"{len(self.params)} tensors, {count:,} parameters")
 
 
-def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str) -> torch.optim.Optimizer:
-    """``cfg.name`` over :func:`param_groups`: AdamW (fused on CUDA unless ``cfg.fused`` says otherwise)
-    or torchao's AdamW8bit (same groups, same decay)."""
+def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor) -> bool:
+    by_name = not entry.params or any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.params)
+    by_kind = entry.kind is None or entry.kind in parameter_kinds(name, param)
+    return by_name and by_kind
+
+
+def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
+    """The parameter groups of ``model`` under ``cfg`` (trainable parameters only; a tied weight once).
+
+    Default groups first, in the order the paper's code builds them (decay, then no decay), so that
+    a config without groups builds exactly today's optimizer; then one group per ``[[optimizer.groups]]``
+    entry. Empty default groups are dropped unless they are the paper's two.
+    """
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    default_hidden = "muon" if cfg.name == "muon" else "adamw"
+    defaults = {
+        "decay": GroupPlan("decay", "adamw", cfg.weight_decay),
+        "no_decay": GroupPlan("no_decay", "adamw", 0.0),
+    }
+    if default_hidden == "muon":
+        defaults["muon"] = GroupPlan("muon", "muon", cfg.weight_decay)
+    entries = [GroupPlan(e.name, e.optimizer, cfg.weight_decay if e.weight_decay is None else e.weight_decay,
+                         e.lr_multiplier) for e in cfg.groups]
+    for entry in cfg.groups:
+        if not entry.params and entry.kind is None:
+            raise ConfigError(f"optimizer.groups '{entry.name}' selects nothing: give it params (name patterns) "
+                              f"and/or a kind ({', '.join(KINDS)})")
+    claimed: dict[str, str] = {}
+    for name, param in named:
+        for entry, plan in zip(cfg.groups, entries):
+            if _selects(entry, name, param):
+                if name in claimed:
+                    raise ConfigError(f"parameter {name} is claimed by optimizer.groups '{claimed[name]}' and "
+                                      f"'{entry.name}'; make their patterns or kinds disjoint")
+                claimed[name] = entry.name
+                plan.names.append(name)
+                plan.params.append(param)
+        if name not in claimed:
+            kinds = parameter_kinds(name, param)
+            plan = (defaults["no_decay"] if "gain_bias" in kinds else
+                    defaults["muon"] if default_hidden == "muon" and "hidden" in kinds else defaults["decay"])
+            plan.names.append(name)
+            plan.params.append(param)
+    for plan in entries:
+        if not plan.params:
+            raise ConfigError(f"optimizer.groups '{plan.name}' matches no parameter of this model (names look like "
+                              f"{named[0][0]}, layers.0.attn.query.w1.weight); scripts/model_summary.py lists them")
+        if plan.optimizer == "muon":
+            flat = [n for n, p in zip(plan.names, plan.params) if p.dim() != 2]
+            if flat:
+                raise ConfigError(f"optimizer.groups '{plan.name}' gives Muon {flat[0]}, which is not a 2-D matrix; "
+                                  "Muon orthogonalises matrices: select kind = \"hidden\" or 2-D patterns")
+    kept = [plan for key, plan in defaults.items() if plan.params or (key != "muon" and not cfg.groups)]
+    return kept + entries
+
+
+class OptimizerSet:
+    """Several torch optimizers stepped as one (Muon for the hidden matrices, AdamW for the rest).
+
+    Iterable, so torch.distributed.checkpoint's ``get_state_dict(model, optimizers)`` saves and
+    loads them all (their parameters are disjoint) in the checkpoint's one optimizer entry.
+    """
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    def __iter__(self) -> Iterator[torch.optim.Optimizer]:
+        return iter(self.optimizers)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Every optimizer's groups, in order (the LR is set through them)."""
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {k: v for optimizer in self.optimizers for k, v in optimizer.state.items()}
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+
+def group_names(plans: list[GroupPlan]) -> list[str]:
+    """The plans' names in the order of :func:`build_optimizer`'s ``param_groups`` (AdamW's, then Muon's)."""
+    if not any(plan.optimizer == "muon" for plan in plans):
+        return [plan.name for plan in plans]
+    return [p.name for p in plans if p.optimizer == "adamw"] + [p.name for p in plans if p.optimizer == "muon"]
+
+
+def _torch_groups(plans: list[GroupPlan]) -> list[dict[str, Any]]:
+    groups = []
+    for plan in plans:
+        group: dict[str, Any] = {"params": plan.params, "weight_decay": plan.weight_decay}
+        if plan.lr_multiplier != 1.0:
+            group["lr_multiplier"] = plan.lr_multiplier  # read by set_lr; absent means 1 (the paper's groups)
+        groups.append(group)
+    return groups
+
+
+def _adamw(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
     if cfg.name == "adamw8bit":
-        return _adamw8bit(cfg, param_groups(model, cfg.weight_decay))
+        if cfg.fused:
+            raise ConfigError("optimizer.fused = true is torch's fused AdamW kernel; unset it with optimizer.name = 'adamw8bit'")
+        from torchnlq.parallel.float8 import quiet_torchao_import
+
+        with quiet_torchao_import():
+            from torchao.optim import AdamW8bit
+        # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless, not actionable.
+        warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
+        return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
     fused = cfg.fused if cfg.fused is not None else device_type == "cuda"
-    return torch.optim.AdamW(
-        param_groups(model, cfg.weight_decay),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        eps=cfg.eps,
-        fused=fused,
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
+
+
+def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str) -> torch.optim.Optimizer | OptimizerSet:
+    """The optimizer over :func:`plan_groups`: torch's AdamW (fused on CUDA unless ``cfg.fused`` says
+    otherwise) or torchao's AdamW8bit; with any Muon group, torch's Muon for those and AdamW for the
+    rest, stepped together (:class:`OptimizerSet`)."""
+    plans = plan_groups(cfg, model)
+    adam_plans = [p for p in plans if p.optimizer == "adamw"]
+    muon_plans = [p for p in plans if p.optimizer == "muon"]
+    if not muon_plans:
+        return _adamw(cfg, _torch_groups(plans), device_type)
+    sharded = [plan.names[i] for plan in muon_plans for i, p in enumerate(plan.params) if _is_sharded(p)]
+    if sharded:
+        # torch's Muon orthogonalises the tensor it is given: under FSDP that is a shard of the matrix, not
+        # the matrix, which is another (wrong) update. Refused rather than silently computed.
+        raise ConfigError(f"Muon cannot orthogonalise FSDP-sharded matrices ({sharded[0]} is a shard): train Muon "
+                          "on one process (or replicated: parallelism.dp_shard = 1), or use optimizer.name = 'adamw'")
+    muon = torch.optim.Muon(
+        _torch_groups(muon_plans), lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum,
+        nesterov=cfg.muon_nesterov, ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_adjust_lr,
     )
+    return OptimizerSet([_adamw(cfg, _torch_groups(adam_plans), device_type), muon] if adam_plans else [muon])
+
+
+def _is_sharded(param: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor, Shard
+
+    if not isinstance(param, DTensor):
+        return False
+    mesh = param.device_mesh
+    return any(isinstance(p, Shard) and mesh.size(dim) > 1 for dim, p in enumerate(param.placements))
 
 
 def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
-    """Learning rate of iteration ``it`` (0-based): linear warmup, cosine to ``min_lr`` (nanoGPT's formula)."""
+    """Learning rate of iteration ``it`` (0-based), before a group's multiplier.
+
+    Both schedules warm up linearly (nanoGPT's ``peak·(it + 1)/(warmup + 1)``) and reach ``min_lr``
+    at ``decay_steps`` (unset: the run's steps). ``cosine`` (the paper's) decays from the end of the
+    warmup; ``wsd`` holds the peak and decays over its last ``decay_length`` steps, linearly, by a
+    cosine, or as 1 - sqrt(progress).
+    """
     warmup = cfg.warmup_steps
-    decay_steps = cfg.decay_steps if cfg.decay_steps is not None else total_steps
+    end = cfg.decay_steps if cfg.decay_steps is not None else total_steps
     if it < warmup:
         return peak_lr * (it + 1) / (warmup + 1)
-    if it >= decay_steps or decay_steps <= warmup:
+    if it >= end or end <= warmup:
         return cfg.min_lr
-    ratio = (it - warmup) / (decay_steps - warmup)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (peak_lr - cfg.min_lr)
+    if cfg.name == "wsd":
+        start = end - decay_length(cfg, end)
+        if it < start:
+            return peak_lr
+        progress = (it - start) / (end - start)
+        if cfg.decay_shape == "linear":
+            return peak_lr - (peak_lr - cfg.min_lr) * progress
+        if cfg.decay_shape == "1-sqrt":
+            return cfg.min_lr + (peak_lr - cfg.min_lr) * (1.0 - math.sqrt(progress))
+    else:
+        progress = (it - warmup) / (end - warmup)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak_lr - cfg.min_lr)
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group (torchao's tensor one in place: no recompile)."""
+def decay_length(cfg: LRSchedule, end: int) -> int:
+    """Steps of the WSD decay tail: ``decay_length``, else ``decay_fraction`` of the schedule's end (at least 1)."""
+    if cfg.decay_length is not None:
+        return cfg.decay_length
+    return max(1, round(cfg.decay_fraction * end))
+
+
+def set_lr(optimizer: torch.optim.Optimizer | OptimizerSet, lr: float) -> None:
+    """Set every parameter group's learning rate to ``lr`` times its multiplier (torchao's tensor LR in place)."""
     for group in optimizer.param_groups:
+        value = lr * group.get("lr_multiplier", 1.0)
         if isinstance(group["lr"], torch.Tensor):
-            group["lr"].fill_(lr)
+            group["lr"].fill_(value)
         else:
-            group["lr"] = lr
+            group["lr"] = value

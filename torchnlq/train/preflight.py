@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from torchnlq.config.job_config import JobConfig, Metrics
 from torchnlq.config.registries import registry_choices
 from torchnlq.config.render import iter_options
@@ -19,9 +21,10 @@ from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.gpt import GPT
 from torchnlq.models.query import ignored_knobs
 from torchnlq.models.registry import build_model_args
-from torchnlq.train.optim import lr_at
+from torchnlq.train.optim import decay_length, lr_at, plan_groups
 
 
 def _option_value(cfg: JobConfig, dotted: str) -> Any:
@@ -45,6 +48,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             raise unknown_choice(name, value, choices)
     if cfg.data.synthetic and cfg.data.tokenizer != "byte":
         raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
+    if cfg.data.tokenizer == "hf" and not cfg.data.tokenizer_file:
+        raise ConfigError(
+            'data.tokenizer = "hf" reads a Hugging Face tokenizer.json: set data.tokenizer_file to the one the data '
+            "was prepared with (it sizes the model's vocabulary)"
+        )
     if cfg.lr_schedule.min_lr > cfg.optimizer.lr:
         raise ConfigError(
             f"lr_schedule.min_lr={cfg.lr_schedule.min_lr} is above optimizer.lr={cfg.optimizer.lr}: the cosine would "
@@ -65,6 +73,17 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             "learning rate would drop from its peak straight to min_lr; set decay_steps above warmup_steps "
             "(unset means training.steps)"
         )
+    if s.name == "wsd":
+        end = s.decay_steps if s.decay_steps is not None else cfg.training.steps
+        tail = decay_length(s, end)
+        if tail > end - s.warmup_steps:
+            raise ConfigError(
+                f"lr_schedule.decay_length={tail} is longer than the {end - s.warmup_steps} steps between the warmup "
+                f"({s.warmup_steps}) and the end of the schedule ({end}): there is no stable phase; shorten it"
+            )
+    elif s.decay_length is not None:
+        raise ConfigError("lr_schedule.decay_length is the decay tail of lr_schedule.name = 'wsd'; the cosine decays "
+                          "from the end of the warmup: drop it, or set name = 'wsd'")
     check_wandb(cfg.metrics)
     v = cfg.validation
     if v.enabled and v.protocol == "paper" and cfg.training.steps // v.interval >= PAPER_EVALUATION_ROWS:
@@ -73,12 +92,17 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"steps, too few for training.steps={cfg.training.steps:,}; raise validation.interval to at least "
             f"{cfg.training.steps // PAPER_EVALUATION_ROWS + 1} or use validation.protocol = 'fixed'"
         )
-    args = build_model_args(cfg.model, padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple))
+    # hf reads its tokenizer.json here (bounded, parsed once per file version): its size is the vocabulary's.
+    vocab = padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple, cfg.data.tokenizer_file, cfg.data.eot_token)
+    args = build_model_args(cfg.model, vocab)
     if cfg.training.seq_len > args.max_seq_len:
         raise ConfigError(
             f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
             "lower training.seq_len or raise model.max_seq_len"
         )
+    if cfg.optimizer.groups or cfg.optimizer.name == "muon":
+        with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
+            plan_groups(cfg.optimizer, GPT(args))
     return args
 
 
@@ -129,7 +153,7 @@ def schedule_warnings(cfg: JobConfig) -> list[str]:
         end = lr_at(t.steps - 1, cfg.optimizer.lr, s, t.steps)
         warnings.append(
             f"lr_schedule.decay_steps={s.decay_steps} is beyond training.steps={t.steps}: the run stops before the "
-            f"cosine reaches min_lr (its last learning rate is {end:.3g}); set --lr_schedule.decay_steps={t.steps} "
+            f"schedule reaches min_lr (its last learning rate is {end:.3g}); set --lr_schedule.decay_steps={t.steps} "
             "for a full decay"
         )
     if v.enabled:
@@ -153,6 +177,10 @@ def config_warnings(cfg: JobConfig) -> list[str]:
     warnings += schedule_warnings(cfg)
     if cfg.data.tiktoken_file and cfg.data.tokenizer != "gpt2":
         warnings.append(f"data.tiktoken_file set but data.tokenizer = {cfg.data.tokenizer!r} reads no ranks; it has no effect")
+    for key in ("tokenizer_file", "eot_token"):
+        if getattr(cfg.data, key) is not None and cfg.data.tokenizer != "hf":
+            warnings.append(f"data.{key} set but data.tokenizer = {cfg.data.tokenizer!r} reads no tokenizer.json; "
+                            "it has no effect")
     if not cfg.metrics.wandb:
         defaults = Metrics()
         unused = [k for k in ("wandb_project", "wandb_entity", "wandb_run_name", "wandb_mode")

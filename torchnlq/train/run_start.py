@@ -32,7 +32,7 @@ from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 from torchnlq.interop.load import is_export
-from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks
+from torchnlq.interop.tokenizer_files import TOKENIZER_JSON, TOKENIZER_RANKS_FILE, find_gpt2_ranks, find_tokenizer_json
 from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
 from torchnlq.models import GPT
@@ -191,13 +191,22 @@ def initial_query_weights(
 
 
 def checkpoint_files(
-    tokenizer: Mapping[str, Any], weights_from: Path | None, tiktoken_file: str | None, logger: logging.Logger
+    tokenizer: Mapping[str, Any], weights_from: Path | None, tiktoken_file: str | None, logger: logging.Logger,
+    tokenizer_file: str | None = None,
 ) -> dict[str, bytes]:
     """The tokenizer files every checkpoint of the run carries, so generate.py and exports need no --tiktoken-file.
 
-    For a gpt2 run, its ranks, found offline (:func:`find_gpt2_ranks`). Training never fails for
-    them: ranks found nowhere are a warning, and checkpoints are saved without.
+    For a gpt2 run, its ranks, found offline (:func:`find_gpt2_ranks`); for an hf run, its tokenizer.json
+    (data.tokenizer_file, else the copy where the weights came from; the recorded sha256 either way).
+    Training never fails for them: files found nowhere are a warning, and checkpoints are saved without.
     """
+    if tokenizer.get("name") == "hf":
+        try:
+            return {TOKENIZER_JSON: find_tokenizer_json(tokenizer, weights_from, tokenizer_file)}
+        except UserError as e:
+            logger.warning(f"warning: checkpoints will not carry the tokenizer.json ({e}); generate.py and exports "
+                           "of them will need it copied in")
+            return {}
     if tokenizer.get("name") != "gpt2":
         return {}
     # A damaged copy where the weights came from must not hide a good file elsewhere: then look again without it.

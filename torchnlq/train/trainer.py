@@ -49,7 +49,7 @@ from torchnlq.train.metrics import (
     run_hparams,
     setup_logging,
 )
-from torchnlq.train.optim import build_optimizer, lr_at, set_lr
+from torchnlq.train.optim import build_optimizer, decay_length, group_names, lr_at, plan_groups, set_lr
 from torchnlq.train.preemption import PreemptionFlag
 from torchnlq.train.preflight import check_data_fits_model, check_job_config, config_warnings, resume_changes
 from torchnlq.train.run_lock import RunLock, check_run_folder
@@ -100,6 +100,8 @@ class Trainer:
         self.tokens_per_step = self.data.loader.tokens_per_step
         self._build_model()
         self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type)
+        #: The name of each of the optimizer's parameter groups, in its order (logged as lr/<name>).
+        self.group_names = group_names(plan_groups(cfg.optimizer, self.model))
         self.record = self._new_record()
         self._consecutive_skips = 0
 
@@ -193,9 +195,12 @@ class Trainer:
         cfg, tcfg, data = self.cfg, self.cfg.training, self.data
         meta = data.meta
         tokenizer = {k: meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in meta} | {"name": meta["tokenizer"]}
-        ranks_sha = (meta.get("tokenizer_info") or {}).get("tiktoken_sha256")
-        if isinstance(ranks_sha, str):  # which .tiktoken ranks the data was made with: checkpoints carry that file
-            tokenizer["tiktoken_sha256"] = ranks_sha
+        info = meta.get("tokenizer_info") or {}
+        # Which .tiktoken ranks or tokenizer.json the data was made with (checkpoints carry that file), and an hf
+        # tokenizer's end-of-text text (its id alone does not say which token it is).
+        for key in ("tiktoken_sha256", "tokenizer_sha256", "eot_token"):
+            if isinstance(info.get(key), str):
+                tokenizer[key] = info[key]
         # What the model computes in: bf16 on CUDA (autocast, or FSDP's bf16 parameters), fp32 on a CPU.
         precision = "bf16" if self.device.type == "cuda" and tcfg.mixed_precision == "bf16" else "fp32"
         return RunRecord(
@@ -216,6 +221,9 @@ class Trainer:
             steps=tcfg.steps,
             world_size=self.world_size,
             mixed_precision=precision,
+            # AdamW groups are torchao's AdamW8bit under optimizer.name = adamw8bit: another state.
+            optimizer_groups={plan.name: f"{'adamw8bit' if cfg.optimizer.name == 'adamw8bit' else plan.optimizer}, "
+                              f"{len(plan.params)} tensors" for plan in plan_groups(cfg.optimizer, self.model)},
         )
 
     @property
@@ -236,7 +244,7 @@ class Trainer:
     def _checkpoint_files(self) -> dict[str, bytes]:
         """What every checkpoint carries besides its state: the tokenizer ranks (from where the weights came, too)."""
         return checkpoint_files(self.record.tokenizer, self.start.weights_from, self.cfg.data.tiktoken_file,
-                               self.checkpointer.logger)
+                               self.checkpointer.logger, self.cfg.data.tokenizer_file)
 
     def _check_resume_point_unchanged(self) -> None:
         """With the run lock held: refuse a resume point that another trainer moved on while this one was building."""
@@ -278,6 +286,8 @@ class Trainer:
             f"batch fingerprint {schedule.fingerprint()}"
         )
         self.logger.info(self._settings_line())
+        groups = " | ".join(plan.describe() for plan in plan_groups(self.cfg.optimizer, self.model))
+        self.logger.info(f"optimizer groups: {groups}")
         self._log_memory_estimate()
 
     def _log_memory_estimate(self) -> None:
@@ -305,10 +315,24 @@ class Trainer:
                       if cfg.validation.enabled else "off")
         return (
             f"steps {t.steps:,} | lr {cfg.optimizer.lr:g} -> {cfg.lr_schedule.min_lr:g}, warmup "
-            f"{cfg.lr_schedule.warmup_steps:,} steps | {cfg.optimizer.name} wd {cfg.optimizer.weight_decay:g} | "
+            f"{cfg.lr_schedule.warmup_steps:,} steps, {self._schedule_shape()} | {cfg.optimizer.name} wd "
+            f"{cfg.optimizer.weight_decay:g} | "
             f"precision {t.mixed_precision if self.device.type == 'cuda' else 'fp32 (cpu)'} | compile {compiled} | "
             f"activation checkpointing {ac} | validation {validation}"
         )
+
+    def _schedule_shape(self) -> str:
+        s = self.cfg.lr_schedule
+        end = s.decay_steps if s.decay_steps is not None else self.cfg.training.steps
+        if s.name == "wsd":
+            return f"wsd ({s.decay_shape} decay over steps {end - decay_length(s, end):,}..{end:,})"
+        return f"cosine to step {end:,}"
+
+    def _group_lrs(self) -> dict[str, float] | None:
+        """Each named group's LR when the groups differ from the paper's two (whose LR is the one ``lr``)."""
+        if self.group_names == ["decay", "no_decay"]:
+            return None
+        return {name: float(group["lr"]) for name, group in zip(self.group_names, self.optimizer.param_groups)}
 
     def write_run_info(self, finished: bool) -> None:
         """``<run>/run_info.json`` (rank 0): what suites and comparisons read without TensorBoard."""
@@ -456,7 +480,8 @@ class Trainer:
                 step, last = self.step, self.step == steps
                 self.metrics.count_tokens(self.tokens_per_step)
                 if self.metrics.due(step, last):
-                    self.metrics.log_step(step, loss, self.optimizer.param_groups[0]["lr"], grad_norm, self.record.tokens_seen)
+                    self.metrics.log_step(step, loss, self.optimizer.param_groups[0]["lr"], grad_norm,
+                                          self.record.tokens_seen, self._group_lrs())
                     self.metrics.scalar("skipped_steps", self.skipped_steps, step)
                 if self.validator.due(step, last):
                     self.validate()
