@@ -40,6 +40,7 @@ from helpers.data import SHARED_GPT2, write_token_folder, write_toy_tiktoken
 from helpers.train import script_env, tiny_args
 from test_generated import SETTINGS as TRAINER_SETTINGS
 from test_generated import assert_outcome, scratch
+from test_suite import BASE as BASE_CONFIG  # the small model of tests/test_suite.py
 
 SETTINGS = {**TRAINER_SETTINGS,
             "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]}
@@ -523,18 +524,6 @@ def test_compare_runs_any_run_folders_compare_or_are_one_line(finished_runs: Pat
 
 
 # ------------------------------------------------------------------ run_suite.py (--dry-run: nothing is launched)
-
-BASE_CONFIG = """
-[model]
-flavor = "debug"
-n_layers = 1
-dim = 32
-n_heads = 2
-
-[training]
-steps = 10
-seq_len = 32
-"""
 
 
 def toml_value(value: object) -> str:
