@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: An optimizer, or several stepped as one (Muon + AdamW): DCP's state-dict API takes either.
+Optimizers = torch.optim.Optimizer | Iterable[torch.optim.Optimizer]
+
 # Fingerprint keys newer than the first torchnlq checkpoints (checkpoints without them still resume).
 FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256", "optimizer.decay",
                                           "optimizer.no_decay"})
@@ -270,7 +273,7 @@ class Checkpointer:
         """Whether the loop should save after ``step``: every ``interval`` steps and at the last one."""
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
-    def save(self, record: RunRecord, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
         """Write ``step-N`` for ``record.step`` (synchronously, or in the background with ``async_mode``).
 
         A save that fails on the environment (a full disk, a read-only folder) is one UserError line; the
@@ -290,7 +293,7 @@ class Checkpointer:
         last = f"the last complete checkpoint, step-{steps[-1]}, is the resume point" if steps else "no checkpoint"
         return UserError(f"saving checkpoint step-{step} failed: {line}; {last}")
 
-    def _save(self, record: RunRecord, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def _save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
         step = record.step
         start = time.perf_counter()
         final = self.folder / f"step-{step}"
@@ -376,7 +379,7 @@ class Checkpointer:
         return self.folder / f"step-{steps[-1]}" if steps else None
 
     def load(
-        self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, fingerprint: dict[str, Any]
+        self, path: Path, model: nn.Module, optimizer: Optimizers | None, fingerprint: dict[str, Any]
     ) -> RunRecord:
         """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record."""
         meta = read_meta(path)

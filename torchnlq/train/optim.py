@@ -139,10 +139,6 @@ class OptimizerSet:
         """Every optimizer's groups, in order (the LR is set through them)."""
         return [group for optimizer in self.optimizers for group in optimizer.param_groups]
 
-    @property
-    def state(self) -> dict[Any, Any]:
-        return {k: v for optimizer in self.optimizers for k, v in optimizer.state.items()}
-
     def step(self) -> None:
         for optimizer in self.optimizers:
             optimizer.step()

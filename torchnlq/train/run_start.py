@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torchnlq.checkpoint.checkpointer import (
     Checkpointer,
     CorruptCheckpoint,
+    Optimizers,
     compare_fingerprints,
     list_checkpoints,
     step_folders,
@@ -63,7 +64,7 @@ def is_pretrained(path: str | Path) -> bool:
 
 
 def start_run(
-    cfg: Checkpoint, checkpointer: Checkpointer, model: nn.Module, optimizer: torch.optim.Optimizer,
+    cfg: Checkpoint, checkpointer: Checkpointer, model: nn.Module, optimizer: Optimizers,
     record: RunRecord,
 ) -> RunStart:
     """Decide where the run starts (resume, initial load or fresh) and load it into ``model`` and ``optimizer``.
@@ -125,7 +126,7 @@ def _continue(record: RunRecord, saved: RunRecord) -> None:
 
 
 def _resume(
-    cfg: Checkpoint, checkpointer: Checkpointer, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+    cfg: Checkpoint, checkpointer: Checkpointer, path: Path, model: nn.Module, optimizer: Optimizers,
     fingerprint: dict[str, Any],
 ) -> RunRecord:
     """Load this run's checkpoint ``path``; a damaged latest one names the previous complete one."""
