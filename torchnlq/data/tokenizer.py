@@ -322,11 +322,6 @@ class HFTokenizer(Tokenizer):
         """Name, vocabulary size, eot id and text, and the sha256 of the tokenizer.json (a changed file is noticed)."""
         return super().describe() | {"eot_token": self.eot_token, "tokenizer_sha256": self.file_sha256}
 
-    @property
-    def file_bytes(self) -> bytes:
-        """The tokenizer.json exactly as read (what checkpoints and exports carry)."""
-        return self._data
-
     # Pickled with the file's bytes (datasets' map(num_proc) and cache fingerprint pickle the tokenizer):
     # the copy encodes with the very file this one read, whatever happened to the path since.
     def __getstate__(self) -> dict[str, Any]:

@@ -19,7 +19,6 @@ input dtype, as ``F.cross_entropy(logits.float(), targets)``; gradients come bac
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 #: Rows of logits formed at a time: 4096 x 50,304 fp32 is 0.8 GB on a GPU, a few percent of the plain path's.
 DEFAULT_CHUNK_TOKENS = 4096
@@ -84,10 +83,3 @@ def linear_cross_entropy(
         raise ValueError(f"chunk_tokens={chunk_tokens} must be at least 1")
     return _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, targets.reshape(-1),
                                      chunk_tokens, ignore_index)
-
-
-def plain_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                               ignore_index: int = -100) -> torch.Tensor:
-    """The same loss through the full logits (the reference the chunked path is held to)."""
-    logits = nn.functional.linear(hidden, weight)
-    return nn.functional.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), ignore_index=ignore_index)
