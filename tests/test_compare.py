@@ -336,3 +336,24 @@ def test_weight_dynamics_get_one_figure_per_statistic_with_a_line_per_layer(tmp_
     for layer, ln in enumerate(lines):
         assert list(ln.get_ydata()) == [f32(logged[("base", "w_q", layer, s)]) for s in (100, 200)]
     assert "drift" in panels[0].get_ylabel() and "layer" in [ax.get_ylabel() for ax in w_q.axes]
+
+
+def test_learning_rates_plot_draws_each_group_of_each_arm() -> None:
+    """learning_rates.png: a line per optimizer group (lr/<name>) of each arm's first seed, the values as logged;
+    an arm with the paper's two groups draws its one lr."""
+    pytest.importorskip("matplotlib")
+    from torchnlq.experiments.compare import Group, RunData
+    from torchnlq.experiments.compare_plots import draw_learning_rates, plot_comparison
+
+    def run(name: str, lrs: dict[str, dict[int, float]]) -> RunData:
+        return RunData(Path(name), name, {"training": {"seed": 1}}, {}, {10: 3.0, 20: 2.5}, {}, {}, lrs)
+
+    muon = run("muon", {"lr": {1: 1e-3, 2: 2e-3}, "lr/muon": {1: 1e-3, 2: 2e-3}, "lr/query_mlp": {1: 2e-3, 2: 4e-3}})
+    adamw = run("adamw", {"lr": {1: 1e-3, 2: 2e-3}})
+    groups = [Group("adamw", [adamw]), Group("muon", [muon])]
+    ax = draw_learning_rates(groups).axes[0]
+    drawn = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+    assert drawn == {"adamw": ([1, 2], [1e-3, 2e-3]), "muon: muon": ([1, 2], [1e-3, 2e-3]),
+                     "muon: query_mlp": ([1, 2], [2e-3, 4e-3])}
+    assert "learning_rates.png" in plot_comparison(groups, groups[0])[0]
+    assert "learning_rates.png" not in plot_comparison([groups[0]], groups[0])[0]  # the paper's groups only

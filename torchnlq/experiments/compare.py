@@ -47,6 +47,8 @@ class RunData:
     train: dict[int, float]  # step -> training loss
     # tag -> {step: value} of the weight-dynamics scalars (weights/layer{i}/{matrix}/{stat}), if logged
     weights: dict[str, dict[int, float]] = field(default_factory=dict)
+    # "lr", and lr/<group> for each optimizer group when the groups are not the paper's two: {step: value}
+    lrs: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def seed(self) -> Any:
@@ -110,7 +112,9 @@ def load_run(path: Path) -> RunData:
     if not val:
         raise UserError(f"run '{path}' has no validation losses (loss/val) in {path / 'tb'}")
     weights = {tag: values for tag, values in scalars.items() if tag.startswith("weights/layer")}
-    return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}), weights)
+    lrs = {tag: values for tag, values in scalars.items() if tag == "lr" or tag.startswith("lr/")}
+    return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}), weights,
+                   lrs)
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:

@@ -114,7 +114,8 @@ def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, floa
 
 
 def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple[dict[str, bytes], str]:
-    """loss_curves.png, relative_improvement.png and the weight-dynamics plots as PNG bytes by name; (plots, note)."""
+    """loss_curves.png, relative_improvement.png, the weight-dynamics plots and (with optimizer groups of their
+    own) learning_rates.png as PNG bytes by name; (plots, note)."""
     try:
         import matplotlib
 
@@ -137,7 +138,34 @@ def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple
         plots[name] = png(fig)
     for matrix, stat in weight_statistics(groups):
         plots[f"weights_{matrix}_{stat}.png"] = png(draw_weight_dynamics(groups, matrix, stat, x))  # constrained layout
+    if any(tag.startswith("lr/") for g in groups for tag in g.runs[0].lrs):  # groups of their own (Muon, patterns)
+        fig = draw_learning_rates(groups, x)
+        fig.tight_layout()
+        plots["learning_rates.png"] = png(fig)
     return plots, ""
+
+
+def draw_learning_rates(groups: list[Group], x: str = "steps") -> Any:
+    """Each optimizer group's learning rate over training, a line per group of each arm (its first seed: seeds
+    share the schedule); runs with the paper's two groups show their one ``lr``."""
+    import matplotlib.pyplot as plt
+
+    scales = _scales(groups, x)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for index, g in enumerate(groups):
+        run = g.runs[0]
+        tags = sorted(t for t in run.lrs if t.startswith("lr/")) or ["lr"]
+        for tag_index, tag in enumerate(tags):
+            points = sorted(_on_axis(run.lrs.get(tag, {}), scales[id(run)]).items())
+            label = g.name if tag == "lr" else f"{g.name}: {tag.removeprefix('lr/')}"
+            ax.plot([p for p, _ in points], [v for _, v in points], color=f"C{index}", lw=1.4, label=label,
+                    linestyle=("-", "--", ":", "-.")[tag_index % 4])
+    ax.set_ylabel("learning rate")
+    ax.set_title("Learning rate per optimizer group")
+    _x_axis(ax, x)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
 
 
 _WEIGHT_TAG = re.compile(r"^weights/layer(\d+)/(\w+)/(\w+)$")
