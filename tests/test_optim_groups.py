@@ -63,6 +63,8 @@ def test_groups_by_kind_and_pattern_claim_exactly_these_names():
      "claimed by optimizer.groups 'a' and 'b'"),
     ([OptimizerGroup(name="m", kind="gain_bias", optimizer="muon")], "not a 2-D matrix"),
     ([OptimizerGroup(name="empty")], "selects nothing"),
+    ([OptimizerGroup(name="a", kind="head"), OptimizerGroup(name="a", kind="embedding")], "name 'a' is used twice"),
+    ([OptimizerGroup(name="decay", kind="head")], "name 'decay' is used twice"),
 ])
 def test_group_mistakes_are_one_line(groups: list[OptimizerGroup], message: str):
     with pytest.raises(ConfigError, match=message) as info:

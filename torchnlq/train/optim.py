@@ -88,6 +88,11 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
         defaults["muon"] = GroupPlan("muon", "muon", cfg.weight_decay)
     entries = [GroupPlan(e.name, e.optimizer, cfg.weight_decay if e.weight_decay is None else e.weight_decay,
                          e.lr_multiplier) for e in cfg.groups]
+    names = [entry.name for entry in cfg.groups]
+    taken = {"decay", "no_decay", "muon"}.intersection(names) or {n for n in names if names.count(n) > 1}
+    if taken:  # each group's LR is logged as lr/<name>: names must tell them apart
+        raise ConfigError(f"optimizer.groups name '{sorted(taken)[0]}' is used twice (or by a default group: decay, "
+                          "no_decay, muon); give each entry its own name")
     for entry in cfg.groups:
         if not entry.params and entry.kind is None:
             raise ConfigError(f"optimizer.groups '{entry.name}' selects nothing: give it params (name patterns) "
@@ -110,8 +115,9 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
             plan.params.append(param)
     for plan in entries:
         if not plan.params:
-            raise ConfigError(f"optimizer.groups '{plan.name}' matches no parameter of this model (names look like "
-                              f"{named[0][0]}, layers.0.attn.query.w1.weight); scripts/model_summary.py lists them")
+            examples = ", ".join(n for n, _ in named if n.startswith(("tok_emb", "layers.0.attn", "layers.0.mlp")))
+            raise ConfigError(f"optimizer.groups '{plan.name}' matches no parameter of this model (its names: "
+                              f"{examples}, ... for each layer); fix its params or kind")
         if plan.optimizer == "muon":
             flat = [n for n, p in zip(plan.names, plan.params) if p.dim() != 2]
             if flat:
