@@ -82,6 +82,25 @@ OPTIONS = {
     "data.verify_content": st.sampled_from(["true", "false", "sometimes"]),
     "data.path": st.sampled_from(["~/nowhere", "", "/dev/null"]),
     "model.query.fuse_kv": st.sampled_from(["true", "false"]),
+    # The block options, the optimizer and the schedule (issues 21, 22).
+    "model.norm": st.sampled_from(["layer", "rms", "batch"]),
+    "model.mlp_activation": st.sampled_from(["gelu", "gelu_tanh", "swiglu", "relu"]),
+    "model.mlp_multiple_of": NUMBERS,
+    "model.qk_norm": st.sampled_from(["true", "false", "maybe"]),
+    "model.init": st.sampled_from(["torchnlq", "depth", "paper", "nanogpt"]),
+    "model.rope_scaling_factor": NUMBERS,
+    "model.rope_low_freq_factor": NUMBERS,
+    "model.rope_high_freq_factor": NUMBERS,
+    "model.rope_original_max_seq_len": NUMBERS,
+    "optimizer.name": st.sampled_from(["adamw", "adamw8bit", "muon", "sgd"]),
+    "optimizer.muon_momentum": NUMBERS,
+    "optimizer.muon_ns_steps": NUMBERS,
+    "optimizer.muon_adjust_lr": st.sampled_from(["match_rms_adamw", "original", "kimi"]),
+    "optimizer.groups": st.sampled_from(["x", "", "[]"]),
+    "lr_schedule.name": st.sampled_from(["cosine", "wsd", "linear"]),
+    "lr_schedule.decay_shape": st.sampled_from(["linear", "cosine", "1-sqrt", "sqrt"]),
+    "lr_schedule.decay_length": NUMBERS,
+    "lr_schedule.decay_fraction": NUMBERS,
 }
 
 
@@ -183,3 +202,46 @@ def test_a_corrupted_checkpoint_record_is_read_or_one_line(checkpoint: Path, key
             code = run_cli(script.main, [str(ckpt), "--max-new-tokens", "2", "--prompt", "a"])
         assert_outcome(code, err.getvalue())
         assert snapshot(tmp) == before
+
+
+# ------------------------------------------------------------------ [[optimizer.groups]] entries in a TOML file
+
+GROUP_VALUES = {
+    "name": st.sampled_from(["g", "decay", "muon", "", 3]),
+    "params": st.lists(st.sampled_from(["layers.*.attn.kv.weight", "tok_emb.*", "nope", "*", ""]), max_size=2),
+    "kind": st.sampled_from(["hidden", "embedding", "head", "gain_bias", "query_mlp", "weights"]),
+    "optimizer": st.sampled_from(["adamw", "muon", "sgd"]),
+    "lr_multiplier": st.sampled_from([1.0, 2.0, 0.0, -1.0, "2"]),
+    "weight_decay": st.sampled_from([0.0, 0.1, -0.5]),
+    "lr": st.just(1.0),  # not a key of an entry
+}
+
+
+def _toml(value: object) -> str:
+    return json.dumps(value)  # JSON scalars and lists of strings are TOML values too
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.lists(st.dictionaries(st.sampled_from(sorted(GROUP_VALUES)), st.just(None), max_size=4).flatmap(
+    lambda keys: st.fixed_dictionaries({k: GROUP_VALUES[k] for k in keys})), min_size=1, max_size=3),
+    st.sampled_from(["adamw", "muon"]))
+def test_any_optimizer_groups_give_a_config_or_one_line(entries: list[dict[str, object]], name: str) -> None:
+    """Any [[optimizer.groups]] tables either build and check (every trainable parameter in exactly one group)
+    or are one UserError line, before anything is written."""
+    from torchnlq.models import GPT
+    from torchnlq.train.optim import plan_groups
+
+    with scratch() as tmp:
+        tables = "".join("\n[[optimizer.groups]]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in entry.items())
+                         for entry in entries)
+        (tmp / "g.toml").write_text(f'[optimizer]\nname = "{name}"\n{tables}')
+        try:
+            cfg = load_job_config([str(tmp / "g.toml"), *tiny_args(tmp)])
+            args = check_job_config(cfg)
+        except UserError as e:
+            assert str(e) and "\n" not in str(e), str(e)
+            assert sorted(p.name for p in tmp.iterdir()) == ["g.toml"]  # nothing written
+            return
+        model = GPT(args)
+        claimed = [id(p) for plan in plan_groups(cfg.optimizer, model) for p in plan.params]
+        assert sorted(claimed) == sorted(id(p) for p in model.parameters())

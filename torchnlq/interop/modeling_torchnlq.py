@@ -65,13 +65,11 @@ class TorchnlqConfig(PretrainedConfig):
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
 
     def __init__(self, tie_word_embeddings: bool = True, use_cache: bool = True, **kwargs: Any) -> None:
-        defaults = ModelArgs()
+        # A field not given takes its ModelArgs default (None for the derived ones: n_kv_heads, head_dim, ...).
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs) if f.default is not dataclasses.MISSING}
         for field, name in model_fields().items():
             if name != "tie_word_embeddings":
-                value = kwargs.pop(name, None if field in ("n_kv_heads", "head_dim", "mlp_hidden")
-                                   else getattr(defaults, field))
-                setattr(self, name, dataclasses.asdict(value) if field == "query" and not isinstance(value, dict)
-                        else value)
+                setattr(self, name, kwargs.pop(name, defaults.get(field)))
         self.query = dict(self.query or {})
         self.use_cache = use_cache
         # Through the base class: transformers 4.x sets tie_word_embeddings there.

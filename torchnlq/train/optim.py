@@ -186,11 +186,12 @@ def _adamw(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
 
 
-def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str) -> torch.optim.Optimizer | OptimizerSet:
-    """The optimizer over :func:`plan_groups`: torch's AdamW (fused on CUDA unless ``cfg.fused`` says
-    otherwise) or torchao's AdamW8bit; with any Muon group, torch's Muon for those and AdamW for the
-    rest, stepped together (:class:`OptimizerSet`)."""
-    plans = plan_groups(cfg, model)
+def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str,
+                    plans: list[GroupPlan] | None = None) -> torch.optim.Optimizer | OptimizerSet:
+    """The optimizer over ``plans`` (default :func:`plan_groups`): torch's AdamW (fused on CUDA unless
+    ``cfg.fused`` says otherwise) or torchao's AdamW8bit; with any Muon group, torch's Muon for those and
+    AdamW for the rest, stepped together (:class:`OptimizerSet`)."""
+    plans = plan_groups(cfg, model) if plans is None else plans
     adam_plans = [p for p in plans if p.optimizer == "adamw"]
     muon_plans = [p for p in plans if p.optimizer == "muon"]
     if not muon_plans:

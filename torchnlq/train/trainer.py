@@ -99,9 +99,11 @@ class Trainer:
         self.loader: MicroBatchSource = self.data.loader
         self.tokens_per_step = self.data.loader.tokens_per_step
         self._build_model()
-        self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type)
+        #: The optimizer's parameter groups as planned (the header, the record and lr/<name> read them).
+        self.group_plans = plan_groups(cfg.optimizer, self.model)
+        self.optimizer = build_optimizer(cfg.optimizer, self.model, self.device.type, self.group_plans)
         #: The name of each of the optimizer's parameter groups, in its order (logged as lr/<name>).
-        self.group_names = group_names(plan_groups(cfg.optimizer, self.model))
+        self.group_names = group_names(self.group_plans)
         self.record = self._new_record()
         self._consecutive_skips = 0
 
@@ -223,7 +225,7 @@ class Trainer:
             mixed_precision=precision,
             # AdamW groups are torchao's AdamW8bit under optimizer.name = adamw8bit: another state.
             optimizer_groups={plan.name: f"{'adamw8bit' if cfg.optimizer.name == 'adamw8bit' else plan.optimizer}, "
-                              f"{len(plan.params)} tensors" for plan in plan_groups(cfg.optimizer, self.model)},
+                              f"{len(plan.params)} tensors" for plan in self.group_plans},
         )
 
     @property
@@ -286,7 +288,7 @@ class Trainer:
             f"batch fingerprint {schedule.fingerprint()}"
         )
         self.logger.info(self._settings_line())
-        groups = " | ".join(plan.describe() for plan in plan_groups(self.cfg.optimizer, self.model))
+        groups = " | ".join(plan.describe() for plan in self.group_plans)
         self.logger.info(f"optimizer groups: {groups}")
         self._log_memory_estimate()
 
