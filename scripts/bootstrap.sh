@@ -25,11 +25,20 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV" || { echo "error: could not create $VENV (python3 -m venv failed; install python3-venv)" >&2; exit 2; }
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c "$probe" 2>/dev/null; then
-  echo "[torchnlq] installing torchnlq${EXTRAS:+[$EXTRAS]} into $VENV (first use; about a minute)" >&2
+  torch_pin="$(grep -m1 '^torch==' "$ROOT/constraints.txt")"
+  echo "[torchnlq] installing torchnlq${EXTRAS:+[$EXTRAS]} into $VENV (first use: a few minutes, 1.4-2.1 GB; pip's output follows)" >&2
+  # Which torch: the pin, from the first place pip finds it. Said before the download, so it can be stopped.
+  echo "[torchnlq] torch: $torch_pin (constraints.txt) from a local wheel if pip has one (find-links), else from PyPI," \
+    "whose Linux x86_64 wheel is the CUDA build (about 3 GB more with its nvidia-* wheels). For the CPU-only" \
+    "wheel or another CUDA version, stop (Ctrl-C) and first run: $VENV/bin/pip install $torch_pin" \
+    "--index-url https://download.pytorch.org/whl/cpu (or .../whl/cu128); then this command again" >&2
   spec="$ROOT"; [ -n "$EXTRAS" ] && spec="$ROOT[$EXTRAS]"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$spec" \
-    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) \
+  # pip's progress goes to stderr: stdout stays the tool's (./run_train.sh --print-config > config.toml).
+  PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$spec" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) >&2 \
     || { echo "error: pip install failed (see above); fix the cause and re-run" >&2; exit 2; }
   echo "$want" > "$stamp"
+  build="$("$VENV/bin/python" -c 'import torch; print(torch.__version__, "(CUDA " + torch.version.cuda + ")" if torch.version.cuda else "(CPU only)")')"
+  echo "[torchnlq] installed torch $build; $VENV holds $(du -sh "$VENV" | cut -f1)" >&2
 fi
 PYTHON="$VENV/bin/python"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
 
@@ -32,13 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
         "a Hugging Face transformers folder of any query type (hf: AutoModelForCausalLM.from_pretrained) "
         "or a Hugging Face GPT-2 or Llama folder of a linear-query model without remote code (hf-gpt2: "
         "transformers.GPT2LMHeadModel; hf-llama, Llama-style blocks: transformers.LlamaForCausalLM).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
     p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2", "hf-llama"), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
+    p.add_argument("--tiktoken-file", default=None, help="GPT-2 .tiktoken ranks file, for a gpt2 model that carries "
+                   "none (default: $TORCHNLQ_TIKTOKEN_FILE, then tiktoken's cache)")
     add_plugins_option(p)
     return p
 
@@ -52,6 +54,7 @@ def main(argv: list[str]) -> int:
     check_export_folder(args.out, args.checkpoint, args.overwrite)  # before the (slow) load
 
     loaded = load_model(args.checkpoint)
+    loaded.tiktoken_file = args.tiktoken_file
     if args.format == "hf":
         from torchnlq.interop.hf_export import export_hf
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 from torchnlq.errors import UserError  # noqa: E402
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Validation loss and perplexity of a torchnlq checkpoint or export on fixed validation "
         "sequences (--data), or its accuracy on multiple-choice questions (--multiple-choice).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
     what = p.add_mutually_exclusive_group(required=True)

@@ -11,7 +11,8 @@ says when sampling stopped early (end-of-text or a full context). The tokenizer
 is the one the checkpoint or export carries (a gpt2 checkpoint's tokenizer.tiktoken,
 an export's vocab.json, the tokenizer.json of a model trained with data.tokenizer = "hf");
 --tiktoken-file is needed only for a gpt2 model saved without it (before torchnlq carried
-it, or by a run that could not find it).
+it, or by a run that could not find it); it (or $TORCHNLQ_TIKTOKEN_FILE) also gives GPT-2's
+tokenizer to a model that records none (an import of a GPT-2 folder saved without one).
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Sample a continuation of a prompt from a torchnlq checkpoint or export.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
     p.add_argument("--prompt", default="", help="text to continue (empty: start from end-of-text)")
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_plugins_option(p)
     p.add_argument("--tiktoken-file", default=None,
                    help="GPT-2 .tiktoken ranks file, used instead of the ones the checkpoint or export carries; "
-                   "needed only for a gpt2 model that carries none (default then: $TORCHNLQ_TIKTOKEN_FILE)")
+                   "needed only for a gpt2 model that carries none, or one that records no tokenizer "
+                   "(default then: $TORCHNLQ_TIKTOKEN_FILE)")
     return p
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402  (imports no datasets: HF_HOME is set below first)
+# torchnlq.cli imports no datasets: HF_HOME is set below first.
+from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.errors import UserError  # noqa: E402
 
 # Options that say how to tokenize: an adopted folder is already tokenized, so they cannot apply.
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Tokenize a Hugging Face dataset or local files into token files (train.bin, val.bin: uint16, "
         "or uint32 for a vocabulary above 65,536; meta.json), or adopt a nanoGPT data folder (--adopt).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--out", default=None,
                    help="output folder (becomes data.path); must be new or empty unless --overwrite")

@@ -9,7 +9,9 @@ Examples:
 
 SOURCE is a Hugging Face GPT-2 folder (GPT2LMHeadModel.save_pretrained: config.json + model.safetensors;
 pytorch_model.bin is never unpickled) or a torchnlq checkpoint or export with a linear query. OUT is a
-safetensors export whose logits equal SOURCE's; train from it with
+safetensors export whose logits equal SOURCE's, with SOURCE's tokenizer; a folder saved without one
+whose vocabulary is GPT-2's gets GPT-2's (--tiktoken-file, else $TORCHNLQ_TIKTOKEN_FILE or tiktoken's
+cache). Train from it with
 --checkpoint.initial_load_path OUT and the same [model] settings (train_configs/gpt2_small_anchored.toml).
 See docs/reproduce.md ("Beyond the paper: starting from a pretrained GPT-2").
 """
@@ -22,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from torchnlq.cli import ArgumentParser, run_cli  # noqa: E402
+from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Import a Hugging Face GPT-2 folder (or a linear-query torchnlq model) as a torchnlq export, "
         "optionally giving its queries the anchored nonlinear branch Q = X·W_Q + f(X) with f = 0 at the start.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="SOURCE", help="a Hugging Face GPT-2 folder, or a torchnlq checkpoint or export")
     p.add_argument("out", metavar="OUT", help="output export folder (new, or a previous export with --overwrite)")
@@ -41,13 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of f's initial weights")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export")
+    p.add_argument("--tiktoken-file", default=None, help="GPT-2 .tiktoken ranks file: the tokenizer of a GPT-2 "
+                   "folder saved without one (default: $TORCHNLQ_TIKTOKEN_FILE, then tiktoken's cache)")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from torchnlq.interop.export import check_export_folder, export_safetensors
-    from torchnlq.interop.upcycle import upcycle
+    from torchnlq.interop.upcycle import check_carries_tokenizer, upcycle
     from torchnlq.config.job_config import Query
     from torchnlq.errors import UserError
 
@@ -61,6 +65,8 @@ def main(argv: list[str]) -> int:
         query = Query(type="anchored", layers=args.layers, bottleneck_ratio=args.bottleneck_ratio,
                       activation=args.activation, train_anchor=not args.freeze_anchor)
     loaded = upcycle(args.source, query, args.seed)
+    check_carries_tokenizer(loaded)
+    loaded.tiktoken_file = args.tiktoken_file
     out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
     print(f"wrote {out} (query {loaded.args.query.type}, {loaded.model.num_params():,} parameters, {args.dtype})")
     return 0

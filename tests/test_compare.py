@@ -36,10 +36,12 @@ def f32(x: float) -> float:
 
 
 def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed: int = 1337,
-             batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear", world_size: int | None = 1) -> Path:
+             batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear", world_size: int | None = 1,
+             train: dict[int, float] | None = None) -> Path:
     """A run folder as the trainer leaves it: resolved config.toml, run_info.json, tb/ events.
 
-    ``world_size=None`` leaves it out of run_info.json (a hand-made or foreign record).
+    ``world_size=None`` leaves it out of run_info.json (a hand-made or foreign record); ``train``: the training
+    losses (default: the validation loss + 0.1 at each validation step).
     """
     from torch.utils.tensorboard import SummaryWriter
 
@@ -56,7 +58,8 @@ def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed
     writer = SummaryWriter(str(run / "tb"))
     for step, loss in val.items():
         writer.add_scalar("loss/val", loss, step)
-        writer.add_scalar("loss/train", loss + 0.1, step)
+    for step, loss in (train or {step: loss + 0.1 for step, loss in val.items()}).items():
+        writer.add_scalar("loss/train", loss, step)
     writer.close()
     return run
 
@@ -107,10 +110,17 @@ def test_table_numbers_by_hand(runs: Path, tmp_path: Path) -> None:
     assert float(wide["rel_improvement_pct"]) == pytest.approx(100 * (lb - f32(2.97)) / lb)
     assert wide["val_loss_std"] == "" and wide["rel_improvement_se_pct"] == ""  # one run: no spread
 
+    # The one config key that differs between the arms (wide's model.mlp_hidden) gets a column; the seed and
+    # checkpoint.interval (bookkeeping) do not, nor the keys the fixed columns show.
+    assert wide["model.mlp_hidden"] == "600" and base["model.mlp_hidden"] == res["model.mlp_hidden"] == ""
+    assert not any(key.startswith(("training.", "checkpoint.", "optimizer.", "model.query")) for key in base)
+
     table = (out / "comparison.md").read_text()
-    assert "val loss @ 200" in table
-    assert f"| res | 3 | residual_mlp | 1,064 | 0.003 | 3e-05 | 0.03125 | {lr:.4f} ± {sr:.4f} | +3.33% ± " in table
-    assert f"| base | 3 | linear | 1,000 | 0.0006 | 6e-05 | 0.1 | {lb:.4f} ± {sb:.4f} | 0 (baseline) |" in table
+    assert "| weight decay | model.mlp_hidden | val loss @ 200 |" in table
+    assert (f"| res | 3 | residual_mlp | 1,064 | 0.003 | 3e-05 | 0.03125 | unset | {lr:.4f} ± {sr:.4f} | +3.33% ± "
+            in table)
+    assert f"| base | 3 | linear | 1,000 | 0.0006 | 6e-05 | 0.1 | unset | {lb:.4f} ± {sb:.4f} | 0 (baseline) |" in table
+    assert "| wide | 1 | linear | 1,000 | 0.0006 | 6e-05 | 0.1 | 600 | " in table
     per_run = read_csv(out / "runs.csv")
     assert float(per_run["res_seed1339"]["val_loss"]) == pytest.approx(f32(2.85))
 
@@ -231,7 +241,7 @@ def test_loss_plot_says_units_line_styles_and_seeds(runs: Path, tmp_path: Path, 
     assert ax.get_title() == "Validation and training loss"
     assert legend(curves) == [
         "base (baseline, mean of 3 seeds, ±1 std)", "res (mean of 3 seeds, ±1 std)", "wide (1 seed)",
-        "solid: validation loss", "dashed: training loss (smoothed)",
+        "solid: validation loss", "dashed: training loss (centred mean over ~1/10 of the run)",
     ]
     # The solid line is the validation mean, by hand; the dashed one the training loss (val + 0.1 here).
     base = line(ax, "base (baseline, mean of 3 seeds, ±1 std)")
@@ -244,10 +254,19 @@ def test_loss_plot_says_units_line_styles_and_seeds(runs: Path, tmp_path: Path, 
 
     rax = rel.axes[0]
     assert (rax.get_xlabel(), rax.get_ylabel()) == ("optimizer step", "improvement over base (% of its loss)")
-    assert legend(rel) == ["res (mean of 3 seeds)", "wide (1 seed)"]
+    assert legend(rel) == ["res (mean of 3 seeds, ±1 s.e.)", "wide (1 seed)"]
     lb = statistics.fmean(f32(v) for v in (3.0, 3.1, 2.9))
     lr = statistics.fmean(f32(v) for v in (2.90, 2.95, 2.85))
-    assert line(rax, "res (mean of 3 seeds)").get_ydata()[-1] == pytest.approx(100 * (lb - lr) / lb)
+    assert line(rax, "res (mean of 3 seeds, ±1 s.e.)").get_ydata()[-1] == pytest.approx(100 * (lb - lr) / lb)
+    # res's band at step 200 is ± the standard error of the difference of the means, relative to L_base.
+    sb, sr = (statistics.stdev(f32(v) for v in vals) for vals in ((3.0, 3.1, 2.9), (2.90, 2.95, 2.85)))
+    se = 100 * math.sqrt(sr**2 / 3 + sb**2 / 3) / lb
+    (band,) = rax.collections
+    edge = sorted(y for x, y in band.get_paths()[0].vertices if x == 200)
+    assert (edge[0], edge[-1]) == pytest.approx((100 * (lb - lr) / lb - se, 100 * (lb - lr) / lb + se))
+    assert rax.get_ylim()[0] <= edge[0] and edge[-1] <= rax.get_ylim()[1]  # the band is not clipped
+    assert [t.get_text() for t in rax.texts] == [
+        "one seed: no error estimate (wide); a difference this size may be seed noise"]
     for text in texts(curves) + texts(rel):
         assert repeated_word(text) is None, text
 
@@ -286,6 +305,34 @@ def test_single_seed_arms_get_no_band_and_no_std_wording(tmp_path: Path, figures
     assert not curves.axes[0].collections
     assert legend(curves)[:2] == ["a (baseline, 1 seed)", "b (1 seed)"]
     assert not any("std" in t for t in texts(curves) + texts(rel))
+    assert not rel.axes[0].collections  # no band: a one-seed difference has no error estimate, and says so
+    assert [t.get_text() for t in rel.axes[0].texts] == [
+        "one seed: no error estimate (baseline a); a difference this size may be seed noise"]
+
+
+def test_training_curves_are_smoothed_and_inside_the_y_range(tmp_path: Path, figures: list) -> None:
+    """A noisy training loss is drawn smoothed (its total variation far below the logged one's, yet following
+    the trend), and the y range holds it although it lies well above the validation loss."""
+    steps = np.arange(1, 201)
+    trend = 3.0 + 2.0 * np.exp(-steps / 40)
+    noisy = trend + np.random.default_rng(0).normal(0.0, 0.2, steps.size)
+    a = make_run(tmp_path, "a", {50: 2.0, 100: 1.9, 150: 1.85, 200: 1.8},
+                 train={int(s): float(v) for s, v in zip(steps, noisy)})
+    assert run_cli(main, [str(a), "--baseline", "a", "--out", str(tmp_path / "cmp")]) == 0
+    ax = figures[0].axes[0]
+    (dashed,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    xs, ys = np.asarray(dashed.get_xdata()), np.asarray(dashed.get_ydata())
+    assert list(xs) == list(steps)
+
+    def total_variation(values: np.ndarray) -> float:
+        return float(np.abs(np.diff(values)).sum())
+
+    assert total_variation(ys) < 0.15 * total_variation(noisy)
+    # Smoothed, not flattened: it follows the falling loss (the logged points stray from it by up to 0.6).
+    assert np.abs(ys - trend)[20:-20].max() < 0.15
+    low, high = ax.get_ylim()
+    late = ys[xs >= 0.1 * xs[-1]]  # the first tenth (the steep start) may leave the zoomed range
+    assert low <= late.min() and late.max() <= high and low <= 1.8
 
 
 def test_relative_improvement_interpolates_the_baseline_between_its_points() -> None:

@@ -99,6 +99,24 @@ def test_extends_applies_base_first_and_detects_cycles(tmp_path: Path) -> None:
         load_job_config([loop])
 
 
+def test_a_description_never_describes_another_run(tmp_path: Path) -> None:
+    """Options changed after the file that wrote job.description (a child config, an override) are appended to it."""
+    base = write(tmp_path, '[job]\ndescription = "linear query"\n[model.query]\ntype = "linear"\n', "base.toml")
+    assert load_job_config([base, "--model.query.type=residual_mlp", "--optimizer.lr=0.01"]).job.description == (
+        "linear query [changed: model.query.type=residual_mlp, optimizer.lr=0.01]")
+    child = write(tmp_path, 'extends = "base.toml"\n[model.query]\ntype = "identity"\n', "child.toml")
+    assert load_job_config([child]).job.description == "linear query [changed: model.query.type=identity]"
+    # Where the run lives, what it logs, a value set again unchanged: the description still holds.
+    same = [base, "--model.query.type=linear", "--job.name=x", "--metrics.log_interval=3", "--checkpoint.enabled"]
+    assert load_job_config(same).job.description == "linear query"
+    own = write(tmp_path, 'extends = "base.toml"\n[job]\ndescription = "identity"\n[model.query]\ntype = "identity"\n')
+    assert load_job_config([own]).job.description == "identity"
+    assert load_job_config([base, "--model.query.type=identity", "--job.description=mine"]).job.description == "mine"
+    # The resolved config.toml of a run says what it ran, and reads back as the same run.
+    flagged = load_job_config([base, "--model.query.type=identity"])
+    assert load_job_config([write(tmp_path, to_toml(flagged), "resolved.toml")]) == flagged
+
+
 def test_resolved_config_round_trips(tmp_path: Path) -> None:
     cfg = load_job_config(["--model.query.type=residual_mlp", "--lr_schedule.decay_steps=40", "--job.name=a \"b\""])
     text = to_toml(cfg)
@@ -137,6 +155,29 @@ def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
         assert f"--{name}" in text
         assert f"`{name.rsplit('.', 1)[1]}`" in table
     assert table in docs, "docs/configs.md is stale: regenerate it with python scripts/gen_config_docs.py"
+
+
+def test_the_docs_options_tables_show_each_doc_whole() -> None:
+    """A ``|`` inside a doc (|f(X)|) is escaped: a Markdown parser reads each option's doc back whole."""
+    markdown_it = pytest.importorskip("markdown_it")
+    from torchnlq.config.registries import registry_choices
+
+    table = markdown_reference(registries=registry_choices())
+    tokens = markdown_it.MarkdownIt("commonmark").enable("table").parse(table)
+    rows: list[list[str]] = []
+    in_row = False
+    for token in tokens:
+        in_row = (in_row or token.type == "tr_open") and token.type != "tr_close"
+        if token.type == "tr_open":
+            rows.append([])
+        elif token.type == "inline" and in_row:
+            rows[-1].append(token.content)
+    docs: dict[str, set[str]] = {}  # key -> its doc cells as a reader sees them (a key name may recur)
+    for row in rows:
+        docs.setdefault(row[0].strip("`"), set()).add(row[3])
+    assert "|f(X)|" in next(iter(docs["query_diagnostics_interval"]))
+    for name, field, _ in iter_options(JobConfig()):
+        assert field.metadata["doc"] in docs[name.rsplit(".", 1)[1]], name
 
 
 def test_registry_backed_options_list_the_registries_names() -> None:

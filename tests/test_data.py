@@ -26,6 +26,7 @@ from torchnlq.data import (
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
 
+from helpers import REPO_ROOT
 from helpers.data import R50K_URL, SHARED_GPT2, isolate_env, needs_gpt2, write_toy_tiktoken, write_token_folder
 
 
@@ -235,6 +236,22 @@ def test_open_token_files_ok(tmp_path):
     folder = write_token_folder(tmp_path / "d", np.arange(1000) % 256, np.arange(100) % 256)
     train, val, meta = open_token_files(Data(path=str(folder), tokenizer="byte"), seq_len=99)
     assert (len(train), len(val), meta["tokenizer"]) == (1000, 100, "byte")
+
+
+def test_the_missing_corpus_advice_trains_when_followed(tmp_path, monkeypatch):
+    """A gpt2 config without its corpus: the synthetic-corpus overrides the error names make it start (issue 24)."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import check_job_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_job_config([str(REPO_ROOT / "train_configs/gpt_small_baseline.toml"), "--data.path=nowhere"])
+    with pytest.raises(UserError) as missing:
+        open_token_files(cfg.data, cfg.training.seq_len)
+    advice = str(missing.value).split("train on the offline synthetic corpus: ", 1)[1]
+    cfg = load_job_config([str(REPO_ROOT / "train_configs/gpt_small_baseline.toml"), "--data.path=nowhere", *advice.split()])
+    check_job_config(cfg)
+    train, val, meta = open_token_files(cfg.data, cfg.training.seq_len)
+    assert meta["tokenizer"] == "byte" and len(train) > cfg.training.seq_len and not (tmp_path / "nowhere").exists()
 
 
 def test_open_token_files_errors(tmp_path):

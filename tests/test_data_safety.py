@@ -74,6 +74,40 @@ def test_a_fresh_start_beside_a_runs_checkpoints_is_refused(tmp_path, capsys, wh
     assert snapshot(run / "checkpoints") == before
 
 
+def test_a_second_start_of_a_run_without_checkpoints_is_refused_and_rerun_sets_the_first_aside(tmp_path, capsys):
+    """Issue 24.5: never a silent second run appended to the first's train.log and tb/."""
+    from helpers.train import scalars
+
+    assert train(tmp_path, capsys, steps=4, checkpoint__enabled=False)[0] == 0
+    run = tmp_path / "outputs" / "run"
+    before = snapshot(run)
+    code, err = train(tmp_path, capsys, steps=4, checkpoint__enabled=False)
+    assert code == 2
+    one_error_line(err, f"{run} already holds a run finished at step 4 and no checkpoint to resume from",
+                   "use a new --job.name, or pass --job.rerun=true")
+    assert snapshot(run) == before
+    # Asked for: the first run's files, byte for byte, in previous-1/; the new run's log and events are its own.
+    assert train(tmp_path, capsys, "--job.rerun=true", steps=4, checkpoint__enabled=False)[0] == 0
+    after = snapshot(run)
+    assert {k.removeprefix("previous-1/"): v for k, v in after.items() if k.startswith("previous-1/")} == {
+        k: v for k, v in before.items() if k != ".lock"}
+    log = (run / "train.log").read_text()
+    assert log.count(f"run {run} |") == 1 and f"the earlier run is in {run / 'previous-1'}" in log
+    assert len(list((run / "tb").iterdir())) == 1 and sorted(scalars(run / "tb")["loss/train"]) == [1, 2, 3, 4]
+    assert train(tmp_path, capsys, "--job.rerun=true", steps=4, checkpoint__enabled=False)[0] == 0
+    assert (run / "previous-2" / "train.log").read_text() == log  # a third start: the second run aside, the first kept
+    assert {k: v for k, v in snapshot(run).items() if k.startswith("previous-1/")} == {
+        k: v for k, v in after.items() if k.startswith("previous-1/")}
+
+
+def test_a_run_with_checkpoints_resumes_with_or_without_rerun(tmp_path, capsys):
+    assert train(tmp_path, capsys, steps=4)[0] == 0
+    assert train(tmp_path, capsys, "--job.rerun=true", steps=6, lr_schedule__decay_steps=4)[0] == 0
+    run = tmp_path / "outputs" / "run"
+    assert not list(run.glob("previous-*")) and "resumed from" in (run / "train.log").read_text()
+    assert json.loads((run / "run_info.json").read_text())["step"] == 6
+
+
 @pytest.mark.parametrize("name", ["config.toml", ".lock", "train.log", "run_info.json"])
 def test_run_files_that_are_links_are_refused_and_their_targets_kept(tmp_path, capsys, name):
     user = tmp_path / "user"

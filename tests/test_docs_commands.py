@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import REPO_ROOT
 
 from torchnlq.config.job_config import JobConfig
@@ -42,9 +43,14 @@ CONFIG_KEYS = {name for name, _, _ in iter_options(JobConfig())} | {"job.config_
 
 def documented_commands(path: Path) -> list[str]:
     """The shell commands shown in a Markdown file's indented code, continuation lines joined, comments cut."""
+    return commands_in(path.read_text(encoding="utf-8"))
+
+
+def commands_in(markdown: str) -> list[str]:
+    """The shell commands of :func:`documented_commands`, in Markdown text."""
     commands: list[str] = []
     pending = ""
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in markdown.splitlines():
         if not line.startswith("    ") and not pending:
             continue
         text = line.strip()
@@ -147,6 +153,10 @@ NOT_RUN = {
     "python scripts/run_suite.py suites/table1.toml": "seven Table 1 runs",
     "python scripts/convert_checkpoint.py CKPT OUT --format hf-gpt2": "needs a linear-query model: tests/test_export.py",
     "python scripts/gpu_check.py": "a GPU: tests/test_gpu_check.py runs its CPU smoke mode",
+    # The quickstart's commands, run as written by test_the_readme_quickstart_runs_as_written.
+    "python scripts/prepare_data.py --files data/tinyshakespeare.txt": "the quickstart (its own test)",
+    "OMP_NUM_THREADS=1 python scripts/run_suite.py suites/quickstart.toml": "the quickstart (its own test)",
+    "python scripts/generate.py outputs/suites/quickstart/": "the quickstart (its own test)",
 }
 
 
@@ -167,8 +177,8 @@ def _copy_checkout(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-@pytest.mark.integration
-def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
+def _fresh_clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the checkout with its .venv set up, and the environment of a newcomer's shell in it."""
     if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
         pytest.skip("needs the checkout's git metadata to copy it")
     clone = tmp_path / "clone"
@@ -184,7 +194,12 @@ def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
            "TORCHNLQ_CACHE": str(tmp_path / "cache"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return clone, env
 
+
+@pytest.mark.integration
+def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
+    clone, env = _fresh_clone(tmp_path)
     readme = documented_commands(REPO_ROOT / "README.md")
     skipped = {c: next((why for key, why in NOT_RUN.items() if c.startswith(key)), None) for c in readme}
     to_run = [c for c in readme if skipped[c] is None]
@@ -236,3 +251,58 @@ def check_tensorboard(command: str, cwd: Path, env: dict[str, str]) -> None:
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+# --------------------------------------------------------------------- the README's quickstart, run as written
+QUICKSTART_TITLE = "## Quickstart on real text (CPU)"
+# The README downloads Tiny Shakespeare here; its offline path, a copy of a file the user has, is what this test takes.
+QUICKSTART_TEXT = "data/tinyshakespeare.txt"
+# The quickstart's 400 steps of the CPU study's model take minutes; here the same commands train a model and
+# batch this small (added to the copy's suite file), so its steps, checkpoint paths and comparison are the real ones.
+SMALL_RUNS = ["--model.n_layers=1", "--model.dim=64", "--training.micro_batch_size=4", "--training.seq_len=64",
+              "--validation.sequences=32", "--validation.micro_batch_size=32"]
+
+
+def quickstart_commands() -> list[str]:
+    """The commands of the README's quickstart section, in order."""
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert QUICKSTART_TITLE in readme, f"README.md lost its section {QUICKSTART_TITLE!r}"
+    section = readme.split(QUICKSTART_TITLE, 1)[1].split("\n## ", 1)[0]
+    return commands_in(section)
+
+
+def byte_unigram_entropy(text: bytes) -> float:
+    """Nats per byte of the best model that ignores context: the bar any trained model must be under."""
+    counts = torch.bincount(torch.frombuffer(bytearray(text), dtype=torch.uint8).long(), minlength=256).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
+@pytest.mark.integration
+def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """Prepare Tiny Shakespeare, train the linear and the paper's query, compare, sample: the README's commands."""
+    from helpers.data import SHAKESPEARE
+
+    if not SHAKESPEARE.is_file():
+        pytest.skip(f"needs Tiny Shakespeare at {SHAKESPEARE} (the quickstart's corpus; no network here)")
+    commands = quickstart_commands()
+    scripts = [next(w for w in c.split() if w.startswith("scripts/")) for c in commands]
+    assert scripts == ["scripts/prepare_data.py", "scripts/run_suite.py", "scripts/generate.py"]
+    clone, env = _fresh_clone(tmp_path)
+    (clone / QUICKSTART_TEXT).parent.mkdir()
+    shutil.copy(SHAKESPEARE, clone / QUICKSTART_TEXT)
+    suite = clone / "suites/quickstart.toml"
+    suite.write_text(suite.read_text().replace('baseline = "linear"\n',
+                                               f'baseline = "linear"\noverrides = {json.dumps(SMALL_RUNS)}\n'))
+    outputs = [run_shell(f"source .venv/bin/activate && {command}", clone, env, timeout=600) for command in commands]
+
+    dump = clone / "outputs/suites/quickstart"
+    bar = byte_unigram_entropy(SHAKESPEARE.read_bytes())
+    for arm, query in (("linear", "linear"), ("res_gelu", "residual_mlp")):
+        info = json.loads((dump / arm / "run_info.json").read_text())
+        assert (info["finished"], info["step"], info["query_type"]) == (True, 400, query)
+        assert info["last_val_loss"] < bar, f"{arm} did not learn: {info['last_val_loss']} >= unigram {bar:.3f}"
+    comparison = (dump / "comparison.md").read_text()
+    assert "| linear" in comparison and "| res_gelu" in comparison
+    prompt = re.search(r'--prompt "([^"]+)"', commands[2]).group(1)
+    assert prompt in outputs[2] and len(outputs[2].split(prompt, 1)[1].strip()) > 50, outputs[2]

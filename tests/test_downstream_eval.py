@@ -499,3 +499,28 @@ def test_lm_eval_command_line_matches_the_direct_computation(mc_files, harness_t
     done = subprocess.run(bad, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "does not exist" in done.stderr
+
+
+def test_the_docs_task_example_loads_without_lm_evals_warnings(tmp_path, monkeypatch, caplog):
+    """docs/checkpoints.md's task YAML, with a real data file, loads in lm-eval with no filled-in defaults warned."""
+    import logging
+    import re
+
+    _lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    docs = (REPO_ROOT / "docs" / "checkpoints.md").read_text()
+    (yaml_text,) = [block for block in re.findall(r"```yaml\n(.*?)```", docs, flags=re.DOTALL) if "task: my_task" in block]
+    data = tmp_path / "my_task.jsonl"
+    data.write_text("".join(json.dumps({"ctx": c, "endings": e, "label": 0}) + "\n" for c, e in QUESTIONS))
+    assert "/data/my_task.jsonl" in yaml_text
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "my_task.yaml").write_text(yaml_text.replace("/data/my_task.jsonl", str(data)))
+    with caplog.at_level(logging.WARNING):
+        tasks = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False).load(["my_task"])["tasks"]
+    assert len(list(tasks["my_task"].test_docs())) == len(QUESTIONS)  # the example really loaded
+    filled = [r.getMessage() for r in caplog.records if "is defined, but" in r.getMessage()]
+    assert filled == []

@@ -374,6 +374,49 @@ print("OK")
 
 
 @pytest.mark.integration
+def test_import_torchnlq_hf_prints_nothing(transformers, tmp_path):
+    """transformers imports torchao, which on a machine without its CUDA libraries logs "Failed to load ..." (and torch
+    a pytree notice) on every import: registering through torchnlq silences them."""
+    loud = run_python("import torchao", tmp_path)
+    if "Failed to load" not in loud.stderr:
+        pytest.skip("torchao is absent or loads its libraries here: nothing to silence")
+    result = run_python("import torchnlq.hf", tmp_path)
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("init", [False, True], ids=["empty-folder", "package-folder"])
+def test_a_local_torchnlq_folder_that_shadows_the_package_is_named(transformers, tmp_path, init):
+    """Python imports a working directory's ``torchnlq`` folder before the installed package: registration must say
+    so (not leave transformers asking for trust_remote_code)."""
+    shadow = tmp_path / "torchnlq"
+    shadow.mkdir()
+    if init:
+        (shadow / "__init__.py").write_text("")
+    code = """
+import torchnlq
+shadowed = getattr(torchnlq, "__file__", None) != sys.argv[1]
+try:
+    import torchnlq.hf
+except ModuleNotFoundError as e:  # the package is not reachable past the folder: none of its code runs
+    print("unreachable |", e)
+except ImportError as e:
+    print("shadowed" if shadowed else "not shadowed", "|", e)
+else:
+    print("shadowed" if shadowed else "not shadowed", "| registered")
+"""
+    result = run_python("import sys\n" + code, tmp_path, REPO_ROOT / "torchnlq" / "__init__.py")
+    assert result.returncode == 0, result.stderr
+    said = result.stdout.strip().splitlines()[-1]
+    if said.startswith("unreachable"):  # a path-entry install (not setuptools' editable finder): Python's own error
+        pytest.skip(said)
+    if said.startswith("shadowed"):  # how an installed (e.g. editable) torchnlq is found decides whether it is
+        assert f"a local folder '{shadow.resolve()}' shadows the installed torchnlq package" in said, said
+    else:
+        assert said == "not shadowed | registered", said
+
+
+@pytest.mark.integration
 def test_trust_remote_code_loads_the_export_without_torchnlq(transformers, exports, tmp_path):
     model, folder = exports["residual_mlp_paper"]
     code = WITHOUT_TORCHNLQ + textwrap.dedent("""

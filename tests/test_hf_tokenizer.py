@@ -507,3 +507,75 @@ def test_a_crafted_bpe_is_refused_in_seconds(tmp_path):
     with pytest.raises(UserError, match="in sum of squared lengths"):
         hft.parse_ranks(singles + many, "crafted.tiktoken")
     assert time.perf_counter() - start < 5
+
+
+# ---------------------------------------------------------------- AutoTokenizer where torchnlq cannot be imported
+
+
+def hf_json_vocab(folder: Path) -> Vocab:
+    """An hf model's tokenizer: a byte-level BPE of 300 ids trained here by the tokenizers library (Llama 3's kind)."""
+    from tokenizers import Tokenizer as FastTokenizer, decoders, models, pre_tokenizers, trainers
+
+    from torchnlq.data.tokenizer import HFTokenizer
+
+    tok = FastTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[ENDOFTEXT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([TOY_CORPUS] * 4, trainer)
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    hf = HFTokenizer.from_file(folder / "tokenizer.json")
+    return Vocab("hf", hf.describe(), hf, None)
+
+
+@pytest.mark.integration  # transformers in a fresh process
+def test_auto_tokenizer_loads_every_kind_without_torchnlq_or_remote_code(toy, tmp_path, monkeypatch):
+    """Each tokenizer kind, exported as safetensors and as --format hf: AutoTokenizer.from_pretrained in a process
+    where torchnlq cannot be imported, without remote code, encodes and decodes as torchnlq's tokenizer does."""
+    import subprocess
+    import sys
+
+    from torchnlq.interop.hf_export import export_hf
+    from helpers import WITHOUT_TORCHNLQ
+
+    kinds = [make_vocab("byte", toy[0]), make_vocab("toy", toy[0]), hf_json_vocab(tmp_path / "hf-source")]
+    if SHARED_GPT2.is_file():
+        kinds.append(make_vocab("gpt2", toy[0]))
+    folders: dict[str, Vocab] = {}
+    for v in kinds:
+        monkeypatch.setenv(TIKTOKEN_FILE_ENV, str(v.ranks_file or ""))
+        model = tiny_model() if v.kind in ("byte", "hf") else model_for(v)
+        kind = "export" if v.kind == "hf" else "test"  # an hf model's tokenizer.json comes from its source folder
+        source = LoadedModel(model, model.args, v.desc, {}, tmp_path / "hf-source", kind)
+        for fmt_name, export in (("safetensors", export_safetensors), ("hf", export_hf)):
+            folders[str(export(source, tmp_path / f"{v.kind}-{fmt_name}"))] = v
+    code = WITHOUT_TORCHNLQ + """
+import json
+from transformers import AutoTokenizer
+text, out = sys.argv[1], {}
+for folder in sys.argv[2:]:
+    # --format hf's config.json names remote code for the model: False says no to it (AutoTokenizer asks otherwise).
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    ids = tok(text)["input_ids"]
+    out[folder] = [ids, tok.decode(ids)]
+assert not any(m.split(".")[0] == "torchnlq" for m in sys.modules), "torchnlq was imported"
+print(json.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", TIKTOKEN_FILE_ENV)}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    # Beyond TEXT: long digit runs, whitespace runs before a newline and at the end, combining marks, full-width
+    # letters, a ligature, zero-width and right-to-left characters.
+    text = TEXT + "12345678901234 1,000,000.5e-3    \n\t\t  x a\u0301e\u0300 ＡＢＣ ﬁne \u200bא\u05d1 ، "
+    text += "'S 'LL   "
+    result = subprocess.run([sys.executable, "-c", code, text, *folders], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "custom code" not in result.stdout + result.stderr  # no question asked
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for folder, v in folders.items():
+        ids = v.tokenizer.encode(text)
+        assert found[folder] == [ids, v.tokenizer.decode(ids)], folder
+        assert v.tokenizer.decode(ids) == text
+    assert len({v.kind for v in folders.values()}) == len(kinds)

@@ -89,12 +89,18 @@ def test_model_summary_reports_the_estimate_and_warns_when_it_does_not_fit(capsy
     from torchnlq.inference.summary import main
 
     config = str(REPO_ROOT / "train_configs" / "gpt_small_res_gelu.toml")
-    assert main([config, "--model.n_layers=2"]) == 0
+    assert main([config, "--model.n_layers=2", "--training.device=cuda"]) == 0
     out = capsys.readouterr()
     gib = float(next(line for line in out.out.splitlines() if line.startswith("memory_estimate_gib:")).split()[1])
-    assert 0 < gib < 32 and "warning: memory" not in out.err
-    assert main([config, "--model.n_layers=2", "--card-gib", str(gib / 2)]) == 0
+    assert 0 < gib < 32 and "warning: memory" not in out.err and "; bf16) (eager step on CUDA" in out.out
+    assert main([config, "--model.n_layers=2", "--training.device=cuda", "--card-gib", str(gib / 2)]) == 0
     assert "warning: memory estimate" in capsys.readouterr().err
+    # A CPU run is estimated as the trainer runs it there: fp32, no autocast (the config asks for bf16 on CUDA).
+    assert main([config, "--model.n_layers=2", "--training.device=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "; fp32) (eager step on CPU: training.device = cpu;" in out
+    cpu_gib = float(next(line for line in out.splitlines() if line.startswith("memory_estimate_gib:")).split()[1])
+    assert cpu_gib > gib  # fp32 activations
 
 
 @pytest.mark.integration

@@ -617,3 +617,26 @@ def test_the_eta_counts_the_validations_still_to_come(monkeypatch: pytest.Monkey
     logger.log_validation(40, 2.0, 0.1, seconds=12.0)  # a validation really takes 12 s
     clock[0] += 30.0 + 12.0  # 30 more steps and that validation
     assert logger.seconds_left(40, clock[0]) == pytest.approx(60 * 1.0 + 2 * 12.0)
+
+
+def test_the_step_line_names_its_memory_figure_and_writes_it_as_the_estimate_does(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """On the CPU the step line's memory is the process's peak RSS ("peak rss"), in the estimate's units."""
+    import logging
+    import resource
+
+    import torch
+
+    from torchnlq.train.metrics import MetricsLogger, resident_bytes
+
+    log = logging.getLogger("memory-line-test")
+    logger = MetricsLogger(log, None, torch.device("cpu"), 1, None, total_steps=10)
+    logger.count_tokens(100)
+    with caplog.at_level(logging.INFO, logger="memory-line-test"):
+        logger.log_step(1, 2.0, 1e-3, 0.5, 100)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    shown = re.search(r"  peak rss ([0-9.]+) (MiB|GiB)  ", caplog.records[-1].getMessage())
+    assert shown is not None, caplog.records[-1].getMessage()
+    value = float(shown.group(1)) * 2 ** (20 if shown.group(2) == "MiB" else 30)
+    assert shown.group(2) == ("GiB" if peak >= 2**30 else "MiB") and value == pytest.approx(peak, rel=0.01)
+    assert 0 < resident_bytes() <= peak * 1.01  # resident now is at most the peak so far

@@ -383,6 +383,50 @@ def test_config_errors(cfg, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("overrides", [
+    ["--model.query.type=residual_mlp"],
+    ["--model.query.type=residual_mlp", "--model.query.layers=1", "--model.tie_embeddings=false",
+     "--model.bias=true", "--model.qk_norm=true", "--model.positions=rope", "--model.n_kv_heads=2"],
+    ["--model.query.type=identity", "--model.mlp_activation=swiglu", "--model.norm=rms"],
+])
+def test_summary_splits_the_parameters_by_component_and_against_a_linear_query(overrides):
+    """model_summary's params_* lines against a real model's parameters, grouped by name here."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.inference.summary import summarize
+    from torchnlq.train.preflight import check_job_config
+
+    def built_counts(extra: list[str]) -> dict[str, int]:
+        model = GPT(check_job_config(load_job_config(["--data.tokenizer=byte", *extra])))
+        counts = dict.fromkeys(["embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"], 0)
+        for name, p in model.named_parameters():  # a tied head is the embedding: named once
+            part = name.split(".")
+            local = ".".join(part[2:]) if part[0] == "layers" else name
+            if part[0] in ("tok_emb", "pos_emb"):
+                key = "embeddings"
+            elif part[0] == "lm_head":
+                key = "head"
+            elif local.startswith(("ln_", "attn.q_norm", "attn.k_norm")):
+                key = "norms"
+            elif local.startswith(("attn.query", "attn.q_bias")):
+                key = "attention_query"
+            elif local.startswith("attn."):
+                key = "attention_kv_out"
+            else:
+                assert local.startswith("mlp."), name
+                key = "mlp"
+            counts[key] += p.numel()
+        return counts
+
+    lines = dict(line.split(": ", 1) for line in summarize(load_job_config(["--data.tokenizer=byte", *overrides])))
+    shown = {key: int(lines[f"params_{key}"].split()[0].replace(",", "")) for key in built_counts([])}
+    expected = built_counts(overrides)
+    assert shown == expected
+    linear = sum(built_counts([*overrides, "--model.query.type=linear"]).values())
+    difference = lines["params_vs_linear_query"].split()[0]
+    assert int(difference.replace(",", "")) == sum(expected.values()) - linear and difference[0] in "+-"
+    assert f"has {linear:,})" in lines["params_vs_linear_query"]
+
+
 @pytest.mark.parametrize("qtype", ["identity", "residual", "residual_mlp"])
 def test_identity_like_query_on_mismatched_shape(qtype):
     with pytest.raises(ConfigError, match=f"model.query.type='{qtype}' needs n_heads\\*head_dim == dim"):
@@ -397,7 +441,7 @@ def test_summary():
     cfg.model.flavor, cfg.model.query.type, cfg.training.seq_len = "gpt_small", "residual_mlp", 1024
     lines = dict(line.split(": ", 1) for line in summarize(cfg))
     assert lines["layers.*.attn.query.w1.weight"] == "(384, 768)"
-    assert lines["non_embedding_params"] == "84972288"
-    assert lines["total_params"] == str(84_972_288 + (50304 + 1024) * 768)
-    assert lines["flops_per_token"] == str(paper_model("gpt_small", "residual_mlp").flops_per_token(1024))
+    assert lines["non_embedding_params"] == "84,972,288"
+    assert lines["total_params"] == f"{84_972_288 + (50304 + 1024) * 768:,}"
+    assert lines["flops_per_token"] == f"{paper_model('gpt_small', 'residual_mlp').flops_per_token(1024):,}"
     assert main(["--model.flavor=gpt_smal"]) == 2

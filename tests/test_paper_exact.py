@@ -9,7 +9,8 @@
 - The schedule: the Table 1 configs take the paper's number of updates and LR at every one.
 
 With ``TORCHNLQ_PAPER_CODE`` set to a checkout of the paper's code (github.com/MarkoKarbevski/
-beyond_query_linearity), its own ``model.py`` is compared too (initial weights and logits).
+beyond_query_linearity), its own ``model.py`` is compared too (initial weights and logits, and the
+step-0 evaluation of the paper protocol: its iteration-0 ``estimate_loss`` around its own model).
 
 Run as a script under torchrun (``python -m torch.distributed.run --nproc_per_node 2
 tests/test_paper_exact.py OUT.json``) this file is the worker of the two-process test.
@@ -319,6 +320,53 @@ def test_against_the_papers_own_model(mode: str, tied: bool, hidden: int) -> Non
     with torch.no_grad():
         logits, _ = theirs(tokens, tokens)  # with targets: logits at every position
         torch.testing.assert_close(ours(tokens), logits, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.integration  # runs the trainer
+def test_the_step_0_evaluation_is_the_papers_own_at_iteration_0(tmp_path: Path) -> None:
+    """train.py's estimate_loss at iteration 0, restated around the paper's own GPT at torchnlq's initial weights:
+    its eval_train and eval_val figures are what a validation.protocol = "paper" run logs at step 0."""
+    import numpy as np
+    from helpers.data import write_token_folder
+    from helpers.train import scalars, tiny_config
+
+    from torchnlq.train.trainer import Trainer
+
+    paper = _paper_module()
+    micro, sequences = 2, 8  # train.py: batch_size, eval_iters * batch_size columns
+    rng = np.random.default_rng(0)
+    folder = write_token_folder(tmp_path / "data", rng.integers(0, 256, 4000), rng.integers(0, 256, 1000))
+    cfg = tiny_config(
+        tmp_path, "step0", steps=2, data__path=folder, data__synthetic=False, model__n_layers=L, model__dim=D,
+        model__n_heads=H, model__max_seq_len=T, model__mlp_hidden=HIDDEN, model__init="paper",
+        model__query__type="residual_mlp", training__seq_len=T, training__seed=1337, validation__protocol="paper",
+        validation__seed=42, validation__sequences=sequences, validation__micro_batch_size=micro,
+        validation__interval=1000, checkpoint__enabled=False,
+    )
+    trainer = Trainer(cfg)
+    vocab = trainer.model_args.vocab_size
+    trainer.train()
+    logged = scalars(tmp_path / "outputs/step0/tb")
+    config = paper.GPTConfig(block_size=T, vocab_size=vocab, n_layer=L, num_heads=H, n_embd=D, head_size=D // H,
+                             tie_weights=True, bias=False, dropout=0.0, scale=1 / (2 * math.sqrt(D // H)),
+                             query_mode="residual_gelu", mlp_hidden_size=HIDDEN)
+    torch.manual_seed(1337)
+    with contextlib.redirect_stdout(io.StringIO()):
+        theirs = paper.GPT(config).eval()
+    splits = {name: np.memmap(folder / f"{name}.bin", dtype=np.uint16, mode="r") for name in ("train", "val")}
+    gen = torch.Generator(device="cpu")  # Generate_Indices.ipynb, cell 2: eval_train's table, then eval_val's
+    gen.manual_seed(42)
+    tables = {name: torch.randint(len(splits[name]) - T, (600, sequences), generator=gen) for name in ("train", "val")}
+    for name, tag in (("train", "loss/eval_train"), ("val", "loss/val")):
+        losses = torch.zeros(sequences // micro)
+        for k in range(len(losses)):  # get_batch(split, it=0, microstep=k)
+            ix = tables[name][0, k * micro : (k + 1) * micro].tolist()
+            x = torch.stack([torch.from_numpy(splits[name][i : i + T].astype(np.int64)) for i in ix])
+            y = torch.stack([torch.from_numpy(splits[name][i + 1 : i + 1 + T].astype(np.int64)) for i in ix])
+            with torch.no_grad():
+                losses[k] = theirs(x, y)[1].item()
+        assert logged[tag][0] == pytest.approx(losses.mean().item(), rel=1e-6), tag
+        assert logged[f"{tag}_std"][0] == pytest.approx(losses.std().item(), rel=1e-5), tag
 
 
 # ---------------------------------------------------------------- 2b. sharded over two processes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,5 +31,8 @@ def test_help_prints_usage_and_writes_nothing(tmp_path: Path, script: str) -> No
     assert proc.returncode == 0, proc.stderr
     assert "usage" in proc.stdout.lower() or f"scripts/{script}" in proc.stdout
     assert "Traceback" not in proc.stderr
+    # An option's default is said once, and only when there is one ("(default: the run's) (default: None)").
+    flat = " ".join(proc.stdout.split())
+    assert "(default: None)" not in flat and not re.search(r"\(default[^()]*\) \(default", flat), flat
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
     assert _tree_state(REPO_ROOT / "docs") == docs_before  # gen_config_docs.py --help rewrites nothing

@@ -8,6 +8,7 @@ never a download.
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 
-from helpers.checkpoints import load_script
+from helpers import SHARED_DATA
+from helpers.checkpoints import BYTE_TOKENIZER, load_script
 from helpers.train import tiny_config
 
 transformers = pytest.importorskip("transformers")
@@ -39,6 +41,15 @@ def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("hf") / "gpt2"
     model.save_pretrained(folder)
     return folder
+
+
+def with_a_byte_tokenizer(folder: Path, copy: Path) -> Path:
+    """A copy of a Hugging Face folder with the byte tokenizer's files (what an import needs to carry one)."""
+    from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
+
+    shutil.copytree(folder, copy)
+    write_hf_tokenizer_files(BYTE_TOKENIZER, copy, 64)
+    return copy
 
 
 def hf_logits(folder: Path, tokens: torch.Tensor) -> torch.Tensor:
@@ -162,7 +173,8 @@ def test_the_script_writes_an_export_that_a_run_continues_from(gpt2_folder: Path
 
     script = load_script("upcycle")
     out = tmp_path / "exports" / "anchored"
-    argv = [str(gpt2_folder), str(out), "--query", "anchored", "--layers", "1-2", "--bottleneck-ratio", "0.25"]
+    source = with_a_byte_tokenizer(gpt2_folder, tmp_path / "gpt2")
+    argv = [str(source), str(out), "--query", "anchored", "--layers", "1-2", "--bottleneck-ratio", "0.25"]
     assert run_cli(script.main, argv) == 0
     exported = load_model(out)
     x = tokens()
@@ -244,3 +256,95 @@ def test_options_that_cannot_work_together_are_one_line() -> None:
 
     with pytest.raises(ConfigError, match="is not 'all' nor block indices"):
         ModelArgs(query=Query(type="anchored", layers="first"))
+
+
+# ----- a folder saved without its tokenizer (GPT2LMHeadModel.save_pretrained alone) ---------------------------
+
+SHARED_GPT2 = SHARED_DATA / "gpt2.tiktoken"
+TEXT = "Hello world! It's 2024: the café's naïve façade, 東京 🙂\n  indented  line"
+
+
+@pytest.fixture(scope="module")
+def bare_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny GPT-2 with GPT-2's vocabulary, saved without tokenizer files."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("bare") / "gpt2"
+    config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, n_positions=64)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
+    return folder
+
+
+def run_script(capsys: pytest.CaptureFixture[str], name: str, *argv: object) -> tuple[int, str, str]:
+    script = load_script(name)
+    rc = run_cli(script.main, [str(a) for a in argv])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+@pytest.mark.skipif(not SHARED_GPT2.is_file(), reason="../shared/data/gpt2.tiktoken not present")
+def test_a_gpt2_saved_without_its_tokenizer_exports_gpt2s(bare_gpt2: Path, tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export carries GPT-2's tokenizer from --tiktoken-file or $TORCHNLQ_TIKTOKEN_FILE; without either, one line
+    names the flag and nothing is written. generate.py then needs no flag; ids are tiktoken's own."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    from transformers import AutoTokenizer
+
+    monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE", raising=False)
+    rc, _, err = run_script(capsys, "upcycle", bare_gpt2, tmp_path / "none")
+    assert rc == 2 and err.count("\n") == 1 and "--tiktoken-file" in err and not (tmp_path / "none").exists()
+    # tiktoken's own GPT-2 (r50k_base: its pattern, the shared ranks file) is the reference.
+    ranks = load_tiktoken_bpe(str(SHARED_GPT2))
+    pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    reference = tiktoken.Encoding("gpt2", pat_str=pattern,
+                                  mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256})
+    flagged, from_env = tmp_path / "flagged", tmp_path / "env"
+    assert run_script(capsys, "upcycle", bare_gpt2, flagged, "--tiktoken-file", SHARED_GPT2)[0] == 0
+    monkeypatch.setenv("TORCHNLQ_TIKTOKEN_FILE", str(SHARED_GPT2))
+    assert run_script(capsys, "upcycle", bare_gpt2, from_env)[0] == 0
+    monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE")
+    assert (flagged / "vocab.json").read_bytes() == (from_env / "vocab.json").read_bytes()
+    for out in (flagged, from_env):
+        rc, text, err = run_script(capsys, "generate", out, "--prompt", TEXT, "--max-new-tokens", "0")
+        assert rc == 0 and text == TEXT + "\n", err
+        assert AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"] == reference.encode_ordinary(TEXT)
+    from torchnlq.inference.sampling import generate_text
+
+    assert generate_text(flagged, TEXT, 0)[1].prompt_tokens == reference.encode_ordinary(TEXT)
+
+
+@pytest.mark.skipif(not SHARED_GPT2.is_file(), reason="../shared/data/gpt2.tiktoken not present")
+def test_generate_flags_give_an_export_without_a_tokenizer_gpt2s(bare_gpt2: Path, tmp_path: Path, capsys,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export made before imports carried a tokenizer (it records none): --tiktoken-file and
+    $TORCHNLQ_TIKTOKEN_FILE make generate.py use GPT-2's."""
+    from torchnlq.interop.export import export_safetensors
+
+    loaded = upcycle(bare_gpt2)
+    loaded.tokenizer = {}
+    old = export_safetensors(loaded, tmp_path / "old")
+    assert not (old / "vocab.json").exists()
+    monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE", raising=False)
+    rc, _, err = run_script(capsys, "generate", old, "--prompt", "Hello world", "--max-new-tokens", "0")
+    assert rc == 2 and "records no tokenizer" in err and "--tiktoken-file" in err
+    rc, text, err = run_script(capsys, "generate", old, "--prompt", "Hello world", "--max-new-tokens", "0",
+                               "--tiktoken-file", SHARED_GPT2)
+    assert rc == 0 and text == "Hello world\n", err
+    monkeypatch.setenv("TORCHNLQ_TIKTOKEN_FILE", str(SHARED_GPT2))
+    from torchnlq.inference.sampling import generate_text
+
+    assert generate_text(old, "Hello world", 0)[1].prompt_tokens == [15496, 995]  # GPT-2's ids, as HF's docs show
+
+
+def test_an_import_of_another_vocabulary_without_a_tokenizer_is_refused(gpt2_folder: Path, tmp_path: Path,
+                                                                         capsys) -> None:
+    rc, _, err = run_script(capsys, "upcycle", gpt2_folder, tmp_path / "out")
+    assert rc == 2 and err.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert "carries no tokenizer" in err and "(320 ids) is not GPT-2's" in err
+    rc, _, err = run_script(capsys, "upcycle", gpt2_folder, tmp_path / "out", "--tiktoken-file", "gpt2.tiktoken")
+    assert rc == 2 and "so --tiktoken-file cannot supply one" in err
+    # With its tokenizer saved beside it, the same folder imports, and the export carries that tokenizer.
+    source = with_a_byte_tokenizer(gpt2_folder, tmp_path / "with")
+    assert run_script(capsys, "upcycle", source, tmp_path / "out")[0] == 0
+    assert load_model(tmp_path / "out").tokenizer["name"] == "byte"

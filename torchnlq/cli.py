@@ -50,6 +50,15 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after an option's help, unless the help names its default already or it is unset."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, "") or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is, so that ``finally`` blocks remove temporaries as for Ctrl-C."""
 

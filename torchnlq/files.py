@@ -4,6 +4,7 @@
   a symbolic link at the path is refused, never followed (its target is the user's);
 - :func:`open_append`: a log opened for appending, never through a link;
 - :func:`make_folder`: a folder and its parents, refusing a file where a folder is expected;
+- :func:`move_into_new_folder`: entries set aside into a new numbered folder (renamed, never copied or deleted);
 - :class:`OwnedFolder`: an output folder shared with the user's files, where torchnlq replaces only
   what its manifest says it wrote;
 - :func:`os_error_line`: an ``OSError`` from the environment (read-only, full disk, permissions,
@@ -95,6 +96,24 @@ def open_append(path: str | Path, encoding: str = "utf-8"):  # noqa: ANN201 - a 
         raise UserError(f"'{path}' is a folder where a file is expected; move it away or choose another path")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
     return os.fdopen(fd, "a", encoding=encoding)
+
+
+def move_into_new_folder(parent: str | Path, names: tuple[str, ...], stem: str) -> Path | None:
+    """Move the entries ``names`` of ``parent`` that exist (a link moves as the link) into a new folder
+    ``parent/<stem>-N``, the lowest N not taken, in the order given; return it (None: none existed).
+    Renames within one folder: nothing is copied or deleted."""
+    parent = Path(parent)
+    present = [name for name in names if (parent / name).exists() or (parent / name).is_symlink()]
+    if not present:
+        return None
+    n = 1
+    while (parent / f"{stem}-{n}").exists() or (parent / f"{stem}-{n}").is_symlink():
+        n += 1
+    target = parent / f"{stem}-{n}"
+    target.mkdir()  # raises if another process took the name meanwhile: nothing moved yet
+    for name in present:
+        os.rename(parent / name, target / name)
+    return target
 
 
 class OwnedFolder:

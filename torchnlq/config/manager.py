@@ -6,6 +6,7 @@ choices, range); any failure is a one-line :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -17,6 +18,7 @@ from typing import Any
 
 from torchnlq.config.job_config import JobConfig, entry_type
 from torchnlq.config.plugins import import_plugins
+from torchnlq.config.render import iter_options
 from torchnlq.models.config import REMOVED_QUERY_FIELDS
 from torchnlq.errors import ConfigError, closest
 
@@ -39,8 +41,11 @@ def load_job_config(args: list[str]) -> JobConfig:
     cfg = JobConfig()
     if path is not None:
         apply_file(cfg, path)
+    described = copy.deepcopy(cfg)
     for key, raw in overrides:
         set_from_string(cfg, key, raw)
+    if "job.description" not in {key for key, _ in overrides}:
+        flag_changes_to_description(cfg, described)
     import_plugins(cfg.job.plugins)  # before anything checks a registry name
     return cfg
 
@@ -80,7 +85,29 @@ def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
         if not isinstance(base, str):
             raise ConfigError(f"{path}: extends must be a file name string, got {base!r}")
         apply_file(cfg, str(Path(path).parent / base), _seen + (resolved,))
+    described = copy.deepcopy(cfg)
     apply_mapping(cfg, data, source=path)
+    if "description" not in data.get("job", {}):
+        flag_changes_to_description(cfg, described)
+
+
+def flag_changes_to_description(cfg: JobConfig, described: JobConfig) -> None:
+    """Append to ``job.description`` the options changed since ``described``, the config its text was written for.
+
+    A description inherited through ``extends`` or kept under command-line overrides would otherwise
+    describe another run (a "linear query" run training the residual one). Where the run lives and what
+    it logs ([job], [metrics], [checkpoint] but its initial load) cannot make it lie, so they are not listed.
+    """
+    if not cfg.job.description:
+        return
+    changed = [
+        f"{name}={value}" if isinstance(value, (str, int, float)) else name
+        for (name, _, value), (_, _, old) in zip(iter_options(cfg), iter_options(described))
+        if value != old and not name.startswith(("job.", "metrics."))
+        and not (name.startswith("checkpoint.") and not name.startswith("checkpoint.initial_load"))
+    ]
+    if changed:
+        cfg.job.description += f" [changed: {', '.join(changed)}]"
 
 
 def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:

@@ -136,7 +136,7 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
         if meta.get("max") is not None:
             allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
         default = "unset" if value is None else f"`{_toml_value(value)}`"
-        out.append(f"| `{key}` | {default} | {'; '.join(allowed)} | {meta.get('doc', '')} |")
+        out.append(_row(f"`{key}`", default, "; ".join(allowed), meta.get("doc", "")))
         item = entry_type(_section_of(cfg, head), key)
         if item is not None:  # the keys of one [[head.key]] entry, as a table of their own
             section = None
@@ -158,6 +158,11 @@ def markdown_reference_entry(entry: Any, array: str, registries: Choices | None)
         value = getattr(entry, f.name)
         choices = _choices(f"{array}.{f.name}", f, registries)
         allowed = ", ".join(f"`{c}`" for c in choices) if choices else ""
-        rows.append(f"| `{f.name}` | {'unset' if value is None else f'`{_toml_value(value)}`'} | {allowed} | "
-                    f"{f.metadata.get('doc', '')} |")
+        rows.append(_row(f"`{f.name}`", "unset" if value is None else f"`{_toml_value(value)}`", allowed,
+                         f.metadata.get("doc", "")))
     return "\n".join(rows)
+
+
+def _row(*cells: str) -> str:
+    """A Markdown table row; a ``|`` inside a cell (|f(X)|) is escaped, or it would end the cell."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

@@ -23,11 +23,16 @@ from torchnlq.data.tokenizer import read_tokenizer_json
 from torchnlq.errors import UserError, script_command
 
 
+#: The overrides that train on the seeded offline corpus instead, whatever the config's tokenizer and data.path.
+SYNTHETIC_OVERRIDES = "--data.synthetic=true --data.tokenizer=byte --data.path=./outputs/data/synthetic"
+
+
 def _prepare_hint(folder: Path, tokenizer: str) -> str:
-    args = f"--out {folder} --tokenizer {tokenizer}" + (" --tokenizer-file TOKENIZER.json" if tokenizer == "hf" else "")
+    args = (f"--out {folder} --files YOUR_TEXT.txt --text-split paragraph --val-fraction 0.1 --tokenizer {tokenizer}"
+            + (" --tokenizer-file TOKENIZER.json" if tokenizer == "hf" else ""))
     return (
-        f"prepare it with: {script_command(f'scripts/prepare_data.py {args}')} "
-        "(see docs/data.md), or set data.synthetic = true for the offline debug corpus"
+        f"prepare it with: {script_command(f'scripts/prepare_data.py {args}')} (any text file; the README's "
+        f"quickstart; OpenWebText: docs/data.md), or train on the offline synthetic corpus: {SYNTHETIC_OVERRIDES}"
     )
 
 
@@ -228,22 +233,23 @@ class PaperValidationRows:
     """The paper's validation protocol: after step s, row s // interval of a seeded table.
 
     The paper's notebook draws two ``rows x sequences`` tables from one generator, the train
-    split's first, then the validation split's. The train table is drawn here only to advance
-    the generator as the notebook does (how far depends on its bound: ``train_tokens``).
+    split's first (its ``eval_train`` rows), then the validation split's. Both are evaluated on the
+    same row; the train table's bound (``train_tokens``) decides how far it advances the generator.
+    ``train`` (the train split's file) is needed only to read the eval_train rows (:meth:`train_batches_at`).
     """
 
     protocol = "paper"
 
     def __init__(
         self, train_tokens: int, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int,
-        interval: int, rows: int = PAPER_EVALUATION_ROWS,
+        interval: int, rows: int = PAPER_EVALUATION_ROWS, train: TokenFile | None = None,
     ):
         if len(val) < seq_len + 1:
             raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
-        self.val, self.seq_len, self.micro_batch_size = val, seq_len, micro_batch_size
+        self.val, self.train, self.seq_len, self.micro_batch_size = val, train, seq_len, micro_batch_size
         self.seed, self.interval, self.rows = seed, interval, rows
         g = torch.Generator().manual_seed(seed)
-        torch.randint(train_tokens - seq_len, (rows, sequences), generator=g)  # the notebook's eval_train table
+        self.train_offsets = torch.randint(train_tokens - seq_len, (rows, sequences), generator=g)  # eval_train
         self.offsets = torch.randint(len(val) - seq_len, (rows, sequences), generator=g)
 
     def row_at(self, step: int) -> int:
@@ -259,9 +265,17 @@ class PaperValidationRows:
 
     def batches_at(self, step: int) -> list[Batch]:
         """The micro-batches of the row evaluated after ``step`` (read from the token file each time)."""
-        offsets = self.offsets[self.row_at(step)]
+        return self._read(self.val, self.offsets[self.row_at(step)])
+
+    def train_batches_at(self, step: int) -> list[Batch]:
+        """The same row of the eval_train table, read from the train split: the paper's train-loss estimate."""
+        if self.train is None:
+            raise ValueError("PaperValidationRows was built without the train split's file")
+        return self._read(self.train, self.train_offsets[self.row_at(step)])
+
+    def _read(self, tokens: TokenFile, offsets: torch.Tensor) -> list[Batch]:
         return [
-            read_batch(self.val, offsets[i : i + self.micro_batch_size], self.seq_len)
+            read_batch(tokens, offsets[i : i + self.micro_batch_size], self.seq_len)
             for i in range(0, len(offsets), self.micro_batch_size)
         ]
 
@@ -281,12 +295,12 @@ class PaperValidationRows:
 
 
 def build_validation_set(
-    val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int, train_tokens: int | None = None,
+    val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int, train: TokenFile | None = None,
 ) -> ValidationSet | PaperValidationRows:
-    """The run's validation batches; ``cfg.protocol = "paper"`` needs ``train_tokens`` (the train split's length)."""
+    """The run's validation batches; ``cfg.protocol = "paper"`` needs ``train`` (the split of its eval_train rows)."""
     micro = cfg.micro_batch_size or default_micro_batch_size
     if cfg.protocol == "paper":
-        if train_tokens is None:
-            raise ValueError("validation.protocol = 'paper' needs the length of the train split")
-        return PaperValidationRows(train_tokens, val, seq_len, cfg.sequences, micro, cfg.seed, cfg.interval)
+        if train is None:
+            raise ValueError("validation.protocol = 'paper' needs the train split")
+        return PaperValidationRows(len(train), val, seq_len, cfg.sequences, micro, cfg.seed, cfg.interval, train=train)
     return ValidationSet(val, seq_len, cfg.sequences, micro, cfg.seed)

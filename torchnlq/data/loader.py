@@ -96,7 +96,7 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     train, val, meta = open_token_files(data, training.seq_len)
     schedule = build_batch_schedule(train, training, data, world_size)
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
-    val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size, len(train))
+    val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size, train)
     content = f"{train.content_fingerprint()}-{val.content_fingerprint()}"
     return RunData(loader, val_set, meta, content, content_sha256(meta))
 

@@ -32,6 +32,8 @@ else:  # pragma: no cover - Python 3.10
 
 # Sections that cannot change a run's losses (but checkpoint.initial_load_*, see group_key).
 IGNORED_SECTIONS = ("job", "checkpoint", "metrics")
+# Config keys the table always shows in columns of its own (query, max LR, min LR, weight decay).
+FIXED_COLUMN_KEYS = ("model.query.type", "optimizer.lr", "lr_schedule.min_lr", "optimizer.weight_decay")
 _SEED_IN_NAME = re.compile(r"(^|[_-])seed-?\d+")
 
 
@@ -135,12 +137,33 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
-def group_key(config: dict[str, Any]) -> str:
-    """The resolved config without the seed and the result-neutral sections, as a comparable string."""
+def result_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config without the seed and the result-neutral sections (what makes runs different arms)."""
     kept = {k: v for k, v in config.items() if k not in IGNORED_SECTIONS}
-    kept["initial_load"] = {k: v for k, v in config.get("checkpoint", {}).items() if k.startswith("initial_load")}
+    kept["checkpoint"] = {k: v for k, v in config.get("checkpoint", {}).items() if k.startswith("initial_load")}
     kept["training"] = {k: v for k, v in config.get("training", {}).items() if k != "seed"}
-    return json.dumps(kept, sort_keys=True, default=str)
+    return kept
+
+
+def group_key(config: dict[str, Any]) -> str:
+    """:func:`result_config` as a comparable string."""
+    return json.dumps(result_config(config), sort_keys=True, default=str)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"query": {"type": x}}} -> {"model.query.type": x}; arrays (of tables) stay values."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        out.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def differing_keys(groups: list[Group]) -> list[str]:
+    """The section.key names whose values differ between the groups (beside the table's fixed columns)."""
+    flat = [_flatten(result_config(g.runs[0].config)) for g in groups]
+    names = dict.fromkeys(k for f in flat for k in f)
+    return [k for k in names if k not in FIXED_COLUMN_KEYS
+            and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
 
 
 def group_runs(runs: list[RunData]) -> list[Group]:
@@ -222,14 +245,19 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
             "val_loss_mean": mean, "val_loss_std": std, "rel_improvement_pct": improvement,
             "rel_improvement_se_pct": se,
         }
+    differing = differing_keys(groups)
+    for g in groups:  # a key a run's config lacks (an older trainer's) is None
+        g.row |= {key: _flatten(result_config(g.runs[0].config)).get(key) for key in differing}
     return groups, base, at
 
 
 def markdown_table(groups: list[Group], at: int) -> str:
     """The comparison as a Markdown table (one row per seed group)."""
+    differing = differing_keys(groups)
     lines = [
-        f"| run | seeds | query | non-emb params | max LR | min LR | weight decay | val loss @ {at} | rel. improvement |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| run | seeds | query | non-emb params | max LR | min LR | weight decay | "
+        + "".join(f"{key} | " for key in differing) + f"val loss @ {at} | rel. improvement |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | " + "--- | " * len(differing) + "---: | ---: |",
     ]
     for g in groups:
         r = g.row
@@ -237,8 +265,17 @@ def markdown_table(groups: list[Group], at: int) -> str:
         gain = "0 (baseline)" if r["baseline"] else f"{r['rel_improvement_pct']:+.2f}%" + (
             f" ± {r['rel_improvement_se_pct']:.2f}" if r["rel_improvement_se_pct"] is not None else "")
         lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
-                     f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | {loss} | {gain} |")
+                     f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | "
+                     + "".join(f"{_cell(r[key])} | " for key in differing) + f"{loss} | {gain} |")
     return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    """A config value as a Markdown table cell ("unset": the run's config.toml has no value, so the default)."""
+    if value is None:
+        return "unset"
+    text = json.dumps(value, default=str) if isinstance(value, (bool, list, dict)) else str(value)
+    return text.replace("|", "\\|")
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -262,7 +299,8 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
         f"Validation loss at step {at}, the last validation step common to all runs: mean ± sample std (n − 1) "
         f"over the seeds of a group. Relative improvement = (L_base − L)/L_base of the group means; ± is the "
-        f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides).\n"
+        f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides). "
+        f"Columns named section.key are the config values that differ between the groups.\n"
         f"Data: batch fingerprint {fp.get('batch_fingerprint')}, validation fingerprint "
         f"{fp.get('validation_fingerprint')}.\n"
         + lineage(groups)

@@ -8,7 +8,8 @@ nothing and returns a note saying so. A seed group is drawn as the mean of its r
 from __future__ import annotations
 
 import io
-
+import itertools
+import math
 import re
 import statistics
 from pathlib import Path
@@ -23,6 +24,8 @@ X_LABELS = {"steps": "optimizer step", "tokens": "training tokens"}
 # The cross-entropy the trainer logs is in nats per token; a byte tokenizer's token is one byte.
 UNITS = {"byte": "nats per byte"}
 DEFAULT_UNIT = "nats per token"
+# The training loss is averaged over at least 2 logged points either side (a window of ~1/10 of a longer run).
+SMOOTH_MIN_HALF_WIDTH = 2
 
 
 def mean_curve(curves: list[dict[float, float]]) -> tuple[list[float], list[float], list[float]]:
@@ -33,14 +36,14 @@ def mean_curve(curves: list[dict[float, float]]) -> tuple[list[float], list[floa
     return xs, means, stds
 
 
-def smooth(values: list[float], window: int) -> list[float]:
-    """Trailing moving average (the logged training loss is one noisy batch per point)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
+def smooth(values: list[float], half_width: int) -> list[float]:
+    """Centred moving average over ``2 * half_width + 1`` points (the logged training loss is one noisy batch per
+    point). Near the ends the window shrinks to stay centred, so a falling loss is not pulled up or down there."""
+    sums = [0.0, *itertools.accumulate(values)]
+    out = []
+    for i in range(len(values)):
+        h = min(half_width, i, len(values) - 1 - i)
+        out.append((sums[i + h + 1] - sums[i - h]) / (2 * h + 1))
     return out
 
 
@@ -95,11 +98,12 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 
-def arm_label(group: Group, is_base: bool, band: bool) -> str:
-    """A group's legend entry: its name, "baseline" unless the name says it already, and what the line is."""
+def arm_label(group: Group, is_base: bool, band: str | None) -> str:
+    """A group's legend entry: its name, "baseline" unless the name says it already, what the line is and what
+    its band is (``band``, drawn from two seeds on)."""
     notes = [] if not is_base or "baseline" in _words(group.name) else ["baseline"]
     n = len(group.runs)
-    notes.append("1 seed" if n == 1 else f"mean of {n} seeds" + (", ±1 std" if band else ""))
+    notes.append("1 seed" if n == 1 else f"mean of {n} seeds" + (f", {band}" if band else ""))
     return f"{group.name} ({', '.join(notes)})"
 
 
@@ -251,14 +255,16 @@ def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
     for i, g in enumerate(groups):
         color = colors[i % len(colors)]
         xs, mean, std = val_curves[g.name]
-        ax.plot(xs, mean, color=color, lw=1.6, label=arm_label(g, g is base, band=True))
+        ax.plot(xs, mean, color=color, lw=1.6, label=arm_label(g, g is base, band="±1 std"))
         if len(g.runs) > 1:
             ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=color, alpha=0.15, lw=0)
         txs, tmean, _ = mean_curve([_on_axis(r.train, scales[id(r)]) for r in g.runs if r.train])
         if txs:
             any_train = True
-            ax.plot(txs, smooth(tmean, max(1, len(tmean) // 40)), color=color, lw=1.0, ls="--", alpha=0.7)
+            smoothed = smooth(tmean, max(SMOOTH_MIN_HALF_WIDTH, len(tmean) // 20))  # a window of ~1/10 of the run
+            ax.plot(txs, smoothed, color=color, lw=1.0, ls="--", alpha=0.7)
+            points += list(zip(txs, smoothed))  # the y range shows the training curves too, not only validation
         points += list(zip(xs, mean))
     if (limits := _zoom(points, last_x)) is not None:
         ax.set_ylim(*limits)
@@ -270,31 +276,51 @@ def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
     handles, labels = ax.get_legend_handles_labels()
     styles = [(Line2D([], [], color="black", lw=1.6), "solid: validation loss")]
     if any_train:
-        styles.append((Line2D([], [], color="black", lw=1.0, ls="--"), "dashed: training loss (smoothed)"))
+        styles.append((Line2D([], [], color="black", lw=1.0, ls="--"),
+                       "dashed: training loss (centred mean over ~1/10 of the run)"))
     ax.legend(handles + [h for h, _ in styles], labels + [t for _, t in styles], fontsize=8)
     return fig
 
 
 def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps") -> Any:
-    """The relative-improvement figure (matplotlib Figure): 100 (L_base − L)/L_base of each group's mean."""
+    """The relative-improvement figure (matplotlib Figure): 100 (L_base − L)/L_base of each group's mean, with a
+    ±1 standard-error band where both sides have two seeds or more, and a visible note for arms that have none."""
     import matplotlib.pyplot as plt
 
     colors = plt.get_cmap("tab10").colors
     val_curves = _val_curves(groups, _scales(groups, x))
     last_x = max((s[-1] for s, _, _ in val_curves.values() if s), default=0)
-    base_xs, base_mean, _ = val_curves[base.name]
-    base_curve = dict(zip(base_xs, base_mean))
+    base_xs, base_mean, base_std = val_curves[base.name]
+    base_curve, base_spread = dict(zip(base_xs, base_mean)), dict(zip(base_xs, base_std))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     points: list[tuple[float, float]] = []
+    unestimated = []
     for i, g in enumerate(groups):
         if g is base:
             continue
-        xs, mean, _ = val_curves[g.name]
+        xs, mean, std = val_curves[g.name]
         rx, rel = relative_improvement(base_curve, dict(zip(xs, mean)))
-        ax.plot(rx, rel, color=colors[i % len(colors)], lw=1.6, marker=".", ms=3, label=arm_label(g, False, band=False))
+        color = colors[i % len(colors)]
+        with_error = len(g.runs) > 1 and len(base.runs) > 1
+        label = arm_label(g, False, band="±1 s.e." if with_error else None)
+        ax.plot(rx, rel, color=color, lw=1.6, marker=".", ms=3, label=label)
         points += list(zip(rx, rel))
+        if not with_error:
+            unestimated.append(g.name)
+            continue
+        # The standard error of the difference of the two means, as in the table (comparison.md).
+        spread = dict(zip(xs, std))
+        se = [100 * math.sqrt(spread[p] ** 2 / len(g.runs) + _interpolate(base_spread, base_xs, p) ** 2
+                              / len(base.runs)) / _interpolate(base_curve, base_xs, p) for p in rx]
+        low, high = [r - e for r, e in zip(rel, se)], [r + e for r, e in zip(rel, se)]
+        ax.fill_between(rx, low, high, color=color, alpha=0.15, lw=0)
+        points += list(zip(rx, low)) + list(zip(rx, high))
     ax.axhline(0.0, color="black", lw=0.8)
+    if unestimated:  # a one-seed difference of a percent or two may be seed noise: say so on the figure
+        who = f"baseline {base.name}" if len(base.runs) == 1 else ", ".join(unestimated)
+        ax.text(0.01, 0.02, f"one seed: no error estimate ({who}); a difference this size may be seed noise",
+                transform=ax.transAxes, fontsize=8, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     if (limits := _zoom(points + [(last_x, 0.0)], last_x)) is not None:
         ax.set_ylim(*limits)
     _x_axis(ax, x)

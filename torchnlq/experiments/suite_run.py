@@ -186,7 +186,7 @@ def check_finished_runs(suite: Suite) -> None:
         except UserError:
             continue  # a hand-edited config.toml: the run itself says so when it resumes
         changes = [c for c in resume_changes(before, load_job_config([str(run.config), *run.overrides]))
-                   if not c.startswith("job.description")]
+                   if not c.startswith(("job.description", "job.rerun"))]
         if changes:
             raise UserError(
                 f"{suite.path}: run '{run.name}' finished with another configuration than the suite now gives it "

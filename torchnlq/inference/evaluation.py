@@ -136,8 +136,13 @@ def evaluate_source(
     settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
     folder = Path(data_dir).expanduser()
     tokenizer = loaded.tokenizer.get("name")
-    if tokenizer is None and (folder / fmt.META_NAME).is_file():
-        tokenizer = fmt.read_meta(folder)["tokenizer"]  # the model records none: trust the data
+    data_tokenizer = fmt.read_meta(folder)["tokenizer"] if (folder / fmt.META_NAME).is_file() else None
+    if tokenizer is None:
+        tokenizer = data_tokenizer  # the model records none: trust the data
+    elif data_tokenizer not in (None, tokenizer):  # said here: the data's own message names a training option
+        raise UserError(f"'{data_dir}' was tokenized with '{data_tokenizer}' (meta.json) but the model uses the "
+                        f"'{tokenizer}' tokenizer; evaluate on a data folder prepared with '{tokenizer}' "
+                        f"(scripts/prepare_data.py --tokenizer {tokenizer})")
     # open_token_files checks the folder is complete and tokenized with the model's tokenizer.
     data_cfg = Data(path=str(data_dir), tokenizer=tokenizer or "gpt2")
     train, val, data_meta = open_token_files(data_cfg, settings.seq_len)

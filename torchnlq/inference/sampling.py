@@ -7,6 +7,7 @@ temperature 0 is greedy decoding.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from torchnlq.interop.export import export_source
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.config.job_config import SEED_MAX
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
-from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, Tokenizer, build_tokenizer
+from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.models.gpt import GPT, KVCache
 
@@ -124,9 +125,11 @@ def tokenizer_from_description(
     What the ``source`` folder carries comes first, unless ``tiktoken_file`` overrides it. A gpt2
     model that recorded another ranks file's sha256 needs that very file.
     """
-    name = desc.get("name")
+    # A model that records none (imported before exports carried GPT-2's): the ranks the user names make it gpt2.
+    name = desc.get("name") or ("gpt2" if tiktoken_file or os.environ.get(TIKTOKEN_FILE_ENV) else None)
     if not name:
-        raise UserError("the model records no tokenizer (no 'tokenizer' in its metadata); it cannot encode a prompt")
+        raise UserError("the model records no tokenizer (no 'tokenizer' in its metadata); it cannot encode a prompt "
+                        "(for GPT-2's vocabulary pass its ranks with --tiktoken-file)")
     if tiktoken_file and name != "gpt2":  # a flag that would do nothing is a mistake, not a silent no-op
         raise UserError(f"--tiktoken-file gives GPT-2 ranks, but this model's tokenizer is {name!r}; drop the flag")
     if source is not None and not tiktoken_file:

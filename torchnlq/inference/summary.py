@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 from typing import Any
@@ -12,9 +13,11 @@ from torchnlq.config.job_config import JobConfig
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT, Block
+from torchnlq.models.query import query_params_in_model
 from torchnlq.parallel.memory_estimate import (
     DEFAULT_CARD_GIB,
     GIB,
+    device_memory_bytes,
     estimate_memory,
     fit_warning,
     minimum_state_bytes,
@@ -25,25 +28,93 @@ from torchnlq.train.preflight import check_job_config, config_warnings
 FAR_BEYOND = 4
 
 
-def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int, card_gib: float) -> tuple[list[str], str | None]:
-    """The memory estimate per process on CUDA (torchnlq.parallel.memory_estimate) and a warning if it does not fit.
+def estimate_device(cfg: JobConfig) -> tuple[str, str]:
+    """(device type, why): where the config's run would train from here, as the trainer picks it."""
+    chosen = cfg.training.device
+    if chosen != "auto":
+        return chosen, f"training.device = {chosen}"
+    if torch.cuda.is_available():
+        return "cuda", "training.device = auto and a GPU here"
+    return "cpu", "training.device = auto and no GPU here; --training.device=cuda estimates a GPU run"
 
-    A model whose weights, gradients and optimizer state alone exceed the card many times over is not
+
+def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int,
+                 card_gib: float | None) -> tuple[list[str], str | None]:
+    """The memory estimate per process (torchnlq.parallel.memory_estimate) on the device the config trains on
+    (bf16 autocast only on CUDA, fp32 on the CPU) and a warning if it does not fit the card (CUDA) or the RAM.
+
+    A model whose weights, gradients and optimizer state alone exceed that many times over is not
     stepped through (that would take as long as building it): its analytic lower bound is reported.
     """
+    device, why = estimate_device(cfg)
+    if device == "cuda":
+        card_gib = DEFAULT_CARD_GIB if card_gib is None else card_gib
+        capacity, where = int(card_gib * GIB), f"a {card_gib:g} GiB card"
+    elif card_gib is not None:
+        raise UserError(f"--card-gib is a GPU's memory, but this config trains on the CPU ({why}); drop --card-gib "
+                        "or add --training.device=cuda")
+    else:
+        capacity, where = device_memory_bytes(torch.device("cpu")) or 0, "this machine's RAM"
     floor = minimum_state_bytes(args, processes)
-    if floor > FAR_BEYOND * card_gib * GIB:
+    if capacity and floor > FAR_BEYOND * capacity:
         return [f"memory_estimate_gib: at least {floor / GIB:,.1f} (weights, gradients and AdamW state alone)"], (
-            f"the model needs at least {floor / GIB:,.1f} GiB per process, far beyond a {card_gib:g} GiB card; "
+            f"the model needs at least {floor / GIB:,.1f} GiB per process, far beyond {where}; "
             "make it smaller or shard it over more processes")
-    estimate = estimate_memory(cfg, args, processes, "cuda")
+    estimate = estimate_memory(cfg, args, processes, device)
     lines = [
-        f"memory_estimate: {estimate.describe()} (eager step on CUDA, micro-batch "
+        f"memory_estimate: {estimate.describe()} (eager step on {device.upper()}: {why}; micro-batch "
         f"{cfg.training.micro_batch_size} x {cfg.training.seq_len}, activation checkpointing "
         f"{cfg.activation_checkpoint.mode}, optimizer {cfg.optimizer.name})",
         f"memory_estimate_gib: {estimate.total / GIB:.2f}",
     ]
-    return lines, fit_warning(estimate, int(card_gib * GIB), f"a {card_gib:g} GiB card")
+    return lines, fit_warning(estimate, capacity, where) if capacity else None
+
+
+#: The components of the parameter count, by the start of a parameter's name (layers.N. removed); first match.
+COMPONENTS = (
+    ("embeddings", ("tok_emb.", "pos_emb.")),
+    ("attention_query", ("attn.query.", "attn.q_bias")),
+    ("norms", ("ln", "attn.q_norm.", "attn.k_norm.")),
+    ("attention_kv_out", ("attn.",)),
+    ("mlp", ("mlp.",)),
+    ("head", ("lm_head.",)),
+)
+
+
+def component_of(name: str) -> str:
+    """The component (a name of :data:`COMPONENTS`) of a parameter of GPT, e.g. layers.3.mlp.fc.weight -> mlp."""
+    local = name.split(".", 2)[2] if name.startswith("layers.") else name
+    return next(component for component, starts in COMPONENTS if local.startswith(starts))
+
+
+def parameter_split(args: ModelArgs) -> dict[str, int]:
+    """Parameters by component, counted from one block on meta times n_layers (a query that differs by layer
+    is counted by its own formula): their sum is ``args.num_params()``."""
+    with torch.device("meta"):
+        shell = GPT(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
+        first = Block(args, 0)
+    split = dict.fromkeys(("embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"), 0)
+    split["attention_query"] = query_params_in_model(args.query, args.dim, args.n_heads, args.head_dim, args.n_layers)
+    for name, param in first.named_parameters():
+        if not name.startswith("attn.query."):
+            split[component_of(f"layers.0.{name}")] += args.n_layers * param.numel()
+    for name, param in shell.named_parameters():
+        if not name.startswith("layers."):
+            split[component_of(name)] += param.numel()
+    return split
+
+
+def parameter_lines(cfg: JobConfig, args: ModelArgs) -> list[str]:
+    """``params_<component>`` lines, and the difference from the same config with a linear query."""
+    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(args).items()]
+    if args.tie_embeddings:
+        lines[-1] += " (tied: the token embedding)"
+    linear_cfg = copy.deepcopy(cfg)
+    linear_cfg.model.query.type = "linear"
+    linear = check_job_config(linear_cfg).num_params()
+    lines.append(f"params_vs_linear_query: {args.num_params() - linear:+,} (the same config with "
+                 f"model.query.type = linear has {linear:,})")
+    return lines
 
 
 def summarize(cfg: JobConfig) -> list[str]:
@@ -65,10 +136,11 @@ def summarize(cfg: JobConfig) -> list[str]:
         elif name.startswith("layers.0.") and not any(line.startswith("layers.*.") for line in lines):
             lines += [f"layers.*.{block_name}: {tuple(p.shape)}" for block_name, p in first.named_parameters()]
     lines += [
-        f"seq_len: {seq_len}",
-        f"total_params: {args.num_params()}",
-        f"non_embedding_params: {args.num_params(non_embedding=True)}",
-        f"flops_per_token: {args.flops_per_token(seq_len)}",
+        f"seq_len: {seq_len:,}",
+        f"total_params: {args.num_params():,}",
+        f"non_embedding_params: {args.num_params(non_embedding=True):,}",
+        *parameter_lines(cfg, args),
+        f"flops_per_token: {args.flops_per_token(seq_len):,}",
     ]
     return lines
 
@@ -82,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
 
         usage = ("usage: python scripts/model_summary.py [CONFIG.toml] [--section.key VALUE ...] [--processes N] "
                  "[--card-gib G]")
-        print(usage + "\n\nPrints the model's shapes, parameter counts and FLOPs per token (built on meta, no memory),")
-        print("and the peak memory per process of a training step on N CUDA processes (FSDP for N > 1; default 1),")
-        print(f"with a warning when it does not fit a card of G GiB (default {DEFAULT_CARD_GIB:g}).")
+        print(usage + "\n\nPrints the model's shapes, parameter counts (by component, and against a linear query) and")
+        print("FLOPs per token (built on meta, no memory), and the peak memory per process of a training step on N")
+        print("processes (FSDP for N > 1; default 1) of the config's training.device (auto: CUDA if this machine has")
+        print("one; bf16 autocast only on CUDA), with a warning when it does not fit a card of G GiB (CUDA; default")
+        print(f"{DEFAULT_CARD_GIB:g}) or this machine's RAM (CPU).")
         print("The config options are those of ./run_train.sh:\n")
         text = help_text(registries=registry_choices())
         print(text[text.index("Without CONFIG"):])
@@ -93,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         from torchnlq.config.manager import load_job_config
 
         argv, processes = _pop_option(argv, "--processes", int, 1)
-        argv, card_gib = _pop_option(argv, "--card-gib", float, DEFAULT_CARD_GIB)
+        argv, card_gib = _pop_option(argv, "--card-gib", float, None)
         cfg = load_job_config(argv)
-        print("\n".join(summarize(cfg)))
-        lines, too_big = memory_lines(cfg, check_job_config(cfg), processes, card_gib)
-        print("\n".join(lines))
+        summary = summarize(cfg)
+        lines, too_big = memory_lines(cfg, check_job_config(cfg), processes, card_gib)  # a mistake before any output
+        print("\n".join(summary + lines))
         for warning in config_warnings(cfg) + ([too_big] if too_big else []):
             print(f"warning: {warning}", file=sys.stderr)
     except UserError as err:

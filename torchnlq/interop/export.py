@@ -248,7 +248,8 @@ def export_safetensors(
     }
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
+                                 loaded.tiktoken_file)
         state = cast_weights(loaded.model.state_dict(), target)
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
@@ -288,7 +289,8 @@ def export_standard(
     }
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
+                                 loaded.tiktoken_file)
         state = cast_weights(state_dict(loaded.model), target)
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         write_json(tmp / HF_EXPORT_FILE, extra)

@@ -128,7 +128,8 @@ def export_hf(
     config = hf_config(loaded.args, loaded.tokenizer, target)
     with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
         # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded))
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
+                                 loaded.tiktoken_file)
         save_file(hf_state_dict(loaded.model, target), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         for name, source in code.items():
             (tmp / name).write_text(source, encoding="utf-8")

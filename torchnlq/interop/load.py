@@ -44,6 +44,8 @@ class LoadedModel:
     path: Path
     kind: str  # "checkpoint" or "export"
     record: RunRecord | None = None
+    #: A GPT-2 ranks file the user named (--tiktoken-file): its exports take the ranks from it first.
+    tiktoken_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.record is None:  # a model made in Python: it records only its shapes and tokenizer

@@ -1,16 +1,14 @@
-"""Hugging Face tokenizer files for torchnlq's tokenizers, made offline, and the way back.
+"""Hugging Face tokenizer files of exports, and the torchnlq tokenizer a model folder carries.
 
-:func:`write_hf_tokenizer_files` writes what ``AutoTokenizer.from_pretrained`` reads for a GPT-2-style
-byte-level BPE, derived from tiktoken ranks, never from transformers (merges are recovered by rank).
-The byte tokenizer gets the same files with ids = byte values and no merges.
-
-A model trained with any Hugging Face ``tokenizer.json`` (tokenizer ``hf``) gets that very file,
-byte for byte, and a tokenizer_config.json naming its end-of-text (:func:`find_tokenizer_json`).
+:func:`write_hf_tokenizer_files` writes what ``AutoTokenizer.from_pretrained`` reads, without
+transformers: gpt2 and byte get a GPT-2-style byte-level BPE built with the ``tokenizers`` library
+from the tiktoken ranks (merges recovered by rank; the byte tokenizer's ids are the byte values,
+with no merges); an ``hf`` model gets its tokenizer.json byte for byte.
 
 A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`) or the tokenizer.json, an
 export its vocab.json or tokenizer.json; :func:`tokenizer_from_folder` rebuilds the tokenizer from
-any of them, and reads a Hugging Face model folder's tokenizer.json too. Every file is read as text
-or JSON, never unpickled.
+any of them, and from a Hugging Face model folder's tokenizer.json. Files are read as text or
+JSON, never unpickled, and bounded (:func:`check_bpe_bounds`).
 """
 
 from __future__ import annotations
@@ -26,32 +24,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from torchnlq.data.tokenizer import (
-    ENDOFTEXT,
-    GPT2_EOT_ID,
-    GPT2_PATTERN,
-    GPT2_TIKTOKEN_SHA256,
-    TIKTOKEN_FILE_ENV,
-    TOKENIZER_JSON,
-    ByteTokenizer,
-    GPT2Tokenizer,
-    HFTokenizer,
-    Tokenizer,
-    read_tokenizer_json,
-)
+from torchnlq.data.tokenizer import (ENDOFTEXT, GPT2_EOT_ID, GPT2_PATTERN, GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV,
+                                     TOKENIZER_JSON, ByteTokenizer, GPT2Tokenizer, HFTokenizer, Tokenizer,
+                                     read_tokenizer_json)
 from torchnlq.errors import UserError
 from torchnlq.files import MAX_DOCUMENT_BYTES, read_json
 
 #: The GPT-2 ranks a checkpoint carries (tiktoken's ``base64 rank`` text).
 TOKENIZER_RANKS_FILE = "tokenizer.tiktoken"
 VOCAB_FILE = "vocab.json"
-MERGES_FILE = "merges.txt"
 HF_TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
-FAST_TOKENIZER_FILE = TOKENIZER_JSON
 # tiktoken caches a download under sha1(its URL) in its cache folder; r50k_base holds the GPT-2 ranks.
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
-_FIX = f"set {TIKTOKEN_FILE_ENV} to the model's .tiktoken ranks file (GPT-2's: e.g. ../shared/data/gpt2.tiktoken)"
+_FIX = (f"set {TIKTOKEN_FILE_ENV} (or pass --tiktoken-file) to the model's .tiktoken ranks file "
+        "(GPT-2's: e.g. ../shared/data/gpt2.tiktoken)")
+#: Bounds on a BPE someone hands over, so that a crafted one is refused in seconds instead of parsed for hours:
+#: tokens (GPT-2 has 50,257, Llama 3 128,256), bytes of one token (GPT-2's longest: 128) and the merge
+#: recovery's work, the sum over tokens of their length squared (GPT-2: 2.5 million, 0.4 s).
+MAX_BPE_TOKENS = 2**20
+MAX_TOKEN_BYTES = 512
+MAX_MERGE_WORK = 50_000_000
 
 
 @cache
@@ -59,8 +52,7 @@ def byte_to_char() -> dict[int, str]:
     """GPT-2's byte -> printable character table: printable Latin-1 stands for itself, the rest from U+0100 on."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     table = {b: chr(b) for b in printable}
-    others = (b for b in range(256) if b not in table)
-    table.update({b: chr(0x100 + i) for i, b in enumerate(others)})
+    table.update({b: chr(0x100 + i) for i, b in enumerate(b for b in range(256) if b not in table)})
     return table
 
 
@@ -70,37 +62,40 @@ def char_to_byte() -> dict[str, int]:
     return {c: b for b, c in byte_to_char().items()}
 
 
-def token_string(token: bytes) -> str:
-    """A token's vocab.json key: its bytes through the byte-level alphabet."""
-    table = byte_to_char()
-    return "".join(table[b] for b in token)
+def _token_string(token: bytes) -> str:
+    return "".join(byte_to_char()[b] for b in token)
 
 
-#: Bounds on a BPE someone hands over, so that a crafted one is refused in seconds instead of parsed for hours:
-#: tokens (GPT-2 has 50,257, Llama 3 128,256), bytes of one token (GPT-2's longest: 128) and the merge
-#: recovery's work, the sum over tokens of their length squared (GPT-2: 2.5 million, 0.4 s).
-MAX_BPE_TOKENS = 2**20
-MAX_TOKEN_BYTES = 512
-MAX_MERGE_WORK = 50_000_000
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path) -> None:
-    """UserError for a vocabulary beyond :data:`MAX_BPE_TOKENS`, :data:`MAX_TOKEN_BYTES` or :data:`MAX_MERGE_WORK`."""
+def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path) -> dict[bytes, int]:
+    """``ranks`` if they are a byte-level BPE (every byte a token, no token at GPT-2's end-of-text id, no id twice)
+    within :data:`MAX_BPE_TOKENS`, :data:`MAX_TOKEN_BYTES` and :data:`MAX_MERGE_WORK`; else a UserError."""
+    if len(set(ranks.values())) != len(ranks):
+        raise UserError(f"'{where}' is corrupt (two tokens share an id); {_FIX}")
     longest = max(map(len, ranks), default=0)
-    work = sum(len(t) ** 2 for t in ranks)
-    if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or work > MAX_MERGE_WORK:
+    if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or sum(len(t) ** 2 for t in ranks) > MAX_MERGE_WORK:
         raise UserError(
             f"'{where}' is not a tokenizer torchnlq reads: {len(ranks):,} tokens, the longest {longest:,} bytes "
             f"(at most {MAX_BPE_TOKENS:,} tokens of {MAX_TOKEN_BYTES} bytes, {MAX_MERGE_WORK:,} in sum of squared "
             f"lengths); {_FIX}"
         )
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise UserError(f"'{where}' lacks the single byte {missing[0]:#04x}: not a byte-level BPE (every byte must "
+                        f"be a token); {_FIX}")
+    if GPT2_EOT_ID in ranks.values():
+        raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {_FIX}")
+    return dict(ranks)
 
 
 def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
     """tiktoken ``base64 rank`` lines -> {token bytes: rank}; anything else is a UserError naming ``where``."""
-    ranks: dict[bytes, int] = {}
     if len(text) > MAX_DOCUMENT_BYTES:
         raise UserError(f"'{where}' is {len(text):,} bytes, more than a tokenizer's ranks can be; {_FIX}")
+    ranks: dict[bytes, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -112,10 +107,7 @@ def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
         if not token or rank < 0 or token in ranks:
             raise UserError(f"'{where}' is corrupt (line {n}: an empty, negative or repeated token); {_FIX}")
         ranks[token] = rank
-    if len(set(ranks.values())) != len(ranks):
-        raise UserError(f"'{where}' is corrupt (two tokens share a rank); {_FIX}")
-    check_bpe_bounds(ranks, where)
-    return ranks
+    return check_bpe_bounds(ranks, where)
 
 
 def ranks_text(ranks: Mapping[bytes, int]) -> bytes:
@@ -123,49 +115,31 @@ def ranks_text(ranks: Mapping[bytes, int]) -> bytes:
     return b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in sorted(ranks.items(), key=lambda kv: kv[1]))
 
 
-def _bpe_parts(token: bytes, below: int, ranks: Mapping[bytes, int]) -> list[bytes]:
-    """Byte-pair encode ``token`` using only the ranks below ``below`` (tiktoken's merge rule)."""
-    parts = [token[i : i + 1] for i in range(len(token))]
-    while len(parts) > 1:
-        best, best_rank = -1, below
-        for i in range(len(parts) - 1):
-            rank = ranks.get(parts[i] + parts[i + 1], below)
-            if rank < best_rank:
-                best, best_rank = i, rank
-        if best < 0:
-            break
-        parts[best : best + 2] = [parts[best] + parts[best + 1]]
-    return parts
-
-
 def recover_merges(ranks: Mapping[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merges of a byte-level BPE, in rank order, from its ranks alone.
 
     A multi-byte token is the merge of the two parts its own bytes reach under the lower ranks
-    (one that does not come out as two parts is never produced, so gets no merge).
+    (tiktoken's rule: always merge the lowest-ranked pair); one that does not come out as two
+    parts is never produced, so gets no merge.
     """
     merges = []
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(token) > 1:
-            parts = _bpe_parts(token, rank, ranks)
-            if len(parts) == 2:
-                merges.append((parts[0], parts[1]))
+    for token, below in sorted(ranks.items(), key=lambda kv: kv[1]):
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, best_rank = -1, below
+            for i in range(len(parts) - 1):
+                rank = ranks.get(parts[i] + parts[i + 1], below)
+                if rank < best_rank:
+                    best, best_rank = i, rank
+            if best < 0:
+                break
+            parts[best : best + 2] = [parts[best] + parts[best + 1]]
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1]))
     return merges
 
 
-def _check_byte_level(ranks: Mapping[bytes, int], where: str | Path) -> None:
-    missing = [b for b in range(256) if bytes([b]) not in ranks]
-    if missing:
-        raise UserError(
-            f"'{where}' lacks the single byte {missing[0]:#04x}: not a byte-level BPE (every byte must be a token); "
-            f"{_FIX}"
-        )
-    if GPT2_EOT_ID in ranks.values():
-        raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {_FIX}")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+# ---------------------------------------------------------------- where the ranks of a gpt2 model come from
 
 
 def expected_sha256(tokenizer_description: Mapping[str, Any]) -> str:
@@ -179,11 +153,9 @@ def _read_checked(path: Path, expected: str, what: str) -> bytes:
         data = path.read_bytes()
     except OSError as e:
         raise UserError(f"{what} '{path}' is unreadable ({e.strerror or e}); {_FIX}") from None
-    digest = _sha256(data)
-    if digest != expected:
-        raise UserError(
-            f"{what} '{path}' has sha256 {digest[:16]}..., not the model's ranks {expected[:16]}...; {_FIX}"
-        )
+    if _sha256(data) != expected:
+        raise UserError(f"{what} '{path}' has sha256 {_sha256(data)[:16]}..., not the model's ranks "
+                        f"{expected[:16]}...; {_FIX}")
     return data
 
 
@@ -192,61 +164,39 @@ def _tiktoken_cache_file() -> Path | None:
     folder = os.environ.get("TIKTOKEN_CACHE_DIR")
     if folder is None:
         folder = os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    if not folder:  # an empty TIKTOKEN_CACHE_DIR turns tiktoken's cache off
-        return None
-    return Path(folder, hashlib.sha1(R50K_URL.encode()).hexdigest())
+    return Path(folder, hashlib.sha1(R50K_URL.encode()).hexdigest()) if folder else None  # "" turns it off
 
 
-def _carried_file(folder: Path) -> Path:
-    """Which file of ``folder`` :func:`carried_ranks` read: the checkpoint's ranks file, else vocab.json."""
-    ranks = folder / TOKENIZER_RANKS_FILE
-    return ranks if ranks.is_file() else folder / VOCAB_FILE
-
-
-def carried_ranks(folder: str | Path, tokenizer_description: Mapping[str, Any]) -> bytes | None:
-    """The GPT-2 ranks text a checkpoint (checked against the recorded sha256) or export folder carries, or None."""
-    folder = Path(folder)
+def _carried_ranks(folder: Path, desc: Mapping[str, Any]) -> tuple[bytes, Path] | None:
+    """The GPT-2 ranks text a checkpoint (checked against the recorded sha256) or export carries, and its file."""
     path = folder / TOKENIZER_RANKS_FILE
     if path.is_file():
-        expected = expected_sha256(tokenizer_description)
-        data = path.read_bytes()
+        data, expected = path.read_bytes(), expected_sha256(desc)
         if _sha256(data) != expected:
             raise UserError(
                 f"'{path}' is corrupt (sha256 {_sha256(data)[:16]}..., the model recorded {expected[:16]}...); "
                 f"pass the model's .tiktoken file with --tiktoken-file (generate.py), or delete it and {_FIX}"
             )
-        return data
+        return data, path
     if (folder / VOCAB_FILE).is_file():
-        return ranks_text(ranks_from_vocab(folder / VOCAB_FILE, tokenizer_description))
+        return ranks_text(ranks_from_vocab(folder / VOCAB_FILE, desc)), folder / VOCAB_FILE
     return None
 
 
-def find_gpt2_ranks(
-    tokenizer_description: Mapping[str, Any], source: str | Path | None = None, tiktoken_file: str | None = None
-) -> bytes:
-    """The ``.tiktoken`` text of a gpt2 model's ranks, found offline; UserError saying how to fix it otherwise.
-
-    In order: ``tiktoken_file``, the ``source`` folder, $TORCHNLQ_TIKTOKEN_FILE, tiktoken's cache;
-    a file named by the user or the environment must have the recorded sha256.
-    """
-    return _locate_gpt2_ranks(tokenizer_description, source, tiktoken_file)[0]
-
-
-def _locate_gpt2_ranks(
-    tokenizer_description: Mapping[str, Any], source: str | Path | None, tiktoken_file: str | None
-) -> tuple[bytes, Path]:
-    """:func:`find_gpt2_ranks`, and the file the ranks were read from (for error messages)."""
-    expected = expected_sha256(tokenizer_description)
+def find_gpt2_ranks(desc: Mapping[str, Any], source: str | Path | None = None, tiktoken_file: str | None = None
+                    ) -> tuple[bytes, Path]:
+    """The ``.tiktoken`` text of a gpt2 model's ranks, found offline, and the file it came from; else a UserError
+    saying how to give them. In order: ``tiktoken_file``, the ``source`` folder, $TORCHNLQ_TIKTOKEN_FILE,
+    tiktoken's cache; a file named by the user or the environment must have the recorded sha256."""
+    expected = expected_sha256(desc)
     if tiktoken_file:
         path = Path(tiktoken_file).expanduser()
         return _read_checked(path, expected, "tiktoken file"), path
-    if source is not None:
-        found = carried_ranks(source, tokenizer_description)
-        if found is not None:
-            return found, _carried_file(Path(source))
-    env = os.environ.get(TIKTOKEN_FILE_ENV)
-    if env:
-        path = Path(env).expanduser()
+    carried = _carried_ranks(Path(source), desc) if source is not None else None
+    if carried is not None:
+        return carried
+    if os.environ.get(TIKTOKEN_FILE_ENV):
+        path = Path(os.environ[TIKTOKEN_FILE_ENV]).expanduser()
         return _read_checked(path, expected, TIKTOKEN_FILE_ENV), path
     cached = _tiktoken_cache_file()
     if cached is not None and cached.is_file() and expected == GPT2_TIKTOKEN_SHA256:
@@ -256,69 +206,6 @@ def _locate_gpt2_ranks(
     where = f"'{source}' carries none and they" if source is not None else "they"
     which = "" if expected == GPT2_TIKTOKEN_SHA256 else f" (a .tiktoken file of sha256 {expected[:16]}...)"
     raise UserError(f"the gpt2 tokenizer needs its BPE ranks{which}: {where} were not found offline; {_FIX}")
-
-
-def _byte_vocab() -> tuple[dict[str, int], list[tuple[str, str]], int]:
-    vocab = {c: b for b, c in sorted(byte_to_char().items())}
-    return vocab, [], ByteTokenizer.eot_id
-
-
-def _bpe_vocab(ranks: Mapping[bytes, int], where: str | Path) -> tuple[dict[str, int], list[tuple[str, str]], int]:
-    _check_byte_level(ranks, where)
-    vocab = {token_string(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])}
-    merges = [(token_string(a), token_string(b)) for a, b in recover_merges(ranks)]
-    return vocab, merges, GPT2_EOT_ID
-
-
-def _special_token(eot: int) -> dict[str, Any]:
-    # normalized/lstrip/rstrip as GPT-2's own files have them; "special" keeps it out of decode(skip_special_tokens).
-    return {"id": eot, "content": ENDOFTEXT, "single_word": False, "lstrip": False, "rstrip": False,
-            "normalized": True, "special": True}
-
-
-def _fast_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]], eot: int) -> dict[str, Any]:
-    """tokenizer.json as the tokenizers library serialises a GPT-2 byte-level BPE."""
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [_special_token(eot)],
-        "normalizer": None,
-        "pre_tokenizer": byte_level,
-        # GPT-2's post-processor only trims offsets: no BOS/EOS is added to an encoding.
-        "post_processor": {**byte_level, "add_prefix_space": True, "trim_offsets": False},
-        "decoder": {**byte_level, "add_prefix_space": True},
-        "model": {
-            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-            "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-            "vocab": {**vocab, ENDOFTEXT: eot},
-            "merges": [list(m) for m in merges],
-        },
-    }
-
-
-def _tokenizer_config(eot: int, model_max_length: int) -> dict[str, Any]:
-    special = {k: v for k, v in _special_token(eot).items() if k != "id"}
-    return {
-        "tokenizer_class": "GPT2Tokenizer",
-        "model_max_length": int(model_max_length),
-        "add_prefix_space": False,
-        "add_bos_token": False,
-        # Off, so that decode gives back exactly the text (the cleanup rewrites " n't" and " ,").
-        "clean_up_tokenization_spaces": False,
-        "errors": "replace",
-        "bos_token": ENDOFTEXT,
-        "eos_token": ENDOFTEXT,
-        "unk_token": ENDOFTEXT,
-        "added_tokens_decoder": {str(eot): special},
-    }
-
-
-def _write_json(path: Path, obj: Any, compact: bool = False) -> None:
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) if compact else json.dumps(
-        obj, ensure_ascii=False, indent=2)
-    path.write_text(text + "\n", encoding="utf-8")
 
 
 def find_tokenizer_json(
@@ -331,71 +218,91 @@ def find_tokenizer_json(
     """
     recorded = tokenizer_description.get("tokenizer_sha256")
     candidates = [(Path(tokenizer_file).expanduser(), "data.tokenizer_file")] if tokenizer_file else []
-    if source is not None:
-        candidates.append((Path(source) / TOKENIZER_JSON, "the tokenizer file"))
-    mismatch = None
+    candidates += [(Path(source) / TOKENIZER_JSON, "the tokenizer file")] if source is not None else []
+    into, changed = (f"'{source}'" if source is not None else "the model folder"), None
     for path, what in candidates:
-        if not path.is_file():
-            continue
-        data = read_tokenizer_json(path, what)
-        digest = _sha256(data)
-        if recorded is None or digest == recorded:
-            return data
-        mismatch = f"'{path}' has sha256 {digest[:16]}..., not the model's {str(recorded)[:16]}... (it changed)"
+        if path.is_file():
+            data = read_tokenizer_json(path, what)
+            if recorded is None or _sha256(data) == recorded:
+                return data
+            changed = (f"'{path}' has sha256 {_sha256(data)[:16]}..., not the tokenizer.json the model was trained "
+                       f"with ({str(recorded)[:16]}...); put that file back in {into}")
+    if changed:
+        raise UserError(changed)
     want = f"the tokenizer.json of sha256 {str(recorded)[:16]}..." if recorded else "a tokenizer.json"
-    found = mismatch or (f"'{source}' carries none" if source is not None else "none was given")
-    into = f"'{source}'" if source is not None else "the model folder"
+    found = f"'{source}' carries none" if source is not None else "none was given"
     raise UserError(f"the model was trained with {want}, but {found}; copy that file into {into} as {TOKENIZER_JSON}")
 
 
-def _write_hf_json_tokenizer(tokenizer_description: Mapping[str, Any], folder: Path, model_max_length: int,
-                             source: Path | None) -> None:
-    """An ``hf`` model's tokenizer: its tokenizer.json as it was, and the configs naming its end-of-text."""
-    data = find_tokenizer_json(tokenizer_description, source)  # or the line saying which file is missing or changed
-    # Rebuilt from the file and checked against the record: the end-of-text written below is the model's.
-    tokenizer = _checked_hf(data, Path(source or ".") / TOKENIZER_JSON, tokenizer_description, None)
-    (folder / TOKENIZER_JSON).write_bytes(data)
-    _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {
-        # transformers' class for "the tokenizer is its tokenizer.json": AutoTokenizer gives the same ids.
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": int(model_max_length),
-        "eos_token": tokenizer.eot_token,
-        # Off, so that decode gives back the text the file's decoder makes.
-        "clean_up_tokenization_spaces": False,
-    })
-    _write_json(folder / SPECIAL_TOKENS_FILE, {"eos_token": tokenizer.eot_token})
+# ---------------------------------------------------------------- writing
 
 
-def write_hf_tokenizer_files(
-    tokenizer_description: dict, folder: Path, model_max_length: int, source: Path | None = None
-) -> None:
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
+def _write_byte_level_bpe(folder: Path, vocab: dict[str, int], merges: list[tuple[str, str]], eot: int) -> None:
+    """tokenizer.json, vocab.json and merges.txt of a GPT-2-style byte-level BPE, saved by the tokenizers library."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+    from tokenizers import Tokenizer as FastTokenizer
+
+    tok = FastTokenizer(models.BPE({**vocab, ENDOFTEXT: eot}, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's regex, no space prepended
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)  # as GPT-2's: no BOS/EOS added to an encoding
+    tok.decoder = decoders.ByteLevel()
+    # "special" keeps it out of decode(skip_special_tokens=True); normalized as in GPT-2's own files.
+    tok.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=True)])
+    tok.save(str(folder / TOKENIZER_JSON), pretty=False)  # compact: 1.5 MB for GPT-2, not 3.5
+    tok.model.save(str(folder))  # vocab.json and merges.txt: transformers' GPT2Tokenizer reads these
+
+
+def write_hf_tokenizer_files(tokenizer_description: Mapping[str, Any], folder: Path, model_max_length: int,
+                             source: Path | None = None, tiktoken_file: str | None = None) -> None:
     """Write the Hugging Face tokenizer files of the described tokenizer into ``folder``.
 
-    gpt2 and byte: GPT-2-style files made from the ranks; hf: the model's tokenizer.json, copied from
-    ``source`` (the checkpoint or export the model came from) after checking its recorded sha256.
+    gpt2 and byte: GPT-2-style files made from the ranks (of ``tiktoken_file``, else :func:`find_gpt2_ranks`'s
+    places); hf: the model's tokenizer.json, copied from ``source`` (the checkpoint or export the model came
+    from) after checking its recorded sha256. A description without a name (a model made in Python) writes nothing.
     """
-    name = tokenizer_description.get("name")
+    name, folder = tokenizer_description.get("name"), Path(folder)
+    # Off, so that decode gives back exactly the text (the cleanup rewrites " n't" and " ,").
+    common = {"model_max_length": int(model_max_length), "clean_up_tokenization_spaces": False}
+    if tiktoken_file and name != "gpt2":  # a flag that would do nothing is a mistake, not a silent no-op
+        raise UserError(f"--tiktoken-file gives GPT-2 ranks, but this model's tokenizer is {name or 'unrecorded'!r}; "
+                        "drop the flag")
     if not name:
-        return  # a model made in Python without a tokenizer: nothing to describe
-    folder = Path(folder)
+        return
     if name == "hf":
-        _write_hf_json_tokenizer(tokenizer_description, folder, model_max_length,
-                                 Path(source) if source is not None else None)
+        data = find_tokenizer_json(tokenizer_description, source)  # or the line saying which file is missing
+        # Rebuilt and checked against the record: the end-of-text written below is the model's.
+        eot = _checked_hf(data, Path(source or ".") / TOKENIZER_JSON, tokenizer_description, None).eot_token
+        (folder / TOKENIZER_JSON).write_bytes(data)
+        # transformers' class for "the tokenizer is its tokenizer.json": AutoTokenizer gives the same ids.
+        _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {"tokenizer_class": "PreTrainedTokenizerFast", **common,
+                                                        "eos_token": eot})
+        _write_json(folder / SPECIAL_TOKENS_FILE, {"eos_token": eot})
         return
     if name == "byte":
-        vocab, merges, eot = _byte_vocab()
+        vocab, merges, eot = {c: b for b, c in sorted(byte_to_char().items())}, [], ByteTokenizer.eot_id
     elif name == "gpt2":
-        text, where = _locate_gpt2_ranks(tokenizer_description, source, None)
-        vocab, merges, eot = _bpe_vocab(parse_ranks(text, where), where)
+        text, where = find_gpt2_ranks(tokenizer_description, source, tiktoken_file)
+        ranks = parse_ranks(text, where)
+        vocab = {_token_string(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])}
+        merges, eot = [(_token_string(a), _token_string(b)) for a, b in recover_merges(ranks)], GPT2_EOT_ID
     else:
         raise UserError(f"unknown tokenizer '{name}' in the model's metadata; torchnlq knows gpt2, byte and hf")
-    _write_json(folder / VOCAB_FILE, {**vocab, ENDOFTEXT: eot}, compact=True)
-    (folder / MERGES_FILE).write_text(
-        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8"
-    )
-    _write_json(folder / HF_TOKENIZER_CONFIG_FILE, _tokenizer_config(eot, model_max_length))
-    _write_json(folder / SPECIAL_TOKENS_FILE, {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT})
-    _write_json(folder / FAST_TOKENIZER_FILE, _fast_tokenizer(vocab, merges, eot), compact=True)
+    _write_byte_level_bpe(folder, vocab, merges, eot)
+    special = {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT}
+    _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {
+        "tokenizer_class": "GPT2Tokenizer", **common, **special, "add_prefix_space": False, "add_bos_token": False,
+        "added_tokens_decoder": {str(eot): {
+            "content": ENDOFTEXT, "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
+            "special": True}},
+    })
+    _write_json(folder / SPECIAL_TOKENS_FILE, special)
+
+
+# ---------------------------------------------------------------- reading back
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -407,10 +314,8 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 def ranks_from_vocab(path: Path, tokenizer_description: Mapping[str, Any] | None = None) -> dict[bytes, int]:
     """A GPT-2-style vocab.json -> tiktoken ranks (end-of-text left out: tiktoken adds it as special)."""
-    vocab = _read_vocab(path)
-    table = char_to_byte()
-    ranks: dict[bytes, int] = {}
-    for text, rank in vocab.items():
+    table, ranks = char_to_byte(), {}
+    for text, rank in _read_vocab(path).items():
         if text == ENDOFTEXT:
             if rank != GPT2_EOT_ID:
                 raise UserError(f"'{path}' gives {ENDOFTEXT} id {rank}, not {GPT2_EOT_ID}; export the model again")
@@ -418,16 +323,11 @@ def ranks_from_vocab(path: Path, tokenizer_description: Mapping[str, Any] | None
         if not text or any(c not in table for c in text):
             raise UserError(f"'{path}' is corrupt (token {text[:20]!r} is not byte-level BPE); export the model again")
         ranks[bytes(table[c] for c in text)] = rank
-    if len(set(ranks.values())) != len(ranks):
-        raise UserError(f"'{path}' is corrupt (two tokens share an id); export the model again")
     check_bpe_bounds(ranks, path)
-    _check_byte_level(ranks, path)
-    recorded = (tokenizer_description or {}).get("vocab_size")
-    size = max(max(ranks.values()), GPT2_EOT_ID) + 1
+    recorded, size = (tokenizer_description or {}).get("vocab_size"), max(max(ranks.values()), GPT2_EOT_ID) + 1
     if isinstance(recorded, int) and recorded != size:
-        raise UserError(
-            f"'{path}' holds {size} ids but the model records vocab_size {recorded}; export the model again"
-        )
+        raise UserError(f"'{path}' holds {size} ids but the model records vocab_size {recorded}; export the model "
+                        "again")
     return ranks
 
 
@@ -438,15 +338,9 @@ class CarriedGPT2Tokenizer(GPT2Tokenizer):
         # Not GPT2Tokenizer.__init__: there is no file of the user's to open or check.
         import tiktoken
 
-        self.path = str(where)
-        self.expected_hash = None
-        self.file_sha256 = _sha256(text)
-        self._text = text
-        ranks = parse_ranks(text, where)
-        _check_byte_level(ranks, where)
-        self._enc = tiktoken.Encoding(
-            name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: GPT2_EOT_ID}
-        )
+        self.path, self.expected_hash, self.file_sha256, self._text = str(where), None, _sha256(text), text
+        self._enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=parse_ranks(text, where),
+                                      special_tokens={ENDOFTEXT: GPT2_EOT_ID})
         self.vocab_size = self._enc.n_vocab
 
     # The ranks travel with a pickled copy: the folder may be gone when it is unpickled.
@@ -457,19 +351,12 @@ class CarriedGPT2Tokenizer(GPT2Tokenizer):
         self.__init__(state["text"], state["where"])  # type: ignore[misc]
 
 
-def _is_byte_vocab(vocab: dict[str, int]) -> bool:
-    return vocab == {**{c: b for b, c in byte_to_char().items()}, ENDOFTEXT: ByteTokenizer.eot_id}
-
-
 def _folder_eos_token(folder: Path) -> str | None:
     """The eos_token of a Hugging Face folder's tokenizer_config.json (a string or {"content": ...}), or None."""
     path = folder / HF_TOKENIZER_CONFIG_FILE
-    if not path.is_file():
-        return None
-    config = read_json(path, "a tokenizer_config.json", "repair or remove it")
+    config = read_json(path, "a tokenizer_config.json", "repair or remove it") if path.is_file() else None
     eos = config.get("eos_token") if isinstance(config, dict) else None
-    if isinstance(eos, dict):
-        eos = eos.get("content")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
     return eos if isinstance(eos, str) and eos else None
 
 
@@ -477,7 +364,9 @@ def _checked_hf(data: bytes, path: Path, desc: Mapping[str, Any], eot_token: str
     """The tokenizer of a tokenizer.json's ``data`` with the end-of-text the model records (else the folder's own
     eos_token, else the usual names), whose vocabulary size and eot id must be those ``desc`` records."""
     eot = eot_token or desc.get("eot_token")
-    if eot is None:  # a Hugging Face model folder: its own end-of-sequence, if the vocabulary holds it
+    if eot is not None:
+        tokenizer = HFTokenizer(data, path, eot)
+    else:  # a Hugging Face model folder: its own end-of-sequence, if the vocabulary holds it
         eos = _folder_eos_token(path.parent)
         try:
             tokenizer = HFTokenizer(data, path, eos)
@@ -485,28 +374,11 @@ def _checked_hf(data: bytes, path: Path, desc: Mapping[str, Any], eot_token: str
             if eos is None:
                 raise
             tokenizer = HFTokenizer(data, path)  # an eos_token outside the vocabulary: the usual names instead
-    else:
-        tokenizer = HFTokenizer(data, path, eot)
     for key in ("vocab_size", "eot_id"):
         if isinstance(desc.get(key), int) and desc[key] != getattr(tokenizer, key):
             raise UserError(f"'{path}' gives {key} {getattr(tokenizer, key)} but the model records {desc[key]}; "
                             f"put the model's own tokenizer.json back in {path.parent}")
     return tokenizer
-
-
-def _hf_from_folder(folder: Path, desc: Mapping[str, Any], eot_token: str | None) -> HFTokenizer | None:
-    """The tokenizer.json tokenizer of ``folder`` (None without one), checked against the model's record."""
-    path = folder / TOKENIZER_JSON
-    if not path.is_file():
-        return None
-    data = read_tokenizer_json(path, "the tokenizer file")
-    recorded = desc.get("tokenizer_sha256")
-    if isinstance(recorded, str) and _sha256(data) != recorded:
-        raise UserError(
-            f"'{path}' has sha256 {_sha256(data)[:16]}..., not the tokenizer.json the model was trained with "
-            f"({recorded[:16]}...); put that file back in {folder}"
-        )
-    return _checked_hf(data, path, desc, eot_token)
 
 
 def tokenizer_from_folder(
@@ -515,27 +387,23 @@ def tokenizer_from_folder(
     """The torchnlq tokenizer a checkpoint, export or Hugging Face model folder carries (same ids), or None.
 
     Without a description the folder's files decide: the carried GPT-2 ranks (tokenizer.tiktoken), a
-    GPT-2-style vocab.json (+ merges.txt: gpt2, or the byte tokenizer's), else a tokenizer.json (hf,
-    e.g. a Llama folder's), whose end-of-text is ``eot_token``, else its tokenizer_config.json's
-    eos_token, else the first of :data:`~torchnlq.data.tokenizer.DEFAULT_EOT_TOKENS` it holds.
+    GPT-2-style vocab.json (gpt2, or the byte tokenizer's), else a tokenizer.json (hf, e.g. a Llama
+    folder's), whose end-of-text is ``eot_token``, else its tokenizer_config.json's eos_token, else the
+    first of :data:`~torchnlq.data.tokenizer.DEFAULT_EOT_TOKENS` it holds.
     """
-    folder = Path(folder)
-    desc = dict(tokenizer_description or {})
+    folder, desc = Path(folder), dict(tokenizer_description or {})
     name = desc.get("name")
-    if name is None:
-        if (folder / TOKENIZER_RANKS_FILE).is_file():
-            name = "gpt2"
-        elif (folder / VOCAB_FILE).is_file():
-            name = "byte" if _is_byte_vocab(_read_vocab(folder / VOCAB_FILE)) else "gpt2"
-        elif (folder / TOKENIZER_JSON).is_file():
-            name = "hf"
+    if name is None and (folder / TOKENIZER_RANKS_FILE).is_file():
+        name = "gpt2"
+    elif name is None and (folder / VOCAB_FILE).is_file():
+        byte_vocab = {c: b for b, c in byte_to_char().items()} | {ENDOFTEXT: ByteTokenizer.eot_id}
+        name = "byte" if _read_vocab(folder / VOCAB_FILE) == byte_vocab else "gpt2"
+    elif name is None and (folder / TOKENIZER_JSON).is_file():
+        name = "hf"
     if name == "byte":
         return ByteTokenizer()
     if name == "hf":
-        return _hf_from_folder(folder, desc, eot_token)
-    if name != "gpt2":
-        return None
-    text = carried_ranks(folder, desc)
-    if text is None:
-        return None
-    return CarriedGPT2Tokenizer(text, _carried_file(folder))
+        path = folder / TOKENIZER_JSON
+        return _checked_hf(find_tokenizer_json(desc, folder), path, desc, eot_token) if path.is_file() else None
+    carried = _carried_ranks(folder, desc) if name == "gpt2" else None
+    return CarriedGPT2Tokenizer(*carried) if carried is not None else None

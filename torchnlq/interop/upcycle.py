@@ -19,6 +19,7 @@ import torch
 from torchnlq.interop.load import LoadedModel, is_export, load_model
 from torchnlq.checkpoint.metadata import META_FILE
 from torchnlq.config.job_config import Query
+from torchnlq.data.tokenizer import BASE_VOCAB_SIZE, GPT2_EOT_ID
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.interop.hf_folder import hf_model_type
@@ -33,8 +34,23 @@ def read_hf_model(path: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor],
     folder = Path(path)
     kind = hf_model_type(folder)
     args, sd = read_hf_llama(folder) if kind == "llama" else read_hf_gpt2(folder)
-    has_tokenizer = any((folder / name).is_file() for name in ("vocab.json", "tokenizer.json"))
-    return args, sd, tokenizer_from_folder(folder).describe() if has_tokenizer else {}
+    if any((folder / name).is_file() for name in ("vocab.json", "tokenizer.json")):
+        return args, sd, tokenizer_from_folder(folder).describe()
+    # save_pretrained of a model alone writes no tokenizer: GPT-2's vocabulary is taken to be GPT-2's, whose ranks
+    # an export finds offline (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE or tiktoken's cache) and carries on.
+    gpt2 = {"name": "gpt2", "vocab_size": BASE_VOCAB_SIZE["gpt2"], "eot_id": GPT2_EOT_ID}
+    return args, sd, gpt2 if args.vocab_size == BASE_VOCAB_SIZE["gpt2"] else {}
+
+
+def check_carries_tokenizer(loaded: LoadedModel) -> None:
+    """An imported model must bring a tokenizer into its export (generate.py has no other): else one line saying
+    what to add to the source."""
+    if not loaded.tokenizer.get("name"):
+        raise UserError(
+            f"'{loaded.path}' carries no tokenizer (no tokenizer.json or vocab.json) and its vocabulary "
+            f"({loaded.args.vocab_size:,} ids) is not GPT-2's ({BASE_VOCAB_SIZE['gpt2']:,}), so --tiktoken-file "
+            f"cannot supply one; save the model's tokenizer into it (tokenizer.save_pretrained('{loaded.path}'))"
+        )
 
 
 def _pretrained(source: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import resource
 import sys
 import time
@@ -60,8 +61,26 @@ def peak_tflops(device: torch.device, configured: float | None) -> float | None:
     return None
 
 
+def memory_label(device: torch.device) -> str:
+    """What :func:`peak_memory_gib` measures, as the console line names it."""
+    return "peak alloc" if device.type == "cuda" else "peak rss"
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux: /proc/self/statm), else its peak so far."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return int(peak_memory_gib(torch.device("cpu")) * 2**30)
+
+
+def format_memory(nbytes: float) -> str:
+    """Bytes as the memory estimate writes them: GiB from 1 GiB, MiB below."""
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
 def peak_memory_gib(device: torch.device) -> float:
-    """Peak memory so far: the CUDA allocator's on GPU, the process's max RSS on CPU."""
+    """Peak memory so far: the CUDA allocator's on GPU, the process's max RSS (the whole process) on CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     # ru_maxrss is in KiB on Linux (bytes on macOS).
@@ -320,7 +339,7 @@ class MetricsLogger:
         eta = _fmt_duration(self.seconds_left(step, now))
         self.logger.info(
             f"step {step:>6}/{self.total_steps}  loss {loss:.4f}  lr {lr:.3e}  grad_norm {grad_norm:.3f}"
-            f"  tok/s {tps:,.0f}{mfu_text}  mem {mem:.2f}GiB  eta {eta}"
+            f"  tok/s {tps:,.0f}{mfu_text}  {memory_label(self.device)} {format_memory(mem * 2**30)}  eta {eta}"
         )
         for tag, key in [("loss/train", "loss"), ("lr", "lr"), ("grad_norm", "grad_norm"),
                          ("throughput/tokens_per_s", "tokens_per_s"), ("throughput/mfu", "mfu"),
@@ -345,15 +364,20 @@ class MetricsLogger:
             left += plan.left_after(step) * per_validation
         return left
 
-    def log_validation(self, step: int, mean: float, std: float, seconds: float) -> None:
-        """Write the validation line and scalars."""
+    def log_validation(self, step: int, mean: float, std: float, seconds: float,
+                       eval_train: tuple[float, float] | None = None) -> None:
+        """Write the validation line and scalars; ``eval_train``: the paper protocol's train estimate (mean, std)."""
         self._validation_s += seconds
         self._last_validation_s = seconds
-        spread = f" ± {std:.4f}" if math.isfinite(std) else ""  # one micro-batch has no spread to show
-        self.logger.info(f"step {step:>6}/{self.total_steps}  val_loss {mean:.4f}{spread}  ({seconds:.1f}s)")
-        self.scalar("loss/val", mean, step)
-        if math.isfinite(std):
-            self.scalar("loss/val_std", std, step)
+        figures = [("val", mean, std)] + ([("eval_train", *eval_train)] if eval_train is not None else [])
+        text = ""
+        for name, value, spread in figures:
+            finite = math.isfinite(spread)  # one micro-batch has no spread to show
+            text += f"  {name}_loss {value:.4f}" + (f" ± {spread:.4f}" if finite else "")
+            self.scalar(f"loss/{name}", value, step)
+            if finite:
+                self.scalar(f"loss/{name}_std", spread, step)
+        self.logger.info(f"step {step:>6}/{self.total_steps}{text}  ({seconds:.1f}s)")
 
     def close(self, end: RunEnd | None = None) -> None:
         """Flush and close TensorBoard and the sink; ``end`` says how the run ended."""

@@ -85,6 +85,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         raise ConfigError("lr_schedule.decay_length is the decay tail of lr_schedule.name = 'wsd'; the cosine decays "
                           "from the end of the warmup: drop it, or set name = 'wsd'")
     check_wandb(cfg.metrics)
+    if cfg.profiling.memory_snapshot and (cfg.training.device == "cpu" or not torch.cuda.is_available()):
+        raise ConfigError(
+            "profiling.memory_snapshot records CUDA's allocator, and this run trains on the CPU; set "
+            "--profiling.memory_snapshot=false (profiling.enabled traces CPU runs)"
+        )
     v = cfg.validation
     if v.enabled and v.protocol == "paper" and cfg.training.steps // v.interval >= PAPER_EVALUATION_ROWS:
         raise ConfigError(
@@ -201,6 +206,7 @@ def config_warnings(cfg: JobConfig) -> list[str]:
 NO_EFFECT_ON_RESUME = {
     "training.seed": "the weights were initialised at step 0 and the RNG states come from the checkpoint",
     "model.init": "the weights were initialised at step 0; a resume loads them from the checkpoint",
+    "job.rerun": "a run with checkpoints resumes from them; it starts again only a folder without any",
 }
 
 

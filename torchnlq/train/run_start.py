@@ -28,10 +28,11 @@ from torchnlq.checkpoint.checkpointer import (
     step_folders,
 )
 from torchnlq.checkpoint.metadata import MODEL_KEY, read_meta
-from torchnlq.checkpoint.record import RunRecord
+from torchnlq.checkpoint.record import RUN_INFO_FILE, RunRecord, read_run_info
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
+from torchnlq.files import move_into_new_folder
 from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_JSON, TOKENIZER_RANKS_FILE, find_gpt2_ranks, find_tokenizer_json
 from torchnlq.interop.hf_folder import hf_model_type
@@ -39,6 +40,7 @@ from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
 from torchnlq.models import GPT
 from torchnlq.models.args import ModelArgs
 from torchnlq.parallel.parallelize import reference_state_dict
+from torchnlq.train.run_lock import RunLock
 from torchnlq.train.weight_dynamics import initial_matrices
 
 
@@ -116,6 +118,39 @@ def _refuse_starting_over(cfg: Checkpoint, folder: Path) -> None:
             f"{folder} already holds checkpoints (step-{steps[-1]} the latest) and {why} would train from step 0 "
             "beside them; use a new --job.name to start over (or move that folder away), or resume them"
         )
+
+
+#: What a start writes into its run folder besides checkpoints, set aside by ``job.rerun``. run_info.json moves last:
+#: while it is there the folder still holds an earlier run, so an interrupted set-aside is finished by the next rerun.
+EARLIER_RUN_ENTRIES = ("train.log", "config.toml", "tb", "wandb", "export", RUN_INFO_FILE)
+
+
+def must_set_aside(run_dir: Path, start: RunStart, rerun: bool) -> bool:
+    """Whether ``start`` must first move an earlier run of ``run_dir`` aside (:data:`EARLIER_RUN_ENTRIES`).
+
+    A run started there (the trainer writes run_info.json before its first step) and left no checkpoint to
+    resume from: a start from step 0 would append a second run to its train.log and tb/. Refused (UserError)
+    unless ``rerun`` (``job.rerun``); a resume continues that run and sets nothing aside.
+    """
+    if start.kind == "resume" or not (run_dir / RUN_INFO_FILE).exists():
+        return False
+    if rerun:
+        return True
+    RunLock(run_dir).check_free()  # a run still training there: say that, not that it stopped
+    info = read_run_info(run_dir) or {}
+    step, steps = info.get("step", "?"), info.get("steps", "?")
+    finished = info.get("finished")
+    what = f"a run finished at step {step}" if finished else f"an unfinished run (recorded at step {step} of {steps})"
+    raise UserError(
+        f"{run_dir} already holds {what} and no checkpoint to resume from: training again from step 0 would mix "
+        "two runs in its train.log and tb/; use a new --job.name, or pass --job.rerun=true to start it again "
+        f"(that run's files are moved into {run_dir}/previous-N/, nothing is deleted)"
+    )
+
+
+def set_aside_earlier_run(run_dir: Path) -> Path | None:
+    """Move the earlier run's files into ``run_dir/previous-N/`` (the lowest free N); returns that folder."""
+    return move_into_new_folder(run_dir, EARLIER_RUN_ENTRIES, "previous")
 
 
 def _continue(record: RunRecord, saved: RunRecord) -> None:
@@ -214,7 +249,7 @@ def checkpoint_files(
     sources = [weights_from, None] if weights_from is not None else [None]
     for source in sources:
         try:
-            return {TOKENIZER_RANKS_FILE: find_gpt2_ranks(tokenizer, source, tiktoken_file)}
+            return {TOKENIZER_RANKS_FILE: find_gpt2_ranks(tokenizer, source, tiktoken_file)[0]}
         except UserError as e:
             error = e
     logger.warning(

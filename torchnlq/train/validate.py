@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -70,11 +72,25 @@ def evaluate(
 
 
 class ValidationSource(Protocol):
-    """What to evaluate after a step: a fixed set, or the paper's row of that step (torchnlq.data.batches)."""
+    """What to evaluate after a step: a fixed set, or the paper's row of that step (torchnlq.data.batches).
+
+    A source with ``train_batches_at(step)`` (the paper's eval_train rows) also gets a train-split estimate.
+    """
 
     def batches_at(self, step: int) -> Sequence[Batch]:
         """The (x, y) micro-batches to evaluate after ``step``."""
         ...
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """One validation: the mean and std of the micro-batch losses, its seconds, and the paper's train estimate."""
+
+    mean: float
+    std: float
+    seconds: float
+    #: (mean, std) over the paper protocol's eval_train row of the step (the paper's "train loss"); None otherwise.
+    eval_train: tuple[float, float] | None = None
 
 
 class Validator:
@@ -94,22 +110,31 @@ class Validator:
     def describe(self) -> str:
         """What one validation evaluates, for the run's header."""
         sequences = sum(len(x) for x, _ in self.source.batches_at(0))
-        which = "the paper's row of each step" if self.cfg.protocol == "paper" else "fixed"
-        return f"{sequences:,} {which} sequences"
+        if self.cfg.protocol == "paper":
+            return f"{sequences:,} sequences of the paper's row of each step, as many of its eval_train row; and step 0"
+        return f"{sequences:,} fixed sequences"
 
     def due(self, step: int, last: bool) -> bool:
         """Whether to validate after ``step`` (1-based updates done)."""
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
-    def run(self, model: nn.Module, step: int) -> tuple[float, float, float]:
-        """Evaluate ``model`` after ``step``; return (mean loss, std of the micro-batch losses, seconds taken)."""
+    def due_before_training(self, step: int) -> bool:
+        """Whether to validate the initial model, before the first update: the paper's protocol evaluates at
+        iteration 0. Only at step 0 (a fresh start), so a resumed run logs what an uninterrupted one did."""
+        return self.cfg.enabled and self.cfg.protocol == "paper" and step == 0
+
+    def run(self, model: nn.Module, step: int) -> ValidationResult:
+        """Evaluate ``model`` after ``step`` (and, under the paper's protocol, its eval_train row)."""
         start = time.perf_counter()
         pause_point("validation", step)
-        batches = self.source.batches_at(step)
-        mean, std = evaluate(model, batches, self.device, self.autocast, self.rank, self.world_size,
-                             progress=self._progress_reporter(start))
+        progress = self._progress_reporter(start)
+        evaluate_at = functools.partial(evaluate, model, device=self.device, autocast=self.autocast, rank=self.rank,
+                                        world_size=self.world_size, progress=progress)
+        mean, std = evaluate_at(self.source.batches_at(step))
+        train_rows = getattr(self.source, "train_batches_at", None)
+        eval_train = evaluate_at(train_rows(step)) if train_rows is not None else None
         self.last_loss, self.last_seconds = mean, time.perf_counter() - start
-        return mean, std, self.last_seconds
+        return ValidationResult(mean, std, self.last_seconds, eval_train)
 
     def _progress_reporter(self, start: float) -> Callable[[int, int], None] | None:
         """A callback that reports every ``report_every`` seconds, so a long validation is not silence."""
