@@ -502,11 +502,12 @@ def _measure(variant: Variant, row: Row, opts: CheckOptions) -> None:
     """Warm-up, timed steps and the memory step of one Variant; fills ``row``'s figures."""
     trainer = variant.trainer
     compile_for_check(trainer, opts.compile_backend)
-    inner: Callable[[], tuple[float, float]] = trainer.train_step
+    inner: Callable[[], tuple[torch.Tensor, torch.Tensor]] = trainer.train_step
+    losses: list[torch.Tensor] = []  # read after the timed steps: reading each at once would wait for the device
 
-    def recorded() -> tuple[float, float]:
+    def recorded() -> tuple[torch.Tensor, torch.Tensor]:
         loss, grad_norm = inner()
-        row.losses.append(loss)
+        losses.append(loss)
         return loss, grad_norm
 
     # Variant.step and timed_step look trainer.train_step up at each call: every step is recorded.
@@ -522,6 +523,7 @@ def _measure(variant: Variant, row: Row, opts: CheckOptions) -> None:
     for _ in range(opts.steps):
         variant.timed_step()
     result = variant.result()  # + the memory step
+    row.losses = [float(loss) for loss in losses]
     if row.compile:
         row.compiled_graphs = counters["stats"]["unique_graphs"]
         row.graph_breaks = sum(counters["graph_break"].values())

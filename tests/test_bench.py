@@ -171,3 +171,28 @@ def test_bench_attention_bad_input_is_one_line(argv, capsys):
     assert run_cli(bench_attention.main, ["--dim", "32", "--heads", "4", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "must be at least" in err
+
+
+@pytest.mark.integration  # starts fresh Python processes
+def test_bench_startup_times_the_reference_and_the_chosen_commands(capsys):
+    from benchmarks import startup
+
+    assert run_cli(startup.main, ["--rounds", "2", "--only", "generate --help"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[0] == ["command", "wall (s)", "CPU (s)", "wall vs import torch"]
+    assert [r[0] for r in rows[1:]] == ["import torch", "generate --help"]
+    assert rows[1][3] == "1.00×"  # the reference against itself, round by round
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows[1:])
+
+
+@pytest.mark.integration  # builds trainers and runs them
+def test_bench_overhead_splits_a_trainer_step(capsys):
+    from benchmarks import trainer_overhead
+
+    assert run_cli(trainer_overhead.main, ["--shape", "debug", "--steps", "2", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    loops, parts = (table_rows(block) for block in out.split("\n\n"))
+    assert [r[0] for r in loops[1:]] == ["trainer", "bare"]
+    named = {r[0]: float(r[1]) for r in parts[1:]}
+    assert set(trainer_overhead.PARTS) < set(named)
+    assert named["forward + loss"] > 0 and named["optimizer"] > 0 and named["data"] >= 0

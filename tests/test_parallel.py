@@ -243,8 +243,8 @@ def test_fsdp_single_process_matches_plain(block: dict) -> None:
         plain_loss, _ = loss_and_grads(plain)
         torch.testing.assert_close(loss, plain_loss, rtol=1e-6, atol=0)
         set_gradient_sync(model, True)
-        norm = clip_grad_norm(model.parameters(), 0.1)
-        plain_norm = clip_grad_norm(plain.parameters(), 0.1)
+        norm = float(clip_grad_norm(model.parameters(), 0.1))
+        plain_norm = float(clip_grad_norm(plain.parameters(), 0.1))
         assert norm == pytest.approx(plain_norm, rel=1e-6)
         for (name, p), q in zip(model.named_parameters(), plain.parameters()):
             torch.testing.assert_close(p.grad.full_tensor(), q.grad, rtol=1e-5, atol=1e-8, msg=name)
@@ -278,11 +278,11 @@ def test_clip_grad_norm_plain_model() -> None:
     loss_and_grads(a)
     loss_and_grads(b)
     set_gradient_sync(a, False)  # a no-op without FSDP
-    norm = clip_grad_norm(a.parameters(), 0.05)
+    norm = float(clip_grad_norm(a.parameters(), 0.05))
     expected = torch.nn.utils.clip_grad_norm_(b.parameters(), 0.05).item()
     assert norm == pytest.approx(expected, rel=1e-6)
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
     before = [p.grad.clone() for p in a.parameters()]
-    assert clip_grad_norm(a.parameters(), 0.0) == pytest.approx(0.05, rel=1e-4)  # 0: measure only
+    assert float(clip_grad_norm(a.parameters(), 0.0)) == pytest.approx(0.05, rel=1e-4)  # 0: measure only
     assert all(torch.equal(p.grad, g) for p, g in zip(a.parameters(), before))

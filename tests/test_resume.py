@@ -169,6 +169,19 @@ def test_nonfinite_loss_stops_and_saves_nothing_bad(tmp_path: Path) -> None:
     assert list_checkpoints(tmp_path / "outputs/nan/checkpoints") == [4]
 
 
+def test_nonfinite_loss_between_log_steps_stops_at_the_next_one_logging_nothing_of_it(tmp_path: Path) -> None:
+    # The stop check is read only where something is logged, evaluated or saved (no per-step wait for
+    # the device): a bad step 3 is found at the next such step (validation every 4 here), named as
+    # step 3, and nothing from step 3 on is written.
+    trainer = Trainer(tiny_config(tmp_path, "late", metrics__log_interval=5, checkpoint__enabled=False))
+    _poison_step(trainer, 3)
+    with pytest.raises(TrainingDiverged, match="at step 3;"):
+        trainer.train()
+    assert 3 < trainer.step < 12
+    logged = scalars(tmp_path / "outputs/late/tb")
+    assert not [step for values in logged.values() for step in values if step >= 3]
+
+
 def test_nonfinite_loss_skip_mode(tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(tmp_path, "skip", training__on_nonfinite="skip"))
     _poison_step(trainer, 3)

@@ -100,7 +100,7 @@ def train(model, rows: slice, distributed: bool) -> dict:
             loss_sum += loss.detach()
         if distributed:  # for logging: the mean over ranks is the global batch's loss
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-        norms.append(clip_grad_norm(model.parameters(), MAX_NORM))
+        norms.append(float(clip_grad_norm(model.parameters(), MAX_NORM)))
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss_sum.item())

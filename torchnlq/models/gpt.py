@@ -237,6 +237,15 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def _uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
+    """An Embedding that skips its own init (init_weights sets it).
+
+    Embedding's own ``normal_`` on a meta tensor runs through torch._refs, which imports torch._dynamo:
+    seconds of start-up for a tool that only loads weights.
+    """
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+
+
 class GPT(nn.Module):
     """The decoder: ``forward(tokens [B, T]) -> logits [B, T, vocab_size]``.
 
@@ -255,8 +264,8 @@ class GPT(nn.Module):
         # Build on meta so that nn.Linear/nn.Embedding skip their own random init: it would
         # advance the RNG (breaking meta == eager) and be thrown away by init_weights anyway.
         with torch.device("meta"):
-            self.tok_emb = nn.Embedding(args.vocab_size, args.dim)
-            self.pos_emb = nn.Embedding(args.max_seq_len, args.dim) if args.positions == "learned" else None
+            self.tok_emb = _uninitialised_embedding(args.vocab_size, args.dim)
+            self.pos_emb = _uninitialised_embedding(args.max_seq_len, args.dim) if args.positions == "learned" else None
             self.rope = (
                 RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta, rope_scaling(args))
                 if args.positions == "rope" else None

@@ -141,8 +141,9 @@ def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh
     return model
 
 
-def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> float:
-    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only) and return the norm before clipping."""
+def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only); the norm before clipping, on the device
+    (reading it is a wait for the device: the trainer does that only on log steps)."""
     params = [p for p in model_params if p.grad is not None]
     grads = [p.grad for p in params]
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
@@ -150,7 +151,7 @@ def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> flo
         total = total.full_tensor()
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
-    return total.item()
+    return total
 
 
 def set_gradient_sync(model: nn.Module, enabled: bool) -> None:
