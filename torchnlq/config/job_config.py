@@ -41,7 +41,15 @@ class Job:
 
     dump_folder: str = option("./outputs", "Folder that holds all runs.", path=True)
     name: str = option("debug", "Run name; the run folder is dump_folder/name.")
-    description: str = option("", "Free text describing the run, kept in the resolved config.")
+    description: str = option(
+        "", "Free text describing the run, kept in the resolved config. Options changed after the file that "
+        "set it (by a config extending that file, or on the command line) are appended as [changed: key=value, ...].")
+    rerun: bool = option(
+        False,
+        "Start the run folder again from step 0 when a run already started there and left no checkpoint to resume "
+        "from: its train.log, run_info.json, config.toml, tb/ (and wandb/, export/) are first moved into "
+        "<run>/previous-N/. Unset, such a start is refused. A run with checkpoints resumes either way.",
+    )
     plugins: list[str] = option(
         [],
         "Python modules imported before the config is checked, so that query types and flavors they register "
@@ -241,16 +249,18 @@ class Metrics:
     log_interval: int = option(10, "Log one console line and the TensorBoard scalars every this many steps.", min=1)
     tensorboard: bool = option(True, "Write TensorBoard events to <run>/tb.")
     query_diagnostics_interval: int = option(
-        0,
-        "Every this many steps, log per-layer query diagnostics (|f(X)|/|X|, cos(Q, X), norm gains) on one "
-        "validation batch to TensorBoard; 0 turns them off.",
+        1000,
+        "Every this many steps (and at the last), log per-layer query diagnostics (|f(X)|/|X|, cos(Q, X), norm "
+        "gains) of residual queries on one validation batch to TensorBoard; 0 turns them off. On by default: one "
+        "forward of that batch, well under 1% of the training between (docs/performance.md).",
         min=0,
     )
     weight_dynamics_interval: int = option(
         0,
         "Every this many steps (and at the last), log per-layer summaries of the query's matrices (W_Q, W1, W2): "
         "largest singular value, effective and stable rank, and drift from the run's initial weights "
-        "(docs/monitoring.md); 0 turns them off. Each costs one SVD per matrix.",
+        "(docs/monitoring.md); 0 turns them off (the default: the drift's reference rebuilds the whole model's "
+        "initial weights on the CPU, a cost at billions of parameters). Each costs one SVD per matrix.",
         min=0,
     )
     peak_tflops: float | None = option(
@@ -337,6 +347,37 @@ class Checkpoint:
 
 
 @dataclass
+class Profiling:
+    """torch.profiler traces of chosen steps, and CUDA memory snapshots, in <run>/profiler (docs/performance.md)."""
+
+    enabled: bool = option(
+        False, "Record torch.profiler traces of the steps the schedule below picks into <run>/profiler/steps-A-B/ "
+        "(rank<R>.pt.trace.json: Perfetto, chrome://tracing or TensorBoard's profiler plugin)."
+    )
+    wait: int = option(9, "Steps of each cycle not profiled before its warmup (the run's steps count from 1, "
+                       "across resumes: the defaults record steps 11 and 12).", min=0)
+    warmup: int = option(1, "Steps profiled but not kept before the recorded ones (the profiler's start-up cost).",
+                         min=1)
+    active: int = option(2, "Steps recorded per cycle, into one trace.", min=1)
+    repeat: int = option(1, "Cycles of wait + warmup + active steps; 0 repeats them until the run ends.", min=0)
+    memory_snapshot: bool = option(
+        False, "CUDA only: record the allocator's history from the first step and save a snapshot "
+        "(rank<R>.memory.pickle, for pytorch.org/memory_viz) with each trace and on an out-of-memory error."
+    )
+
+
+@dataclass
+class Debug:
+    """Settings that trade speed for reproducibility while debugging."""
+
+    deterministic: bool = option(
+        False, "Deterministic algorithms (torch.use_deterministic_algorithms, cuDNN without benchmarking, "
+        "CUBLAS_WORKSPACE_CONFIG on CUDA, inductor without autotuning): the same config gives the same losses on "
+        "the same machine; slower, and an op without a deterministic kernel stops the run."
+    )
+
+
+@dataclass
 class JobConfig:
     """The whole job: one field per TOML section."""
 
@@ -352,3 +393,5 @@ class JobConfig:
     activation_checkpoint: ActivationCheckpoint = section(ActivationCheckpoint, "Activation checkpointing.")
     float8: Float8 = section(Float8, "float8 training.")
     checkpoint: Checkpoint = section(Checkpoint, "Checkpoints and resume.")
+    profiling: Profiling = section(Profiling, "torch.profiler traces and CUDA memory snapshots.")
+    debug: Debug = section(Debug, "Reproducibility while debugging.")

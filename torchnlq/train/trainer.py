@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
+import os
 import random
 import time
 from pathlib import Path
@@ -45,15 +45,26 @@ from torchnlq.train.metrics import (
     RunEnd,
     ScalarSink,
     ValidationPlan,
+    format_memory,
+    memory_label,
     peak_tflops,
+    resident_bytes,
     run_hparams,
     setup_logging,
 )
 from torchnlq.train.optim import build_optimizer, decay_length, group_names, lr_at, plan_groups, set_lr
 from torchnlq.train.preemption import PreemptionFlag
 from torchnlq.train.preflight import check_data_fits_model, check_job_config, config_warnings, resume_changes
+from torchnlq.train.profiling import Profiler
 from torchnlq.train.run_lock import RunLock, check_run_folder
-from torchnlq.train.run_start import RunStart, checkpoint_files, initial_query_weights, start_run
+from torchnlq.train.run_start import (
+    RunStart,
+    checkpoint_files,
+    initial_query_weights,
+    must_set_aside,
+    set_aside_earlier_run,
+    start_run,
+)
 from torchnlq.train.validate import Validator, cross_entropy
 from torchnlq.train.weight_dynamics import WeightDynamics
 
@@ -67,6 +78,17 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def make_deterministic(device: torch.device) -> None:
+    """``debug.deterministic``: deterministic kernels for the rest of the process (the seeds are always fixed)."""
+    if device.type == "cuda":  # cuBLAS reads it when its first handle is made: before any matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    import torch._inductor.config as inductor_config  # compiled kernels: no timing-based autotuning choices
+
+    inductor_config.deterministic = True
 
 
 def _sum_across_ranks(value: torch.Tensor) -> torch.Tensor:
@@ -89,6 +111,8 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()  # before the model and the first step allocate (docs/performance.md)
         self.is_main = self.rank == 0
+        if cfg.debug.deterministic:
+            make_deterministic(self.device)
         if self.device.type == "cuda" and tcfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -106,19 +130,24 @@ class Trainer:
         self.group_names = group_names(self.group_plans)
         self.record = self._new_record()
         self._consecutive_skips = 0
+        self._first_nonfinite = torch.zeros((), dtype=torch.long, device=self.device)  # 0: none (stop mode)
 
         self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"),
                                          extra_files=self._checkpoint_files)
         self.start: RunStart = start_run(cfg.checkpoint, self.checkpointer, self.model, self.optimizer, self.record)
         changes = self._resume_changes() if self.start.line else []
+        # Rank 0 alone looks for an earlier run: the others could see the run_info.json it is about to write.
+        set_aside = self.is_main and must_set_aside(self.run_dir, self.start, cfg.job.rerun)
         # The run can start: only now does it get a folder, its lock (before any file: one trainer per
         # folder, rank 0 holds it for the whole run), its resolved config and its log.
         self.run_lock: RunLock | None = None
+        self.earlier_run: Path | None = None  # where job.rerun moved an earlier run's files
         if self.is_main:
             make_folder(self.run_dir)
             self.run_lock = RunLock(self.run_dir).acquire()
             self._check_resume_point_unchanged()
+            self.earlier_run = set_aside_earlier_run(self.run_dir) if set_aside else None
             replace_file(self.run_dir / "config.toml", to_toml(cfg))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
@@ -129,6 +158,7 @@ class Trainer:
             self.validator.report = self.logger.info
         self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
         self.weight_dynamics = WeightDynamics(cfg.metrics.weight_dynamics_interval, None)
+        self.profiler = Profiler(cfg.profiling, self.run_dir / "profiler", self.rank, self.device, self.logger.info)
         self._weights_reference_missing = False  # a start from a DCP checkpoint: no drift (initial_query_weights)
         hparams = run_hparams(
             cfg, self.model_args, world_size=self.world_size, global_batch=self.data.schedule.global_batch,
@@ -157,6 +187,8 @@ class Trainer:
             self.logger.warning(f"warning: {warning}")
         if self.start.line:
             self.logger.info(self.start.line)
+        if self.earlier_run is not None:
+            self.logger.info(f"started again from step 0 (job.rerun); the earlier run is in {self.earlier_run}")
         self.write_run_info(finished=self.step >= tcfg.steps)
 
     # ----- building ---------------------------------------------------------------------------
@@ -299,7 +331,12 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 - an estimate must never stop a run that may well fit
             self.logger.info(f"memory estimate unavailable ({type(e).__name__}: {e})")
             return
-        self.logger.info(f"memory estimate {estimate.describe()}")
+        # One line that says what each figure counts, so the estimate and the step lines' figure compare like with like.
+        measured = ("the CUDA allocator's peak, the figure the estimate predicts" if self.device.type == "cuda" else
+                    f"the whole process: Python, torch and data too, {format_memory(resident_bytes())} resident "
+                    "before the first step")
+        self.logger.info(f"memory estimate {estimate.describe()} for the training step; "
+                         f"the step lines' \"{memory_label(self.device)}\" is {measured}")
         if self.device.type == "cuda":
             capacity = torch.cuda.get_device_properties(self.device).total_memory
             warning = fit_warning(estimate, capacity, torch.cuda.get_device_name(self.device))
@@ -350,11 +387,13 @@ class Trainer:
             return self.model(x, targets=y, loss_chunk_tokens=chunk)
         return self.loss_fn(self.model(x), y)
 
-    def train_step(self) -> tuple[float, float]:
-        """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm).
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm) as device scalars.
 
         Each micro-batch loss is its token mean / the accumulation steps, and FSDP averages over
-        ranks: with equal token counts everywhere, the gradient is the global batch's mean.
+        ranks: with equal token counts everywhere, the gradient is the global batch's mean. Nothing
+        here waits for the device unless ``on_nonfinite = skip`` (deciding to skip needs the values):
+        the loop reads the values only on log steps (:meth:`_raise_if_diverged`).
         """
         tcfg, record = self.cfg.training, self.record
         set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
@@ -367,36 +406,54 @@ class Trainer:
             loss.backward()
             loss_sum += loss.detach()
         grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm)  # 0: measure only
-        loss_value = _sum_across_ranks(loss_sum).item() / self.world_size
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-            if tcfg.on_nonfinite == "stop":
-                raise TrainingDiverged(
-                    f"non-finite loss {loss_value} / grad norm {grad_norm} at step {record.step + 1}; stopped without "
-                    "saving it (the last checkpoint is intact): lower optimizer.lr, or set training.on_nonfinite=skip"
-                )
-            record.skipped_steps += 1
-            self._consecutive_skips += 1
-            if self._consecutive_skips >= tcfg.max_consecutive_skips:
-                raise TrainingDiverged(
-                    f"{self._consecutive_skips} updates in a row had a non-finite loss or grad norm (up to step "
-                    f"{record.step + 1}); stopped without saving (the last checkpoint is intact): lower optimizer.lr "
-                    "or raise training.max_consecutive_skips"
-                )
-            self.logger.warning(f"step {record.step + 1}: non-finite loss/grad norm, update skipped")
-        else:
-            self._consecutive_skips = 0
+        loss = _sum_across_ranks(loss_sum) / self.world_size
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        if tcfg.on_nonfinite == "skip":
+            self._skip_or_update(bool(finite.item()))
+        else:  # stop: remember the first bad step on the device; the loop checks before anything reads the state
+            self._first_nonfinite = torch.where(finite | (self._first_nonfinite > 0), self._first_nonfinite,
+                                                record.step + 1)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         record.step += 1
         record.tokens_seen += self.tokens_per_step
-        return loss_value, grad_norm
+        return loss, grad_norm
+
+    def _skip_or_update(self, finite: bool) -> None:
+        """on_nonfinite = skip: step the optimizer, or skip this update and stop after too many in a row."""
+        if finite:
+            self._consecutive_skips = 0
+            self.optimizer.step()
+            return
+        step = self.record.step + 1
+        self.record.skipped_steps += 1
+        self._consecutive_skips += 1
+        if self._consecutive_skips >= self.cfg.training.max_consecutive_skips:
+            raise TrainingDiverged(
+                f"{self._consecutive_skips} updates in a row had a non-finite loss or grad norm (up to step {step}); "
+                "stopped without saving (the last checkpoint is intact): lower optimizer.lr or raise "
+                "training.max_consecutive_skips"
+            )
+        self.logger.warning(f"step {step}: non-finite loss/grad norm, update skipped")
+
+    def _raise_if_diverged(self) -> None:
+        """on_nonfinite = stop: raise for a non-finite loss or grad norm since the start (one wait for the device).
+
+        Called before every log line, evaluation and save, so nothing computed from the bad state is logged or saved.
+        """
+        bad_step = int(self._first_nonfinite.item())
+        if bad_step:
+            raise TrainingDiverged(
+                f"non-finite loss or grad norm at step {bad_step}; stopped without saving it (the last checkpoint is "
+                "intact): lower optimizer.lr, or set training.on_nonfinite=skip"
+            )
 
     def validate(self) -> float:
-        """Evaluate on the fixed validation set, log it, and return the mean loss."""
-        mean, std, seconds = self.validator.run(self.model, self.step)
-        self.metrics.log_validation(self.step, mean, std, seconds)
-        self.record.last_val_loss = mean
-        return mean
+        """Evaluate on the validation batches (and the paper protocol's eval_train row), log it, return the mean loss."""
+        result = self.validator.run(self.model, self.step)
+        self.metrics.log_validation(self.step, result.mean, result.std, result.seconds, result.eval_train)
+        self.record.last_val_loss = result.mean
+        return result.mean
 
     def log_query_diagnostics(self) -> None:
         """Per-layer query statistics on the first validation batch (all ranks run it: FSDP needs them)."""
@@ -432,6 +489,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         """Save ``step-N`` (if checkpoints are enabled), after checking the weights are finite."""
         if self.cfg.checkpoint.enabled:
+            self._raise_if_diverged()
             self._check_weights_finite()
             self.checkpointer.save(self.record, self.model, self.optimizer)
             self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
@@ -452,8 +510,8 @@ class Trainer:
         if self.cfg.checkpoint.enabled:
             return f"{stopped}; saved step-{step}: run the same command to resume"
         return (
-            f"{stopped}; checkpoints are off (checkpoint.enabled = false), so nothing was saved and the same command "
-            "starts again from step 0 (turn checkpoints on to be able to resume)"
+            f"{stopped}; checkpoints are off (checkpoint.enabled = false), so nothing was saved: add --job.rerun=true "
+            "to the same command to start again from step 0 (turn checkpoints on to be able to resume)"
         )
 
     def train(self) -> None:
@@ -468,7 +526,7 @@ class Trainer:
         if self.step >= steps:
             self.logger.info(
                 f"nothing to do: the run is complete at step {self.step} ({self.run_dir}); raise training.steps to "
-                "train on, or use a new job.name (or --checkpoint.resume=false) to start again"
+                "train on, or use a new job.name to start again"
             )
             self.metrics.close("success")  # nothing was logged: closes TensorBoard, writes no session end
             return
@@ -476,13 +534,19 @@ class Trainer:
         preemption = PreemptionFlag()
         start, start_tokens = time.perf_counter(), self.record.tokens_seen
         end: RunEnd = "failure"  # how this start ends, for the metrics (MetricsLogger.close), unless the loop says
+        self.profiler.start(self.step)
         try:
+            if self.validator.due_before_training(self.step):  # the paper's evaluation at iteration 0
+                self.validate()
             while self.step < steps:
                 loss, grad_norm = self.train_step()
                 step, last = self.step, self.step == steps
                 self.metrics.count_tokens(self.tokens_per_step)
+                if any(piece.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
+                                                           self.weight_dynamics, self.checkpointer)):
+                    self._raise_if_diverged()  # the only wait for the device in most steps
                 if self.metrics.due(step, last):
-                    self.metrics.log_step(step, loss, self.optimizer.param_groups[0]["lr"], grad_norm,
+                    self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
                                           self.record.tokens_seen, self._group_lrs())
                     self.metrics.scalar("skipped_steps", self.skipped_steps, step)
                 if self.validator.due(step, last):
@@ -502,11 +566,16 @@ class Trainer:
                     if self.is_main:
                         tell_launcher("stopped", message)
                     break
+                self.profiler.step_done(last)
             end = "success" if self.step >= steps else "stopped"
+        except torch.OutOfMemoryError:
+            self.profiler.out_of_memory(self.step)
+            raise
         finally:
             preemption.restore()
             self.checkpointer.close()
             self.metrics.close(end)
+            self.profiler.stop()  # saves a window the end cut short
         finished = self.step >= steps
         self.write_run_info(finished=finished)
         if finished and self.cfg.checkpoint.export_at_end and self.is_main:
