@@ -11,7 +11,8 @@ median of the per-round ratios of wall time to ``import torch`` in the same roun
 - ``<script> --help`` for each user-facing script, and ``run_train.sh``'s ``python -m torchnlq.train --help``;
 - ``generate.py``: 20 new tokens from the export of a short debug run (made once, in a temporary folder);
 - ``first step``: the debug run (``train_configs/debug_model.toml``) from process start to its first
-  logged step (``--training.steps 1``), on its synthetic corpus, made beforehand as set-up.
+  logged step (``--training.steps 1``), on its synthetic corpus, made beforehand (in the temporary folder)
+  as set-up.
 
 Targets (issue 23): generate within 1.6x of import torch, every ``--help`` within 1.5x, the first
 step within 5 s of start on an idle machine.
@@ -69,6 +70,8 @@ class Command:
             wall = time.perf_counter() - start
             proc.stdout.read()  # the rest of the run (its clean-up) is not timed but must finish
             rc = proc.wait()
+        if rc == 0 and self.until is not None and not self.until.search(lines[-1] if lines else b""):
+            raise UserError(f"'{' '.join(argv)}' never printed a line matching {self.until.pattern!r}")
         if rc != 0:
             raise UserError(f"'{' '.join(argv)}' exited {rc}: {b''.join(lines[-3:]).decode(errors='replace')}")
         self.wall.append(wall)
@@ -78,7 +81,8 @@ class Command:
 
 def _setup(tmp: Path, env: dict[str, str]) -> Path:
     """The debug corpus and a short debug run's export (what generate.py samples from); returns the export."""
-    run = [sys.executable, "-m", "torchnlq.train", DEBUG_CONFIG, "--training.steps=2", "--checkpoint.enabled",
+    run = [sys.executable, "-m", "torchnlq.train", DEBUG_CONFIG, f"--data.path={tmp / 'synthetic'}",
+           "--training.steps=2", "--checkpoint.enabled",
            "--checkpoint.export_at_end", f"--job.dump_folder={tmp}", "--job.name=export"]
     done = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -104,7 +108,8 @@ def build_commands(tmp: Path, only: set[str] | None) -> list[Command]:
                                                             "--max-new-tokens", "20"], env))
         if wanted("first step"):
             rounds = iter(range(1_000_000))
-            base = [py, "-m", "torchnlq.train", DEBUG_CONFIG, "--training.steps=1", "--metrics.log_interval=1",
+            base = [py, "-m", "torchnlq.train", DEBUG_CONFIG, f"--data.path={tmp / 'synthetic'}",
+                    "--training.steps=1", "--metrics.log_interval=1",
                     "--validation.enabled=false", f"--job.dump_folder={tmp / 'first'}"]
             # A fresh run folder per round: a finished run does not train again.
             commands.append(Command("first step", lambda: [*base, f"--job.name=r{next(rounds)}"], env, FIRST_STEP))

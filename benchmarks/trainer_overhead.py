@@ -17,7 +17,7 @@ Times are CPU seconds of this process per step (steadier than wall time on a sha
 ratio is the median over rounds of trainer / bare within a round. A cProfile of one more trainer
 run splits the step into model (forward + loss), backward, optimizer, clipping, data and the rest.
 
-Shapes (fp32, TensorBoard and validation off):
+Shapes (fp32; TensorBoard, validation and diagnostics off):
 - ``toy``: nanoGPT's toy comparison, 4 layers, d 128, 4 heads, 16 x 128 tokens, GPT-2 vocabulary;
 - ``matched``: the torchtitan comparison, 6 layers, d 256, 16 heads, RoPE, untied, a 2048-row
   vocabulary (``model.vocab_size``; the tokens are bytes), 8 x 256 tokens;
@@ -46,6 +46,7 @@ from torchnlq.errors import UserError
 from torchnlq.train.trainer import Trainer
 
 COMMON = ["--training.device=cpu", "--validation.enabled=false", "--metrics.tensorboard=false",
+          "--metrics.query_diagnostics_interval=0", "--metrics.weight_dynamics_interval=0",
           "--checkpoint.enabled=false"]
 RANDOM_DATA = ["--data.synthetic=false", "--model.query.type=linear"]
 SHAPES = {
@@ -72,7 +73,9 @@ PARTS = {
 
 def _config(shape: str, folder: Path, tmp: Path, steps: int, name: str, extra: list[str]) -> object:
     tokenizer, args = SHAPES[shape]
-    data = [] if shape == "debug" else [*RANDOM_DATA, f"--data.path={folder}", f"--data.tokenizer={tokenizer}"]
+    # The debug run's own synthetic corpus, made in the temporary folder (its relative path would be the cwd's).
+    data = ([f"--data.path={folder / 'synthetic'}"] if shape == "debug"
+            else [*RANDOM_DATA, f"--data.path={folder}", f"--data.tokenizer={tokenizer}"])
     return load_job_config([*args, *COMMON, *data, f"--training.steps={steps}", f"--job.dump_folder={tmp}",
                             f"--job.name={name}", *extra])
 

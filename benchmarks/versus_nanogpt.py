@@ -2,7 +2,8 @@
 
     python scripts/bench_nanogpt.py --nanogpt PATH [--rounds N] [--steps LONG,SHORT] [--vocab gpt2|byte]
 
-PATH is a checkout of https://github.com/karpathy/nanoGPT (nothing of it is copied; it runs as is).
+PATH is a checkout of https://github.com/karpathy/nanoGPT: its train.py, model.py and configurator.py run
+unchanged from a scratch copy in a temporary folder (nothing is written into the checkout).
 Both programs train the same shape from scratch on the same uniformly random tokens, fp32 on
 the CPU, one thread, no compile, no evaluation beyond nanoGPT's unavoidable one at iteration 0
 (one batch here): 4 layers, d 128, 4 heads, 16 sequences of 128 tokens per step, AdamW, clipping

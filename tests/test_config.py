@@ -115,6 +115,19 @@ def test_a_description_never_describes_another_run(tmp_path: Path) -> None:
     # The resolved config.toml of a run says what it ran, and reads back as the same run.
     flagged = load_job_config([base, "--model.query.type=identity"])
     assert load_job_config([write(tmp_path, to_toml(flagged), "resolved.toml")]) == flagged
+    # Run again with another override, it keeps one list with each option's newest value (TOML spelling).
+    again = load_job_config([write(tmp_path, to_toml(flagged), "resolved.toml"), "--model.query.type=residual",
+                             "--debug.deterministic=true"])
+    assert again.job.description == "linear query [changed: model.query.type=residual, debug.deterministic=true]"
+
+
+def test_a_description_that_follows_the_options_is_no_resume_change() -> None:
+    from torchnlq.train.preflight import resume_changes
+
+    saved = load_job_config(["train_configs/shakespeare_tiny.toml", "--training.steps=30"])
+    current = load_job_config(["train_configs/shakespeare_tiny.toml", "--training.steps=60"])
+    assert saved.job.description != current.job.description
+    assert [line.split(" changed")[0] for line in resume_changes(saved, current)] == ["training.steps"]
 
 
 def test_resolved_config_round_trips(tmp_path: Path) -> None:

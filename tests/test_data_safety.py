@@ -78,9 +78,11 @@ def test_a_second_start_of_a_run_without_checkpoints_is_refused_and_rerun_sets_t
     """Issue 24.5: never a silent second run appended to the first's train.log and tb/."""
     from helpers.train import scalars
 
-    assert train(tmp_path, capsys, steps=4, checkpoint__enabled=False)[0] == 0
+    traced = ["--profiling.enabled=true", "--profiling.wait=0", "--profiling.active=1"]  # profiler/ is the run's too
+    assert train(tmp_path, capsys, *traced, steps=4, checkpoint__enabled=False)[0] == 0
     run = tmp_path / "outputs" / "run"
     before = snapshot(run)
+    assert any(name.startswith("profiler/") for name in before)
     code, err = train(tmp_path, capsys, steps=4, checkpoint__enabled=False)
     assert code == 2
     one_error_line(err, f"{run} already holds a run finished at step 4 and no checkpoint to resume from",

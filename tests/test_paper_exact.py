@@ -385,13 +385,8 @@ def _sharded_worker(out: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
-    from torchnlq.parallel import (
-        build_mesh,
-        destroy_distributed,
-        init_distributed,
-        materialize_and_init,
-        parallelize_model,
-    )
+    from torchnlq.parallel.dist import build_mesh, destroy_distributed, init_distributed
+    from torchnlq.parallel.parallelize import materialize_and_init, parallelize_model
 
     info = init_distributed("cpu")
     results = {}

@@ -12,16 +12,13 @@ import torch.nn.functional as F
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Query, Training
 from torchnlq.errors import UserError
 from torchnlq.models import GPT, QUERY_TYPES, ModelArgs
-from torchnlq.parallel import (
-    DistInfo,
+from torchnlq.parallel.dist import DistInfo, build_mesh, destroy_distributed, init_distributed
+from torchnlq.parallel.parallelize import (
     apply_activation_checkpointing,
     apply_compile,
     apply_float8,
-    build_mesh,
     clip_grad_norm,
     convert_to_float8,
-    destroy_distributed,
-    init_distributed,
     materialize_and_init,
     parallelize_model,
     set_gradient_sync,

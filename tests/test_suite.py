@@ -190,7 +190,7 @@ dump_folder = "out"
     assert lines[3].startswith("# 2/4 seed2: interrupted at step 4/10")
     assert lines[5].startswith("# 3/4 seed3: finished at 5 steps")
     assert lines[7] == "# 4/4 seed4: new"
-    assert lines[8] == "./fake_train.sh configs/base.toml --training.seed=4 --job.name=seed4 --job.dump_folder=out"
+    assert lines[8] == "./fake_train.sh configs/base.toml --training.seed=4 --job.name=seed4 --job.dump_folder=out --job.rerun=true"
     assert not (tmp_path / "launches.txt").exists()  # a dry run launches nothing
 
     assert run_suite(suite, launcher, compare=False, out=io.StringIO()) == 0

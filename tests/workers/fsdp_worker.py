@@ -19,15 +19,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Query, Training
 from torchnlq.models import GPT, ModelArgs
-from torchnlq.parallel import (
-    build_mesh,
-    clip_grad_norm,
-    destroy_distributed,
-    init_distributed,
-    materialize_and_init,
-    parallelize_model,
-    set_gradient_sync,
-)
+from torchnlq.parallel.dist import build_mesh, destroy_distributed, init_distributed
+from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
 
 SEED = 1234
 STEPS, ACCUM, GLOBAL_BATCH, SEQ = 3, 2, 4, 32

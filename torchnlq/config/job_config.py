@@ -47,7 +47,7 @@ class Job:
     rerun: bool = option(
         False,
         "Start the run folder again from step 0 when a run already started there and left no checkpoint to resume "
-        "from: its train.log, run_info.json, config.toml, tb/ (and wandb/, export/) are first moved into "
+        "from: its train.log, run_info.json, config.toml, tb/ (and wandb/, export/, profiler/) are first moved into "
         "<run>/previous-N/. Unset, such a start is refused. A run with checkpoints resumes either way.",
     )
     plugins: list[str] = option(

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -91,6 +92,10 @@ def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
         flag_changes_to_description(cfg, described)
 
 
+#: The note flag_changes_to_description appends: (the author's text, "key=value, ...").
+CHANGED_NOTE = re.compile(r"(.*) \[changed: ([^\]]*)\]", re.DOTALL)
+
+
 def flag_changes_to_description(cfg: JobConfig, described: JobConfig) -> None:
     """Append to ``job.description`` the options changed since ``described``, the config its text was written for.
 
@@ -100,14 +105,23 @@ def flag_changes_to_description(cfg: JobConfig, described: JobConfig) -> None:
     """
     if not cfg.job.description:
         return
-    changed = [
-        f"{name}={value}" if isinstance(value, (str, int, float)) else name
+    changed = {
+        name: f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+        if isinstance(value, (str, int, float)) else name
         for (name, _, value), (_, _, old) in zip(iter_options(cfg), iter_options(described))
         if value != old and not name.startswith(("job.", "metrics."))
         and not (name.startswith("checkpoint.") and not name.startswith("checkpoint.initial_load"))
-    ]
-    if changed:
-        cfg.job.description += f" [changed: {', '.join(changed)}]"
+    }
+    if not changed:
+        return
+    # A description that already lists changes (a saved config.toml run again) gets one list, the newest value
+    # of each option, not a second bracket beside a stale first one.
+    text, listed = cfg.job.description, {}
+    earlier = CHANGED_NOTE.fullmatch(text)
+    if earlier:
+        text = earlier.group(1)
+        listed = {entry.split("=", 1)[0]: entry for entry in earlier.group(2).split(", ")}
+    cfg.job.description = f"{text} [changed: {', '.join((listed | changed).values())}]"
 
 
 def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:

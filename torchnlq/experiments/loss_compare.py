@@ -6,8 +6,8 @@ Each side is read or trained:
 * a loss file (``.json``): ``{"train_loss": {step: loss}, "val_loss": {step: loss}}``, e.g. the stored
   losses of tests/data/loss_baselines/;
 * a config (``.toml``): trained now by this checkout's ./run_train.sh;
-* ``REF:CONFIG``: trained now by commit REF's ./run_train.sh (CONFIG as a path in that commit), in a temporary
-  ``git worktree``: the checkout and its working tree are never touched.
+* ``REF:CONFIG``: trained now by commit REF's ./run_train.sh (CONFIG as a path in that commit), from that
+  commit's files extracted with ``git archive`` into a temporary folder: git only reads the repository.
 
 A trained side runs in a temporary folder of its own, removed afterwards (a relative data.path resolves there,
 so the debug run's synthetic corpus is generated there), with every step's loss logged.
@@ -15,11 +15,13 @@ so the debug run's synthetic corpus is generated there), with every step's loss 
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,14 +111,24 @@ def read_loss_file(path: Path) -> Losses:
     return losses
 
 
+def _extract_commit(side: Side, root: Path) -> None:
+    """The files of ``side``'s commit in ``root``, from ``git archive``: git only reads the repository (a worktree
+    would write into .git, and a signal in the middle could leave it there, locked)."""
+    archive = subprocess.run(["git", "-C", str(CHECKOUT), "archive", "--format=tar", str(side.commit)],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise UserError(f"git archive of {side.spec} failed: {archive.stderr.decode(errors='replace').strip()}")
+    root.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(root, filter="data")  # no member outside root, no device files
+
+
 def train(side: Side, work: Path) -> Losses:
-    """Train ``side`` with run_train.sh (this checkout's, or its commit's in a worktree) in ``work``; its losses."""
+    """Train ``side`` with run_train.sh (this checkout's, or its commit's files) in ``work``; its losses."""
     root = CHECKOUT
     if side.commit is not None:
         root = work / "checkout"
-        added = _git("worktree", "add", "--detach", "--quiet", str(root), side.commit)
-        if added.returncode != 0:
-            raise UserError(f"git worktree add of {side.spec} failed: {added.stderr.strip() or 'no message'}")
+        _extract_commit(side, root)
     config = root / side.config if side.commit else Path(side.config)
     # This interpreter, importing that checkout's torchnlq: run_train.sh then uses it as it is (no new .venv).
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -124,11 +136,7 @@ def train(side: Side, work: Path) -> Losses:
     fixed = [f"--job.dump_folder={work / 'outputs'}", "--job.name=run"]  # where the losses are read back
     command = [str(root / "run_train.sh"), str(config), "--metrics.log_interval=1", *side.overrides, *fixed]
     print(f"training {side.label}: {side.spec} {' '.join(side.overrides)}".rstrip(), flush=True)
-    try:
-        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
-    finally:
-        if side.commit is not None:
-            _git("worktree", "remove", "--force", str(root))
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise UserError(f"the run of {side.label} ({side.spec}) failed with exit code {done.returncode}: {last}")

@@ -59,15 +59,20 @@ def run_status(suite: Suite, run: SuiteRun) -> str:
         return "finished (skipped)"
     if info.get("finished"):
         return f"finished at {info.get('steps')} steps; re-running goes on to {run.steps}"
-    return f"interrupted at step {info.get('step', 0)}/{info.get('steps', '?')}; re-running resumes from its checkpoint"
+    return (f"interrupted at step {info.get('step', 0)}/{info.get('steps', '?')}; re-running resumes from its "
+            "checkpoint, or without one starts again (the earlier files moved into previous-N/)")
 
 
 def launcher_command(run: SuiteRun, launcher: Path | None = None) -> list[str]:
-    """The command that trains ``run``; the environment (NGPU, ...) passes through unchanged."""
+    """The command that trains ``run``; the environment (NGPU, ...) passes through unchanged.
+
+    The suite owns its run folders: a run interrupted before its first checkpoint starts again
+    (``job.rerun``: its earlier files are set aside, not mixed in), one with a checkpoint resumes.
+    """
     script = display_path(launcher or REPO_ROOT / "run_train.sh")
     if not script.startswith(("/", ".")):
         script = f"./{script}"  # a bare name would be looked up on PATH
-    return [script, *run.argv()]
+    return [script, *run.argv(), "--job.rerun=true"]
 
 
 def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | None = None) -> None:

@@ -215,7 +215,7 @@ def resume_changes(saved: JobConfig, current: JobConfig) -> list[str]:
     old = {name: value for name, _, value in iter_options(saved)}
     lines = []
     for name, _, value in iter_options(current):
-        if old.get(name) == value:
+        if old.get(name) == value or name == "job.description":  # it follows the other options (manager.py)
             continue
         line = f"{name} changed on resume: {old.get(name)!r} -> {value!r}"
         if name in NO_EFFECT_ON_RESUME:

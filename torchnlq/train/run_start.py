@@ -122,7 +122,7 @@ def _refuse_starting_over(cfg: Checkpoint, folder: Path) -> None:
 
 #: What a start writes into its run folder besides checkpoints, set aside by ``job.rerun``. run_info.json moves last:
 #: while it is there the folder still holds an earlier run, so an interrupted set-aside is finished by the next rerun.
-EARLIER_RUN_ENTRIES = ("train.log", "config.toml", "tb", "wandb", "export", RUN_INFO_FILE)
+EARLIER_RUN_ENTRIES = ("train.log", "config.toml", "tb", "wandb", "export", "profiler", RUN_INFO_FILE)
 
 
 def must_set_aside(run_dir: Path, start: RunStart, rerun: bool) -> bool:

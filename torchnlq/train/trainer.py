@@ -534,8 +534,8 @@ class Trainer:
         preemption = PreemptionFlag()
         start, start_tokens = time.perf_counter(), self.record.tokens_seen
         end: RunEnd = "failure"  # how this start ends, for the metrics (MetricsLogger.close), unless the loop says
-        self.profiler.start(self.step)
         try:
+            self.profiler.start(self.step)
             if self.validator.due_before_training(self.step):  # the paper's evaluation at iteration 0
                 self.validate()
             while self.step < steps:
@@ -569,13 +569,18 @@ class Trainer:
                 self.profiler.step_done(last)
             end = "success" if self.step >= steps else "stopped"
         except torch.OutOfMemoryError:
-            self.profiler.out_of_memory(self.step)
+            try:
+                self.profiler.out_of_memory(self.step)
+            except Exception as e:  # noqa: BLE001 - the out-of-memory error is what the user must see
+                self.logger.warning(f"the memory snapshot after the out-of-memory error failed: {e}")
             raise
         finally:
-            preemption.restore()
-            self.checkpointer.close()
-            self.metrics.close(end)
-            self.profiler.stop()  # saves a window the end cut short
+            try:
+                self.profiler.stop()  # saves a window the end cut short; stops CUDA's memory history
+            finally:
+                preemption.restore()
+                self.checkpointer.close()
+                self.metrics.close(end)
         finished = self.step >= steps
         self.write_run_info(finished=finished)
         if finished and self.cfg.checkpoint.export_at_end and self.is_main:
