@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.timing import describe_machine, interleave, machine_info, markdown_table, median
+from benchmarks.timing import (
+    children_cpu_seconds,
+    describe_machine,
+    interleave,
+    machine_info,
+    markdown_table,
+    median,
+)
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
@@ -39,11 +45,6 @@ HELP_SCRIPTS = ["generate", "evaluate", "convert_checkpoint", "compare_runs", "m
                 "run_suite", "upcycle"]
 DEBUG_CONFIG = "train_configs/debug_model.toml"
 FIRST_STEP = re.compile(rb"step +1/")
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 class Command:
@@ -58,7 +59,7 @@ class Command:
     def run(self) -> float:
         """Run once; record and return the wall seconds."""
         argv = self.argv() if callable(self.argv) else self.argv
-        cpu0, start = _children_cpu(), time.perf_counter()
+        cpu0, start = children_cpu_seconds(), time.perf_counter()
         with subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT) as proc:
             assert proc.stdout is not None
@@ -75,7 +76,7 @@ class Command:
         if rc != 0:
             raise UserError(f"'{' '.join(argv)}' exited {rc}: {b''.join(lines[-3:]).decode(errors='replace')}")
         self.wall.append(wall)
-        self.cpu.append(_children_cpu() - cpu0)
+        self.cpu.append(children_cpu_seconds() - cpu0)
         return wall
 
 

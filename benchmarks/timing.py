@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -104,3 +105,9 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right:
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (a subprocess's cost, read before and after)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

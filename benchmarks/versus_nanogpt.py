@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import markdown_table, median
+from benchmarks.timing import children_cpu_seconds, markdown_table, median
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
@@ -37,19 +36,14 @@ SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch_size": 16, "block_size
 VOCABS = {"gpt2": 50304, "byte": 257}  # the rows of the head in both programs
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
     """CPU seconds of one program; a failure is one error line with its last output line."""
-    before = _children_cpu()
+    before = children_cpu_seconds()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:]
         raise UserError(f"'{' '.join(argv[:3])} ...' exited {done.returncode}: {last}")
-    return _children_cpu() - before
+    return children_cpu_seconds() - before
 
 
 def _write_data(tmp: Path, vocab: str) -> tuple[Path, Path]:
