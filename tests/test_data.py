@@ -12,18 +12,11 @@ import pytest
 import torch
 
 from torchnlq.config.job_config import Data, Training, Validation
-from torchnlq.data import (
-    BatchSchedule,
-    ByteTokenizer,
-    TokenFile,
-    ValidationSet,
-    build_batch_schedule,
-    build_tokenizer,
-    build_validation_set,
-    open_token_files,
-    read_batch,
-)
 from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import (BatchSchedule, ValidationSet, build_batch_schedule, build_validation_set,
+                                   open_token_files)
+from torchnlq.data.token_file import TokenFile, read_batch
+from torchnlq.data.tokenizer import ByteTokenizer, build_tokenizer
 from torchnlq.errors import UserError
 
 from helpers import REPO_ROOT
@@ -80,8 +73,16 @@ def test_tiktoken_file_missing_or_bad(tmp_path):
         build_tokenizer("gpt2", str(toy))
     garbage = tmp_path / "garbage.tiktoken"
     garbage.write_text("not a ranks file at all\n")
-    with pytest.raises(UserError, match="garbage.tiktoken' is not a valid"):
+    with pytest.raises(UserError, match="garbage.tiktoken' is corrupt"):
         build_tokenizer("gpt2", str(garbage), expected_hash=None)
+    # A user's ranks file goes through the same bounded parser as the ranks a checkpoint carries.
+    lines = toy.read_bytes().splitlines(keepends=True)
+    for name, text in (("repeated", b"".join(lines) + lines[-1].replace(b" 260", b" 261")),
+                       ("no_byte", b"".join(lines[1:]))):
+        bad = tmp_path / f"{name}.tiktoken"
+        bad.write_bytes(text)
+        with pytest.raises(UserError, match=f"{name}.tiktoken' (is corrupt|lacks the single byte 0x00)"):
+            build_tokenizer("gpt2", str(bad), expected_hash=None)
 
 
 def test_gpt2_unavailable_offline(monkeypatch):

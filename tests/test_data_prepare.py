@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from torchnlq.config.job_config import Data
-from torchnlq.data import build_tokenizer, open_token_files, prepare_dataset
 from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import open_token_files
+from torchnlq.data.prepare import prepare_dataset
+from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 
 from helpers import REPO_ROOT, SHARED_DATA

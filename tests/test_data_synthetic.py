@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from torchnlq.config.job_config import Data
-from torchnlq.data import (
-    ByteTokenizer,
-    ensure_synthetic_corpus,
-    generate_synthetic_tokens,
-    open_token_files,
-    unigram_entropy,
-)
 from torchnlq.data import token_format as fmt
+from torchnlq.data.batches import open_token_files
+from torchnlq.data.synthetic import ensure_synthetic_corpus, generate_synthetic_tokens, unigram_entropy
+from torchnlq.data.tokenizer import ByteTokenizer
 from torchnlq.errors import UserError
 
 from helpers.data import isolate_env, split_docs, write_token_folder

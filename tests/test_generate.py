@@ -165,7 +165,7 @@ def test_gpt2_tokenizer_with_a_recorded_toy_ranks_file(tmp_path):
     text, result = generate_text(ckpt, "the thing", 0, tiktoken_file=str(ranks))
     assert text == "the thing" and result.prompt_tokens[0] == 257  # the toy merge "the"
     other = write_toy_tiktoken(tmp_path / "other.tiktoken")
-    other.write_bytes(other.read_bytes() + b"IA== 300\n")  # the same merges plus one: another sha256
+    other.write_bytes(other.read_bytes() + b"eno= 300\n")  # the same merges plus "zz": another sha256
     with pytest.raises(UserError, match="pass that file with --tiktoken-file"):
         generate_text(ckpt, "the", 1, tiktoken_file=str(other))
     # A checkpoint that carries its ranks (as the trainer's do) needs no file at all.

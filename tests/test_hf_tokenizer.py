@@ -35,10 +35,12 @@ from torchnlq.data import token_format as fmt
 from torchnlq.data.tokenizer import (
     ENDOFTEXT,
     GPT2_PATTERN,
+    MAX_TOKEN_BYTES,
     TIKTOKEN_FILE_ENV,
     ByteTokenizer,
     Tokenizer,
     build_tokenizer,
+    parse_ranks,
 )
 from torchnlq.errors import UserError
 from torchnlq.inference.sampling import generate_text
@@ -184,7 +186,7 @@ def test_merges_are_recovered_from_the_ranks_alone(toy):
 def test_gpt2_merges_are_fast_and_complete():
     import time
 
-    ranks = hft.parse_ranks(SHARED_GPT2.read_bytes(), SHARED_GPT2)
+    ranks = parse_ranks(SHARED_GPT2.read_bytes(), SHARED_GPT2)
     start = time.perf_counter()
     merges = hft.recover_merges(ranks)
     assert time.perf_counter() - start < 10  # about 0.4 s here
@@ -282,7 +284,7 @@ def test_corrupt_files_are_one_line_errors_naming_them(toy, tmp_path):
     with pytest.raises(UserError, match="lacks the single byte"):
         hft.tokenizer_from_folder(bad, desc)
     with pytest.raises(UserError, match="line 1 is not 'base64 rank'"):
-        hft.parse_ranks(b"not-base64!! x\n", "f.tiktoken")
+        parse_ranks(b"not-base64!! x\n", "f.tiktoken")
 
 
 # ---------------------------------------------------------------- exports: transformers.AutoTokenizer
@@ -497,15 +499,15 @@ def test_a_crafted_bpe_is_refused_in_seconds(tmp_path):
     import time
 
     singles = b"".join(base64.b64encode(bytes([b])) + b" %d\n" % b for b in range(256))
-    long_token = base64.b64encode(b"a" * (hft.MAX_TOKEN_BYTES + 1)) + b" 300\n"
+    long_token = base64.b64encode(b"a" * (MAX_TOKEN_BYTES + 1)) + b" 300\n"
     with pytest.raises(UserError, match="is not a tokenizer torchnlq reads"):
-        hft.parse_ranks(singles + long_token, "crafted.tiktoken")
+        parse_ranks(singles + long_token, "crafted.tiktoken")
     # Many tokens just under the length limit: their merge recovery would take hours.
     many = b"".join(base64.b64encode(bytes([97 + i % 26]) * 200 + str(i).encode()) + b" %d\n" % (300 + i)
                     for i in range(2000))
     start = time.perf_counter()
     with pytest.raises(UserError, match="in sum of squared lengths"):
-        hft.parse_ranks(singles + many, "crafted.tiktoken")
+        parse_ranks(singles + many, "crafted.tiktoken")
     assert time.perf_counter() - start < 5
 
 

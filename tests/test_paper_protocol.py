@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from torchnlq.config.job_config import Validation
-from torchnlq.data import PaperValidationRows, TokenFile, build_validation_set
+from torchnlq.data.batches import PaperValidationRows, build_validation_set
+from torchnlq.data.token_file import TokenFile
 from torchnlq.errors import UserError
 
 from helpers.data import write_token_folder

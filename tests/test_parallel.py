@@ -14,18 +14,15 @@ from torchnlq.errors import UserError
 from torchnlq.models import GPT, QUERY_TYPES, ModelArgs
 from torchnlq.parallel.dist import DistInfo, build_mesh, destroy_distributed, init_distributed
 from torchnlq.parallel.parallelize import (
-    apply_activation_checkpointing,
     apply_compile,
-    apply_float8,
     clip_grad_norm,
-    convert_to_float8,
     materialize_and_init,
     parallelize_model,
     set_gradient_sync,
 )
-from torchnlq.parallel.activation_checkpoint import is_checkpointed
+from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing, is_checkpointed
 from benchmarks.activation_memory import measure_allocations
-from torchnlq.parallel.float8 import float8_linear_class
+from torchnlq.parallel.float8 import apply_float8, convert_to_float8, quiet_torchao_import
 
 CPU = torch.device("cpu")
 AC_MODES = [ActivationCheckpoint(mode="full"), ActivationCheckpoint(mode="selective", every=2),
@@ -138,8 +135,9 @@ def test_compile_matches_eager_and_keeps_keys(mode: str) -> None:
 # --- float8 ---------------------------------------------------------------------------------
 
 def float8_swapped(model: nn.Module) -> set[str]:
-    cls = float8_linear_class()
-    return {name for name, m in model.named_modules() if isinstance(m, cls)}
+    with quiet_torchao_import():
+        from torchao.float8.float8_linear import Float8Linear
+    return {name for name, m in model.named_modules() if isinstance(m, Float8Linear)}
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])

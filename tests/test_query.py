@@ -18,7 +18,7 @@ from torchnlq.models.query import (
     ResidualMLPQuery,
     build_query,
     ignored_knobs,
-    query_num_params,
+    query_params_in_model,
     register_query,
 )
 
@@ -90,7 +90,7 @@ def test_linear(x):
 def test_linear_allows_other_query_width(x):
     q = make(Query(type="linear"), n_heads=3, head_dim=6)
     assert q(x).shape == (2, 5, 18)
-    assert query_num_params(Query(type="linear"), DIM, 3, 6) == DIM * 18
+    assert query_params_in_model(Query(type="linear"), DIM, 3, 6, 1) == DIM * 18
 
 
 def test_identity(x):
@@ -149,7 +149,7 @@ def test_residual_mlp_knobs(x, activation, input_norm, output_norm, half_scale):
     # Analytic count == real count: 2·d·r + one gain of d per norm.
     gains = DIM * ((input_norm != "none") + (output_norm != "none"))
     assert sum(p.numel() for p in q.parameters()) == 2 * DIM * 8 + gains
-    assert query_num_params(cfg, DIM, N_HEADS, HEAD_DIM) == 2 * DIM * 8 + gains
+    assert query_params_in_model(cfg, DIM, N_HEADS, HEAD_DIM, 1) == 2 * DIM * 8 + gains
 
 
 @pytest.mark.parametrize("ratio,rank", [(0.5, 16), (1.0, 32), (0.1, 3), (1 / 32, 1), (2.0, 64)])
@@ -186,14 +186,14 @@ def test_unknown_type_suggests_the_closest():
 
 def test_unknown_type_without_close_match():
     with pytest.raises(ConfigError, match=r"model.query.type: unknown 'xyz' \(choices: "):
-        query_num_params(Query(type="xyz"), DIM, N_HEADS, HEAD_DIM)
+        query_params_in_model(Query(type="xyz"), DIM, N_HEADS, HEAD_DIM, 1)
 
 
 @pytest.mark.parametrize("qtype,count", [("linear", DIM * DIM), ("identity", 0), ("residual", DIM * DIM),
                                          ("residual_mlp", DIM * DIM + 2 * DIM)])
 def test_analytic_counts(qtype, count):
     q = build_query(Query(type=qtype), DIM, N_HEADS, HEAD_DIM, EPS)
-    assert query_num_params(Query(type=qtype), DIM, N_HEADS, HEAD_DIM) == count
+    assert query_params_in_model(Query(type=qtype), DIM, N_HEADS, HEAD_DIM, 1) == count
     assert sum(p.numel() for p in q.parameters()) == count
 
 
@@ -232,7 +232,7 @@ def test_new_type_is_one_class_and_a_decorator(x):
         q = make(Query(type="anchored_test"))
         torch.testing.assert_close(q(x), (x @ q.w_q.weight.T + torch.tanh(x @ q.f.weight.T)) / 2)
         # The base class's meta-device fallback counts its parameters.
-        assert query_num_params(Query(type="anchored_test"), DIM, N_HEADS, HEAD_DIM) == 2 * DIM * DIM
+        assert query_params_in_model(Query(type="anchored_test"), DIM, N_HEADS, HEAD_DIM, 1) == 2 * DIM * DIM
         with pytest.raises(ValueError, match="already registered"):
             register_query("anchored_test")(AnchoredQuery)
     finally:
@@ -332,3 +332,10 @@ def test_paper_init_contract():
     assert identity.fused_qkv_weight() is None and mlp.fused_qkv_weight() is None
     assert linear.paper_init_linears() == [] and identity.paper_init_linears() == []
     assert [id(w) for w in mlp.paper_init_linears()] == [id(mlp.w1.weight), id(mlp.w2.weight)]
+
+
+def test_a_type_with_the_retired_per_layer_hooks_is_refused():
+    """check_layers / count_params_in_layer are no longer called: a plugin defining them is told, not miscounted."""
+    for hook in ("check_layers", "count_params_in_layer"):
+        with pytest.raises(TypeError, match=f"defines \\['{hook}'\\], no longer called: count every block"):
+            type("OldPlugin", (QueryProjection,), {hook: classmethod(lambda cls, *a: None)})

@@ -67,12 +67,11 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-# SIGTERM around a fork of a tool (datasets' worker pools fork it). Pool.terminate, which datasets calls at the
-# end of every multi-process load and map, sends SIGTERM to each worker, and a worker must die of it: raised as
-# Terminated, a worker could leave its pool's queue lock held and a sibling blocked on that lock for ever (a child
-# stuck in C code would never run a Python handler; CPython also drops a signal that arrives before the child's
-# interpreter is ready), so the tool would never return. The child therefore starts with SIGTERM's default action
-# at the C level; in the parent, a SIGTERM that arrives during the fork is held back and raised right after it.
+# SIGTERM around a fork of a tool (datasets' worker pools). Pool.terminate, at the end of every multi-process
+# load and map, sends SIGTERM to each worker, and a worker must die of it: raised as Terminated, it could leave
+# its pool's queue lock held and a sibling blocked for ever, so the tool would never return. The child therefore
+# starts with SIGTERM's default action at the C level (a Python handler may never run, or miss an early signal);
+# in the parent, a SIGTERM that arrives during the fork is held back and raised right after it.
 _fork_state: list[tuple[bool, bool]] = []  # per fork in progress: (SIG_DFL set by us, SIGTERM blocked by us)
 
 
@@ -115,14 +114,6 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = No
         _fork_hook_registered = True
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
-        return _run(main, args)
-    finally:
-        if in_main_thread and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _run(main: Callable[[list[str]], int | None], args: list[str]) -> int:
-    try:
         return main(args) or 0
     except UserError as e:
         return _error(str(e))
@@ -139,3 +130,6 @@ def _run(main: Callable[[list[str]], int | None], args: list[str]) -> int:
         if tell_launcher("crash", traceback.format_exc()):
             return 1
         raise
+    finally:
+        if in_main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,8 +1,7 @@
 """Errors a user can cause (config, paths, data, devices).
 
-Entry points catch :class:`UserError` and print its message as one line with a
-non-zero exit, no traceback: the message itself must say what is wrong and how
-to fix it.
+Entry points print a :class:`UserError` as one line with a non-zero exit, no traceback: the message
+itself must say what is wrong and how to fix it.
 """
 
 from __future__ import annotations
@@ -20,10 +19,8 @@ __all__ = ["ConfigError", "UserError", "closest", "script_command", "unknown_cho
 def script_command(args: str) -> str:
     """``python ARGS`` spelled so that it works when pasted into the user's shell.
 
-    run_train.sh installs torchnlq into ``.venv`` without activating it in the user's
-    shell, where a bare ``python scripts/...`` cannot import torchnlq. A hint printed
-    from such an unactivated virtual environment therefore names its interpreter
-    (``.venv/bin/python``, relative to the working directory when it lies below it).
+    run_train.sh installs torchnlq into ``.venv`` without activating it, where a bare ``python`` cannot
+    import torchnlq: from such a venv the hint names its interpreter (``.venv/bin/python``).
     """
     in_venv = sys.prefix != sys.base_prefix
     activated = os.environ.get("VIRTUAL_ENV") and Path(os.environ["VIRTUAL_ENV"]).resolve() == Path(sys.prefix).resolve()

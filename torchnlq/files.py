@@ -1,15 +1,8 @@
 """The one small I/O layer every writer uses: writes that cannot destroy what torchnlq did not write.
 
-- :func:`replace_file`: a file torchnlq owns, replaced atomically through a temporary sibling;
-  a symbolic link at the path is refused, never followed (its target is the user's);
-- :func:`open_append`: a log opened for appending, never through a link;
-- :func:`make_folder`: a folder and its parents, refusing a file where a folder is expected;
-- :func:`move_into_new_folder`: entries set aside into a new numbered folder (renamed, never copied or deleted);
-- :class:`OwnedFolder`: an output folder shared with the user's files, where torchnlq replaces only
-  what its manifest says it wrote;
-- :func:`os_error_line`: an ``OSError`` from the environment (read-only, full disk, permissions,
-  a path of the wrong kind) as one line naming the path and what to do; entry points print it
-  through :func:`torchnlq.cli.run_cli`.
+Files are replaced atomically through a temporary sibling; a symbolic link at a path written to is
+refused, never followed (its target is the user's); entries set aside are renamed, never copied or
+deleted; :func:`os_error_line` turns an environment fault into the one line entry points print.
 """
 
 from __future__ import annotations
@@ -54,8 +47,7 @@ def _check_not_link(path: Path) -> None:
 def make_folder(path: str | Path) -> Path:
     """``mkdir -p`` that names the first file standing where a folder is expected (one UserError line).
 
-    A link to a folder is a folder here (an outputs folder on another disk is a common set-up);
-    files are never written through links.
+    A link to a folder is a folder here (an outputs folder on another disk is a common set-up).
     """
     path = Path(path)
     for folder in reversed([path, *path.parents]):
@@ -70,7 +62,7 @@ def make_folder(path: str | Path) -> Path:
 def replace_file(path: str | Path, data: bytes | str) -> None:
     """Replace (or create) a file torchnlq owns, atomically: readers see the old or the new file, never half.
 
-    A link at ``path`` is refused (the link's target is someone else's file), as is a folder.
+    A link at ``path`` is refused (its target is someone else's file), as is a folder.
     """
     path = Path(path)
     _check_not_link(path)

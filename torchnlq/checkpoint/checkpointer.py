@@ -1,13 +1,8 @@
 """Save and resume: DCP checkpoints in ``<run>/checkpoints/step-N``.
 
-A checkpoint holds everything an exact resume needs: the model and optimizer (FQN-keyed through
-``get_state_dict``, so it loads at any world size), the run's record (:data:`META_FILE`), every
-rank's RNG states (``rng-rank{r}.pt``, tensors read with ``weights_only=True``) and the trainer's
-``extra_files`` (a gpt2 run's tokenizer ranks). The batch of step s is a pure function of s: no
-data state. Reading a checkpoint runs no code from it (:mod:`torchnlq.checkpoint.safe_reader`).
-
-Atomicity: everything is written into ``step-N.partial``; rank 0 renames it to ``step-N`` only
-after all ranks finished, so a save killed midway leaves the previous checkpoint as the latest.
+A checkpoint holds the model and optimizer (FQN-keyed: loads at any world size), the record (:data:`META_FILE`),
+every rank's RNG states and ``extra_files`` (no data state: step s's batch is a function of s). It is written into
+``step-N.partial``, renamed once all ranks finished: a save killed midway leaves the previous checkpoint the latest.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
 from torchnlq.checkpoint.record import RunRecord
-from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
+from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp, refused_global
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 from torchnlq.files import os_error_line
@@ -56,14 +51,8 @@ def step_folders(folder: Path) -> list[int]:
 
 def list_checkpoints(folder: Path) -> list[int]:
     """Steps of the complete checkpoints in ``folder``, ascending (partial saves are ignored)."""
-    if not folder.is_dir():
-        return []
-    steps = []
-    for p in folder.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and (p / META_FILE).is_file() and (p / ".metadata").is_file():
-            steps.append(int(m.group(1)))
-    return sorted(steps)
+    return [s for s in step_folders(folder) if (folder / f"step-{s}" / META_FILE).is_file()
+            and (folder / f"step-{s}" / ".metadata").is_file()]
 
 
 RNG_FORMAT = 2  # 1 (unversioned): random.getstate() and np.random.get_state() pickled as they are
@@ -166,17 +155,14 @@ def _is_rng_state(state: dict[str, Any]) -> bool:
 
 
 def load_rng_state(path: Path) -> dict[str, Any]:
-    """Read ``rng-rank{r}.pt`` with ``weights_only=True``, never running code from it.
-
-    Format 1 files pickled NumPy's uint32 array: exactly its reconstructor's globals are allowed.
-    Anything that is not an RNG state is a one-line UserError.
-    """
+    """Read ``rng-rank{r}.pt`` with ``weights_only=True``, never running code from it (format 1's NumPy array:
+    exactly its reconstructor's globals); anything that is not an RNG state is a one-line UserError."""
     try:
         with torch.serialization.safe_globals(_numpy_array_globals()):
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a weights-only refusal (UnpicklingError) or a damaged file
-        m = re.search(r"GLOBAL ([\w.]+)", str(e))
-        raise _bad_rng_file(path, f"it holds {m.group(1)}" if m else f"unreadable: {type(e).__name__}") from None
+        refused = refused_global(e)
+        raise _bad_rng_file(path, f"it holds {refused}" if refused else f"unreadable: {type(e).__name__}") from None
     if not isinstance(state, dict):
         raise _bad_rng_file(path, f"a {type(state).__name__}, not a dict of RNG states")
     if "format" not in state and _is_format_1(state):
@@ -210,16 +196,6 @@ FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256",
                                           "optimizer.no_decay"})
 # Keys of removed options that never changed the function (models.config.REMOVED_QUERY_FIELDS).
 FINGERPRINT_KEYS_REMOVED = frozenset({"model.query.fuse_kv"})
-
-
-def check_step_matches_folder(path: Path, meta: dict[str, Any]) -> None:
-    """The step is the record's, not the folder name's: a renamed or copied ``step-N`` folder is refused."""
-    match = STEP_DIR.match(path.name)
-    if match and meta.get("step") != int(match.group(1)):
-        raise UserError(
-            f"checkpoint {path} records step {meta.get('step')!r} but its folder is named {path.name}: it was renamed "
-            f"or copied; name it step-{meta.get('step')} again (the step comes from its record)"
-        )
 
 
 def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
@@ -274,11 +250,8 @@ class Checkpointer:
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
     def save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
-        """Write ``step-N`` for ``record.step`` (synchronously, or in the background with ``async_mode``).
-
-        A save that fails on the environment (a full disk, a read-only folder) is one UserError line; the
-        half-written ``step-N.partial`` is never a checkpoint, so the last complete one stays the resume point.
-        """
+        """Write ``step-N`` for ``record.step`` (in the background with ``async_mode``); a full disk or read-only
+        folder is one UserError line, and the half-written ``step-N.partial`` is never a checkpoint."""
         self.wait()  # at most one save in flight: the previous one must be complete and renamed
         try:
             self._save(record, model, optimizer)
@@ -308,7 +281,10 @@ class Checkpointer:
         torch.save(rng_state(), partial / f"rng-rank{self.rank}.pt")
         if self.rank == 0:
             write_meta(partial, record.to_meta())
-            self._write_extra_files(partial)
+            if self._extra_files is None:  # asked for once, at the first save
+                self._extra_files = dict(self._extra_files_source()) if self._extra_files_source is not None else {}
+            for name, data in self._extra_files.items():
+                (partial / name).write_bytes(data)
         if self.cfg.async_mode:
             future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
             self._pending = (future, partial, final, step)
@@ -317,13 +293,6 @@ class Checkpointer:
             pause_point("save", step)  # fault tests: shards written, not yet complete
             self._finish(partial, final, step)
         self.last_save_blocked_s = time.perf_counter() - start
-
-    def _write_extra_files(self, partial: Path) -> None:
-        """Write the files every checkpoint carries (``extra_files``, asked for once, at the first save)."""
-        if self._extra_files is None:
-            self._extra_files = dict(self._extra_files_source()) if self._extra_files_source is not None else {}
-        for name, data in self._extra_files.items():
-            (partial / name).write_bytes(data)
 
     def wait(self) -> None:
         """Block until a background save is written, then make it visible (rename, prune)."""
@@ -383,26 +352,25 @@ class Checkpointer:
     ) -> RunRecord:
         """Load model (and optimizer and RNG unless ``optimizer`` is None) from ``path``; return its record."""
         meta = read_meta(path)
-        check_step_matches_folder(path, meta)
+        match = STEP_DIR.match(path.name)
+        if match and meta.get("step") != int(match.group(1)):  # the step is the record's: a renamed copy is refused
+            raise UserError(
+                f"checkpoint {path} records step {meta.get('step')!r} but its folder is named {path.name}: "
+                f"it was renamed or copied; name it step-{meta.get('step')} again (the step comes from its record)"
+            )
         compare_fingerprints(meta.get("fingerprint", {}), fingerprint, f"checkpoint {path}")
-        model_only = optimizer is None
+        optimizers = optimizer if optimizer is not None else []
         rng_file = path / f"rng-rank{self.rank}.pt"
         # Read (and check) before anything is loaded; a new rank after a world-size change keeps its seed.
-        rng = load_rng_state(rng_file) if not model_only and rng_file.is_file() else None
-        model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
-        state: dict[str, Any] = {MODEL_KEY: model_sd}
-        if not model_only:
-            state["optimizer"] = optim_sd
+        rng = load_rng_state(rng_file) if optimizer is not None and rng_file.is_file() else None
+        model_sd, optim_sd = get_state_dict(model, optimizers)
+        state = {MODEL_KEY: model_sd} | ({"optimizer": optim_sd} if optimizer is not None else {})
         try:
             load_dcp(state, path)  # never unpickles beyond DCP's metadata classes (safe_reader.py)
         except DCPReadError as e:
             raise CorruptCheckpoint(f"could not load checkpoint {path}: {e}") from None
-        set_state_dict(
-            model, optimizer if optimizer is not None else [],
-            model_state_dict=state[MODEL_KEY],
-            optim_state_dict=state.get("optimizer", {}),
-            options=StateDictOptions(strict=True),
-        )
+        set_state_dict(model, optimizers, model_state_dict=state[MODEL_KEY],
+                       optim_state_dict=state.get("optimizer", {}), options=StateDictOptions(strict=True))
         if rng is not None:
             set_rng_state(rng)
         return RunRecord.from_meta(meta, path / META_FILE)

@@ -1,8 +1,5 @@
-"""What a torchnlq checkpoint folder holds besides the DCP shards.
-
-A checkpoint is a DCP folder ``<run>/checkpoints/step-N/`` with the model's parameters under
-:data:`MODEL_KEY` (plain FQNs of the unwrapped model) and a JSON file, :data:`META_FILE`, that
-says how to rebuild the model without the run's config. This module stays free of torch.
+"""What a torchnlq checkpoint folder holds besides the DCP shards: the model under :data:`MODEL_KEY` and
+:data:`META_FILE`, the JSON that rebuilds the model without the run's config. This module stays free of torch.
 """
 
 from __future__ import annotations

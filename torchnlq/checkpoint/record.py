@@ -1,15 +1,12 @@
-"""One typed record of a run's metadata, written into every checkpoint (``torchnlq.json``, read back
-by resume and the tools) and into ``<run>/run_info.json`` (read by suites and comparisons).
-
-The JSON keys are those torchnlq has always written, so older checkpoints and exports still
-load; fields they lack read as None.
+"""One typed record of a run's metadata, written into every checkpoint (``torchnlq.json``) and into
+``<run>/run_info.json``; its JSON keys never change, so older checkpoints still load (missing fields read None).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,8 @@ from torchnlq.files import replace_file
 from torchnlq.models.args import ModelArgs
 
 RUN_INFO_FILE = "run_info.json"
+# The fields of RunRecord written into a checkpoint's record as they are.
+_PLAIN_KEYS = ("step", "tokens_seen", "skipped_steps", "world_size", "seq_len", "name", "steps", "mixed_precision")
 
 
 @dataclass(frozen=True)
@@ -91,18 +90,8 @@ class RunRecord:
 
     def to_meta(self) -> dict[str, Any]:
         """The checkpoint's ``torchnlq.json`` (keys unchanged since the first torchnlq checkpoints)."""
-        meta: dict[str, Any] = {
-            "step": self.step,
-            "tokens_seen": self.tokens_seen,
-            "skipped_steps": self.skipped_steps,
-            "world_size": self.world_size,
-            "model_args": self.model_args.to_dict(),
-            "tokenizer": dict(self.tokenizer),
-            "seq_len": self.seq_len,
-            "name": self.name,
-            "steps": self.steps,
-            "mixed_precision": self.mixed_precision,
-        }
+        meta: dict[str, Any] = {k: getattr(self, k) for k in _PLAIN_KEYS}
+        meta |= {"model_args": self.model_args.to_dict(), "tokenizer": dict(self.tokenizer)}
         if self.data is not None:
             meta["fingerprint"] = self.resume_fingerprint()
             meta["data_path"] = self.data.path
@@ -125,21 +114,14 @@ class RunRecord:
         except (TypeError, ValueError) as e:  # wrong value types in hand-edited JSON
             raise UserError(f"'{where}' has invalid model_args ({e}); the file is corrupt") from None
         try:
+            groups = (meta.get("fingerprint") or {}).get("optimizer")  # None before they were recorded
             return cls(
                 model_args=args,
                 tokenizer=dict(meta.get("tokenizer") or {}),
-                seq_len=meta.get("seq_len"),
                 data=_data_record(meta),
                 validation=_validation_record(meta.get("validation")),
-                name=meta.get("name"),
-                steps=meta.get("steps"),
-                world_size=meta.get("world_size"),
-                mixed_precision=meta.get("mixed_precision"),
-                initialized_from=meta.get("initialized_from"),
-                optimizer_groups=_optimizer_groups(meta),
-                step=meta.get("step", 0),
-                tokens_seen=meta.get("tokens_seen", 0),
-                skipped_steps=meta.get("skipped_steps", 0),
+                optimizer_groups=dict(groups) if isinstance(groups, dict) else None,
+                **{k: meta[k] for k in (*_PLAIN_KEYS, "initialized_from") if k in meta},  # absent: the default
             )
         except (TypeError, ValueError, AttributeError, KeyError) as e:
             raise UserError(f"'{where}' has invalid run metadata ({e}); the file is corrupt") from None
@@ -153,7 +135,8 @@ class RunRecord:
             "steps": self.steps,
             "finished": finished,
             # JSON has no NaN/Infinity: a diverged validation is recorded as null, never as a bare NaN.
-            "last_val_loss": self.last_val_loss if _finite(self.last_val_loss) else None,
+            "last_val_loss": None if self.last_val_loss is None or not math.isfinite(self.last_val_loss)
+            else self.last_val_loss,
             "query_type": a.query.type,
             "total_params": a.num_params(),
             "non_embedding_params": a.num_params(non_embedding=True),
@@ -173,12 +156,6 @@ class RunRecord:
         replace_file(run_dir / RUN_INFO_FILE, json.dumps(self.to_run_info(finished), indent=2, allow_nan=False))
 
 
-def _optimizer_groups(meta: dict[str, Any]) -> dict[str, str] | None:
-    """The optimizer groups a checkpoint's fingerprint records (None before they were recorded)."""
-    groups = (meta.get("fingerprint") or {}).get("optimizer")
-    return dict(groups) if isinstance(groups, dict) else None
-
-
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     """``run_info.json`` of a run folder as written by :meth:`RunRecord.write_run_info`; None if absent or unreadable."""
     try:
@@ -186,10 +163,6 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return info if isinstance(info, dict) else None
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _data_record(meta: dict[str, Any]) -> DataRecord | None:
@@ -206,8 +179,4 @@ def _data_record(meta: dict[str, Any]) -> DataRecord | None:
 def _validation_record(validation: Any) -> ValidationRecord | None:
     if not validation:
         return None
-    return ValidationRecord(
-        seed=validation.get("seed"), sequences=validation.get("sequences"),
-        micro_batch_size=validation.get("micro_batch_size"), fingerprint=validation.get("fingerprint"),
-        protocol=validation.get("protocol"), interval=validation.get("interval"),
-    )
+    return ValidationRecord(**{f.name: validation.get(f.name) for f in fields(ValidationRecord)})

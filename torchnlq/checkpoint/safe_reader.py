@@ -1,15 +1,8 @@
 """Read DCP checkpoints without running code from the folder: the one way torchnlq opens them.
 
-DCP's stock reader unpickles ``.metadata`` with ``pickle.load``, and its default planner
-``torch.load``-s non-tensor items (the optimizer's ``param_groups``) with ``weights_only=False``:
-either runs whatever a planted file asks for. Here:
-
-* :class:`MetadataUnpickler` resolves only the classes DCP writes into ``.metadata``
-  (:data:`METADATA_GLOBALS`); any other global is a one-line :class:`UserError` naming it, and
-  the shards must lie inside the folder;
-* :class:`SafeLoadPlanner` loads the non-tensor items with ``weights_only=True`` (the reader
-  refuses any other planner);
-* :func:`load_dcp` puts the two together: every DCP read of torchnlq goes through it.
+DCP's stock reader unpickles ``.metadata`` and ``torch.load``-s non-tensor items with ``weights_only=False``.
+Here :class:`MetadataUnpickler` resolves only :data:`METADATA_GLOBALS` (shards must lie inside the folder) and
+:class:`SafeLoadPlanner` loads with ``weights_only=True``; every DCP read goes through :func:`load_dcp`.
 """
 
 from __future__ import annotations
@@ -40,15 +33,11 @@ METADATA_FILE = ".metadata"
 
 def _metadata_globals() -> dict[tuple[str, str], Any]:
     """(module, name) -> object for everything a DCP ``.metadata`` pickle refers to by name."""
-    allowed: dict[tuple[str, str], Any] = {}
-    md = "torch.distributed.checkpoint.metadata"
-    for cls in (
-        dcp_metadata.Metadata, dcp_metadata.StorageMeta, dcp_metadata.MetadataIndex,
-        dcp_metadata.TensorStorageMetadata, dcp_metadata.BytesStorageMetadata,
-        dcp_metadata.ChunkStorageMetadata, dcp_metadata.TensorProperties,
-        dcp_metadata._MEM_FORMAT_ENCODING,
-    ):
-        allowed[(md, cls.__name__)] = cls
+    allowed: dict[tuple[str, str], Any] = {
+        ("torch.distributed.checkpoint.metadata", name): getattr(dcp_metadata, name)
+        for name in ("Metadata", "StorageMeta", "MetadataIndex", "TensorStorageMetadata", "BytesStorageMetadata",
+                     "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING")
+    }
     allowed[("torch.distributed.checkpoint.filesystem", "_StorageInfo")] = dcp_filesystem._StorageInfo
     allowed[("torch", "Size")] = torch.Size
     # dtypes pickle by name (torch.float32); layouts through torch.serialization._get_layout("torch.strided").
@@ -134,16 +123,10 @@ def read_safe_metadata(folder: str | Path, file: str | Path | None = None) -> dc
     return metadata
 
 
-def _refused_global(error: BaseException) -> str | None:
+def refused_global(error: BaseException) -> str | None:
     """The global a weights-only ``torch.load`` refused, read from its message (None: another failure)."""
     m = re.search(r"GLOBAL ([\w.]+)", str(error))
     return m.group(1) if m else None
-
-
-def _weights_only_reason(error: BaseException) -> str:
-    """The line of a weights-only failure that says what failed (torch puts advice first)."""
-    m = re.search(r"WeightsUnpickler error: ([^\n]+)", str(error))
-    return m.group(1).strip() if m else first_line(error)
 
 
 class SafeLoadPlanner(DefaultLoadPlanner):
@@ -181,19 +164,12 @@ class SafeFileSystemReader(FileSystemReader):
         try:
             return super().read_data(plan, planner)
         except pickle.UnpicklingError as e:  # what a weights-only torch.load raises for a foreign pickle
-            refused = _refused_global(e)
+            refused = refused_global(e)
             if refused is None:
-                raise DCPReadError(f"shard {self._reading} is unreadable ({_weights_only_reason(e)})") from None
+                m = re.search(r"WeightsUnpickler error: ([^\n]+)", str(e))  # what failed (torch puts advice first)
+                reason = m.group(1).strip() if m else first_line(e)
+                raise DCPReadError(f"shard {self._reading} is unreadable ({reason})") from None
             _refuse(self.path, f"its shard {self._reading} holds {refused}")
-
-
-def _first_failure(e: CheckpointException) -> BaseException:
-    """The underlying exception of DCP's multi-rank report (a UserError first, if any rank raised one)."""
-    errors = [exc for exc, _trace in e.failures.values()]
-    for exc in errors:
-        if isinstance(exc, UserError):
-            return exc
-    return errors[0] if errors else e
 
 
 def damaged_shards(folder: str | Path) -> list[str]:
@@ -222,7 +198,8 @@ def load_dcp(state: dict[str, Any], folder: str | Path) -> None:
         try:
             dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner())
         except CheckpointException as e:  # a BaseException: DCP's report of every rank's failure
-            cause = _first_failure(e)
+            errors = [exc for exc, _trace in e.failures.values()]  # every rank's; a UserError first, if any
+            cause = next((exc for exc in errors if isinstance(exc, UserError)), errors[0] if errors else e)
             if isinstance(cause, UserError):
                 raise UserError(str(cause)) from None
             damaged = damaged_shards(folder)  # name the bad file when the sizes tell which

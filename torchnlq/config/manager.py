@@ -173,7 +173,7 @@ def _suggest(name: str, choices: list[str]) -> str:
     return f"; did you mean '{match}'?" if match else f" (known: {', '.join(sorted(choices))})"
 
 
-def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field, str]:
+def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field]:
     """Find the section object and field for ``a.b.c``; unknown parts are errors."""
     if dotted.startswith("model.query.") and dotted.split(".", 2)[2] in REMOVED_QUERY_FIELDS:
         raise ConfigError(f"{dotted} was removed: {REMOVED_QUERY_FIELDS[dotted.split('.', 2)[2]]}; delete it")
@@ -187,15 +187,17 @@ def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field, str]:
         if part not in fields:
             kind = "section" if depth == 0 else "key"
             raise ConfigError(f"unknown {kind} '{'.'.join(parts[: depth + 1])}' in {where}{_suggest(part, list(fields))}")
-        f = fields[part]
         if depth == len(parts) - 1:
-            if dataclasses.is_dataclass(getattr(obj, part)):
-                raise ConfigError(f"'{dotted}' is a section, not a key; set one of its keys, e.g. --{dotted}.{next(iter(_fields(getattr(obj, part))))}")
-            return obj, f, dotted
+            break
         obj = getattr(obj, part)
         if not dataclasses.is_dataclass(obj):
             raise ConfigError(f"'{'.'.join(parts[: depth + 1])}' is a key, not a section")
-    raise AssertionError("unreachable")
+    value = getattr(obj, parts[-1])
+    if dataclasses.is_dataclass(value):
+        raise ConfigError(
+            f"'{dotted}' is a section, not a key; set one of its keys, e.g. --{dotted}.{next(iter(_fields(value)))}"
+        )
+    return obj, fields[parts[-1]]
 
 
 def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", prefix: str = "") -> None:
@@ -218,7 +220,7 @@ def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", 
                     )
                 raise ConfigError(f"{source}: key '{key}' is outside any section; put it under a [section] header")
             try:
-                obj, f, _ = _resolve(cfg, dotted)
+                obj, f = _resolve(cfg, dotted)
             except ConfigError as e:
                 raise ConfigError(f"{source}: {e}") from None
             item = entry_type(obj, f.name)
@@ -255,7 +257,7 @@ def _resolve_section(cfg: JobConfig, dotted: str, source: str) -> None:
 
 def set_from_string(cfg: JobConfig, dotted: str, raw: str | None) -> None:
     """Apply one command-line override; ``raw`` is None for a bare flag."""
-    obj, f, _ = _resolve(cfg, dotted)
+    obj, f = _resolve(cfg, dotted)
     if entry_type(obj, f.name) is not None:
         raise ConfigError(f"--{dotted} is a list of tables: write it in a TOML config as [[{dotted}]] entries")
     typ = _field_type(obj, f.name)

@@ -6,6 +6,7 @@ Registry-backed names are passed in by the caller: this module sits below the mo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -137,17 +138,11 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
             allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
         default = "unset" if value is None else f"`{_toml_value(value)}`"
         out.append(_row(f"`{key}`", default, "; ".join(allowed), meta.get("doc", "")))
-        item = entry_type(_section_of(cfg, head), key)
+        item = entry_type(functools.reduce(getattr, head.split("."), cfg), key)
         if item is not None:  # the keys of one [[head.key]] entry, as a table of their own
             section = None
             out.append(markdown_reference_entry(item(), f"{head}.{key}", registries))
     return "\n".join(out).lstrip() + "\n"
-
-
-def _section_of(cfg: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
 
 
 def markdown_reference_entry(entry: Any, array: str, registries: Choices | None) -> str:

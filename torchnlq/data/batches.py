@@ -37,11 +37,7 @@ def _prepare_hint(folder: Path, tokenizer: str) -> str:
 
 
 def open_token_files(cfg: Data, seq_len: int) -> tuple[TokenFile, TokenFile, dict[str, Any]]:
-    """Open ``cfg.path``'s train.bin and val.bin and check them against the config (UserError if they do not fit).
-
-    With ``cfg.synthetic`` the offline corpus is generated first unless the folder already holds it
-    (a folder of anyone else's files is refused, never written: :func:`ensure_synthetic_corpus`).
-    """
+    """Open ``cfg.path``'s train.bin and val.bin and check them against the config (UserError if they do not fit)."""
     folder = Path(cfg.path).expanduser()
     if folder.exists() and not folder.is_dir():
         raise UserError(
@@ -113,10 +109,7 @@ def check_same_tokenizer_file(cfg: Data, meta: dict[str, Any]) -> None:
 
 
 def _check_token_ids(tokens: TokenFile, meta: dict[str, Any]) -> None:
-    """Token ids must be below the tokenizer's vocabulary: else training reads garbage or dies in the embedding.
-
-    Checks meta.json's recorded largest id and a sample of the file (replaced or damaged since).
-    """
+    """Token ids (meta.json's largest, and a sample of the file) must be below the tokenizer's vocabulary."""
     vocab = meta["vocab_size"]
     split = tokens.path.stem
     recorded = (meta.get("max_token_id") or {}).get(split)
@@ -128,8 +121,15 @@ def _check_token_ids(tokens: TokenFile, meta: dict[str, Any]) -> None:
         )
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
 def _fingerprint(t: torch.Tensor) -> str:
     return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+def _read_micro_batches(tokens: TokenFile, offsets: torch.Tensor, micro: int, seq_len: int) -> list[Batch]:
+    return [read_batch(tokens, offsets[i : i + micro], seq_len) for i in range(0, len(offsets), micro)]
 
 
 class BatchSchedule:
@@ -177,17 +177,12 @@ class BatchSchedule:
             self._fingerprint = _fingerprint(self.offsets)
         return self._fingerprint
 
-    def __repr__(self) -> str:
-        return f"BatchSchedule(steps={self.steps}, global_batch={self.global_batch}, seed={self.seed}, seq_len={self.seq_len})"
-
 
 def build_batch_schedule(train: TokenFile, training: Training, data: Data, world_size: int = 1) -> BatchSchedule:
     """The schedule for a run: global batch = micro_batch_size x grad_accum_steps x world_size."""
     global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
     return BatchSchedule(len(train), training.seq_len, training.steps, global_batch, data.seed)
 
-
-Batch = tuple[torch.Tensor, torch.Tensor]
 
 # The paper's evaluation tables have 600000 // 1000 rows (Generate_Indices.ipynb). Fixed: the
 # row count is part of the draw (the validation table follows the train one from one generator).
@@ -197,11 +192,7 @@ PAPER_EVALUATION_ROWS = 600
 class ValidationSet:
     """A fixed set of validation windows drawn once from ``seed``, identical for every model and evaluation."""
 
-    protocol = "fixed"
-
     def __init__(self, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int):
-        if len(val) < seq_len + 1:
-            raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
         self.val, self.seq_len, self.micro_batch_size, self.seed = val, seq_len, micro_batch_size, seed
         g = torch.Generator().manual_seed(seed)
         self.offsets = torch.randint(len(val) - seq_len, (sequences,), generator=g)
@@ -212,8 +203,7 @@ class ValidationSet:
         return -(-len(self.offsets) // self.micro_batch_size)
 
     def __iter__(self) -> Iterator[Batch]:
-        for i in range(0, len(self.offsets), self.micro_batch_size):
-            yield read_batch(self.val, self.offsets[i : i + self.micro_batch_size], self.seq_len)
+        return iter(_read_micro_batches(self.val, self.offsets, self.micro_batch_size, self.seq_len))
 
     def batches_at(self, step: int) -> list[Batch]:
         """The micro-batches to evaluate after ``step``: always the same ones (read once, kept in memory)."""
@@ -225,9 +215,6 @@ class ValidationSet:
         """Short sha256 of the validation offsets."""
         return _fingerprint(self.offsets)
 
-    def __repr__(self) -> str:
-        return f"ValidationSet({len(self.offsets)} sequences x {self.seq_len}, {len(self)} micro-batches, seed={self.seed})"
-
 
 class PaperValidationRows:
     """The paper's validation protocol: after step s, row s // interval of a seeded table.
@@ -235,17 +222,12 @@ class PaperValidationRows:
     The paper's notebook draws two ``rows x sequences`` tables from one generator, the train
     split's first (its ``eval_train`` rows), then the validation split's. Both are evaluated on the
     same row; the train table's bound (``train_tokens``) decides how far it advances the generator.
-    ``train`` (the train split's file) is needed only to read the eval_train rows (:meth:`train_batches_at`).
     """
-
-    protocol = "paper"
 
     def __init__(
         self, train_tokens: int, val: TokenFile, seq_len: int, sequences: int, micro_batch_size: int, seed: int,
         interval: int, rows: int = PAPER_EVALUATION_ROWS, train: TokenFile | None = None,
     ):
-        if len(val) < seq_len + 1:
-            raise UserError(f"{val.path} has {len(val):,} tokens, fewer than one sequence of seq_len+1={seq_len + 1}")
         self.val, self.train, self.seq_len, self.micro_batch_size = val, train, seq_len, micro_batch_size
         self.seed, self.interval, self.rows = seed, interval, rows
         g = torch.Generator().manual_seed(seed)
@@ -265,19 +247,14 @@ class PaperValidationRows:
 
     def batches_at(self, step: int) -> list[Batch]:
         """The micro-batches of the row evaluated after ``step`` (read from the token file each time)."""
-        return self._read(self.val, self.offsets[self.row_at(step)])
+        return _read_micro_batches(self.val, self.offsets[self.row_at(step)], self.micro_batch_size, self.seq_len)
 
     def train_batches_at(self, step: int) -> list[Batch]:
         """The same row of the eval_train table, read from the train split: the paper's train-loss estimate."""
         if self.train is None:
             raise ValueError("PaperValidationRows was built without the train split's file")
-        return self._read(self.train, self.train_offsets[self.row_at(step)])
-
-    def _read(self, tokens: TokenFile, offsets: torch.Tensor) -> list[Batch]:
-        return [
-            read_batch(tokens, offsets[i : i + self.micro_batch_size], self.seq_len)
-            for i in range(0, len(offsets), self.micro_batch_size)
-        ]
+        return _read_micro_batches(self.train, self.train_offsets[self.row_at(step)], self.micro_batch_size,
+                                   self.seq_len)
 
     def __len__(self) -> int:
         """Micro-batches per evaluation."""
@@ -287,12 +264,6 @@ class PaperValidationRows:
         """Short sha256 of the whole validation table (every row a run may evaluate)."""
         return _fingerprint(self.offsets)
 
-    def __repr__(self) -> str:
-        return (
-            f"PaperValidationRows({self.rows} rows x {self.offsets.shape[1]} sequences x {self.seq_len}, "
-            f"a row every {self.interval} steps, seed={self.seed})"
-        )
-
 
 def build_validation_set(
     val: TokenFile, cfg: Validation, seq_len: int, default_micro_batch_size: int, train: TokenFile | None = None,
@@ -300,7 +271,5 @@ def build_validation_set(
     """The run's validation batches; ``cfg.protocol = "paper"`` needs ``train`` (the split of its eval_train rows)."""
     micro = cfg.micro_batch_size or default_micro_batch_size
     if cfg.protocol == "paper":
-        if train is None:
-            raise ValueError("validation.protocol = 'paper' needs the train split")
         return PaperValidationRows(len(train), val, seq_len, cfg.sequences, micro, cfg.seed, cfg.interval, train=train)
     return ValidationSet(val, seq_len, cfg.sequences, micro, cfg.seed)

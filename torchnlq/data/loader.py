@@ -11,15 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from torchnlq.config.job_config import Data, Training, Validation
-from torchnlq.data.batches import (
-    Batch,
-    BatchSchedule,
-    PaperValidationRows,
-    ValidationSet,
-    build_batch_schedule,
-    build_validation_set,
-    open_token_files,
-)
+from torchnlq.data.batches import (Batch, BatchSchedule, PaperValidationRows, ValidationSet, build_batch_schedule,
+                                   build_validation_set, open_token_files)
 from torchnlq.data.token_file import TokenFile, read_batch
 
 
@@ -98,11 +91,7 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
     val_set = build_validation_set(val, validation, training.seq_len, training.micro_batch_size, train)
     content = f"{train.content_fingerprint()}-{val.content_fingerprint()}"
-    return RunData(loader, val_set, meta, content, content_sha256(meta))
-
-
-def content_sha256(meta: dict) -> str | None:
-    """The recorded sha256 of both token files, short (None for a folder prepared before meta.json had them)."""
-    files = meta.get("files") or {}
-    digests = [files.get(split, {}).get("sha256") for split in ("train", "val")]
-    return "-".join(d[:16] for d in digests) if all(isinstance(d, str) for d in digests) else None
+    # The recorded sha256 of both token files, short (None for a folder prepared before meta.json had them).
+    digests = [(meta.get("files") or {}).get(split, {}).get("sha256") for split in ("train", "val")]
+    sha256 = "-".join(d[:16] for d in digests) if all(isinstance(d, str) for d in digests) else None
+    return RunData(loader, val_set, meta, content, sha256)

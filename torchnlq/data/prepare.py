@@ -1,15 +1,14 @@
 """Hugging Face datasets or local files -> uint16 (uint32 above 65,536 ids) token files + meta.json (docs/data.md).
 
-The paper's recipe (nanoGPT's openwebtext/prepare.py): split 0.0005 of the documents off
-as validation (seed 2357) unless the dataset has a validation split, encode each document
-ordinarily and append the eot id. Also: the report of a prepare (:func:`format_report`) and
-the adoption of a nanoGPT data folder (:func:`adopt_folder`).
+The paper's recipe (nanoGPT's openwebtext/prepare.py): split 0.0005 of the documents off as validation
+(seed 2357) unless the dataset has a validation split, encode each document ordinarily and append the eot id.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import shutil
@@ -21,14 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 from torchnlq.data import token_format as fmt
-from torchnlq.data.tokenizer import (
-    BASE_VOCAB_SIZE,
-    GPT2_EOT_ID,
-    GPT2_TIKTOKEN_SHA256,
-    ByteTokenizer,
-    Tokenizer,
-    build_tokenizer,
-)
+from torchnlq.data.tokenizer import (BASE_VOCAB_SIZE, GPT2_EOT_ID, GPT2_TIKTOKEN_SHA256, ByteTokenizer, Tokenizer,
+                                     build_tokenizer)
 from torchnlq.errors import UserError
 from torchnlq.paths import protected_folders
 
@@ -43,11 +36,6 @@ TOKEN_FILES = (fmt.META_NAME, *(fmt.split_file("", s).name for s in fmt.SPLITS))
 CACHE_NAME = "hf_cache"
 
 
-def _is_ours(name: str) -> bool:
-    """The default cache folder, or a temporary file of an interrupted prepare (``.train.bin.tmp-<pid>``)."""
-    return name == CACHE_NAME or any(name.startswith(f".{f}.tmp-") for f in TOKEN_FILES)
-
-
 def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     """Refuse an output folder prepare could spoil; return it (user-expanded).
 
@@ -59,11 +47,13 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     if path.resolve() in protected_folders():
         raise UserError(f"--out '{out}' is the current directory, the home folder or a parent of one; {fix}")
     if not path.exists():
-        _check_creatable("--out", out, path)
+        _first_missing("--out", out, path)
         return path
     if not path.is_dir():
         raise UserError(f"--out '{out}' exists and is not a folder; {fix}")
-    names = sorted(p.name for p in path.iterdir() if not _is_ours(p.name))
+    # Ours: the default cache folder, and the temporary files of an interrupted prepare (``.train.bin.tmp-<pid>``).
+    names = sorted(p.name for p in path.iterdir()
+                   if p.name != CACHE_NAME and not any(p.name.startswith(f".{f}.tmp-") for f in TOKEN_FILES))
     if not names:
         return path
     if not overwrite:
@@ -79,21 +69,15 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
-def _check_creatable(option: str, given: str | Path, path: Path) -> None:
-    """A UserError when a folder cannot be created at ``path`` because one of its parents is a file."""
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UserError(f"{option} '{given}' cannot be created: '{parent}' is a file, not a folder; "
-                                "choose a path inside a folder")
-            return
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The outermost folder on the way to ``path`` that does not exist yet (what creating ``path`` adds), or None."""
+def _first_missing(option: str, given: str | Path, path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` that does not exist yet (what creating ``path`` adds), or None;
+    a UserError when the folder cannot be created because one of its parents is a file."""
     missing = None
     for p in (path, *path.parents):
         if p.exists():
+            if missing is not None and not p.is_dir():
+                raise UserError(f"{option} '{given}' cannot be created: '{p}' is a file, not a folder; "
+                                "choose a path inside a folder")
             return missing
         missing = p
     return missing
@@ -112,10 +96,19 @@ def check_options(
         cache = Path(cache_dir).expanduser()
         if cache.exists() and not cache.is_dir():
             raise UserError(f"--cache-dir '{cache_dir}' exists and is not a folder; choose a folder for the cache")
-        _check_creatable("--cache-dir", cache_dir, cache)
+        _first_missing("--cache-dir", cache_dir, cache)
     if not files:
         return None
-    paths = _input_paths(files)
+    paths = [Path(f).expanduser().resolve() for f in files]
+    folders = [str(p) for p in paths if p.is_dir()]
+    if folders:
+        raise UserError(f"--files names a folder: {', '.join(folders)}; pass the files inside it (e.g. DIR/*.txt)")
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise UserError(f"input file(s) not found: {', '.join(missing)}; check the --files paths")
+    twice = sorted({str(p) for p in paths if paths.count(p) > 1})
+    if twice:
+        raise UserError(f"input file(s) given more than once: {', '.join(twice)}; name each file once")
     is_json = [p.suffix.lower() in JSON_SUFFIXES for p in paths]
     if any(is_json) and not all(is_json):
         raise UserError("--files mixes JSON/JSONL and plain text files; prepare them in separate runs")
@@ -155,36 +148,15 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:300]}"
 
 
-def _input_paths(files: Sequence[str]) -> list[Path]:
-    """The resolved input files; a missing one or one named twice is a UserError (checked before ``out`` exists)."""
-    paths = [Path(f).expanduser().resolve() for f in files]
-    folders = [str(p) for p in paths if p.is_dir()]
-    if folders:
-        raise UserError(f"--files names a folder: {', '.join(folders)}; pass the files inside it (e.g. DIR/*.txt)")
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise UserError(f"input file(s) not found: {', '.join(missing)}; check the --files paths")
-    twice = sorted({str(p) for p in paths if paths.count(p) > 1})
-    if twice:
-        raise UserError(f"input file(s) given more than once: {', '.join(twice)}; name each file once")
-    return paths
-
-
 def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
     """Paragraphs of a text: runs of lines separated by blank lines, each without its final line break.
 
     Whitespace-only lines count as blank (WikiText separates paragraphs with ``" \\n"``);
     whitespace inside a paragraph is kept, as GPT-2 tokenizes it.
     """
-    block: list[str] = []
-    for line in lines:
-        if line.strip():
-            block.append(line)
-        elif block:
+    for is_text, block in itertools.groupby(lines, key=lambda line: bool(line.strip())):
+        if is_text:
             yield "".join(block).removesuffix("\n")
-            block = []
-    if block:
-        yield "".join(block).removesuffix("\n")
 
 
 def _text_documents(files: list[tuple[str, int, int, int]], text_split: str) -> Iterator[dict[str, Any]]:
@@ -209,10 +181,7 @@ def _load_text_files(paths: Sequence[Path], text_split: str, cache_dir: Path, nu
     """Local text files as one Dataset of (text, file index), read by :func:`_text_documents`."""
     import datasets
 
-    files = []
-    for i, p in enumerate(paths):
-        st = p.stat()
-        files.append((str(p), i, st.st_size, st.st_mtime_ns))
+    files = [(str(p), i, p.stat().st_size, p.stat().st_mtime_ns) for i, p in enumerate(paths)]
     # An explicit cache key: hashing the generator would not see a file's contents change.
     key = hashlib.sha256(repr((TEXT_READER_VERSION, text_split, files)).encode()).hexdigest()[:32]
     features = datasets.Features({"text": datasets.Value("string"), FILE_COLUMN: datasets.Value("int32")})
@@ -263,10 +232,8 @@ def _load_files(
 
     kind = "json" if all(p.suffix.lower() in JSON_SUFFIXES for p in paths) else "text"
     try:
-        if kind == "text":
-            ds = _load_text_files(paths, text_split, cache_dir, num_proc)
-        else:
-            ds = _load_json_files(paths, text_field, cache_dir, num_proc)
+        ds = (_load_text_files(paths, text_split, cache_dir, num_proc) if kind == "text"
+              else _load_json_files(paths, text_field, cache_dir, num_proc))
     except UserError:
         raise
     except Exception as e:  # datasets/pyarrow raise many types for unreadable input
@@ -320,8 +287,6 @@ def _split_train_val(dd: Any, val_fraction: float, seed: int) -> tuple[dict[str,
             f"the input has {len(train)} document(s); at least 2 are needed to split off a validation set "
             "(pass more files, or --text-split paragraph|line to cut a text file into documents)"
         )
-    if not 0.0 < val_fraction < 1.0:
-        raise UserError(f"--val-fraction {val_fraction} must lie strictly between 0 and 1")
     if math.ceil(val_fraction * len(train)) >= len(train):
         raise UserError(
             f"--val-fraction {val_fraction} of {len(train)} documents leaves no training document; lower it "
@@ -333,20 +298,10 @@ def _split_train_val(dd: Any, val_fraction: float, seed: int) -> tuple[dict[str,
     return {"train": parts["train"], "val": parts["test"]}, split
 
 
-def _count_tokens(ds: Any) -> int:
-    lens = ds.select_columns(["len"]).with_format("arrow")
-    return int(sum(np.asarray(b.column("len")).sum() for b in lens.iter(batch_size=1 << 16)))
-
-
-def _count_per_file(ds: Any, n_files: int) -> tuple[np.ndarray, np.ndarray]:
-    """(documents, tokens) of each input file in a tokenized split, as int64 arrays indexed by file."""
-    docs, toks = np.zeros(n_files, dtype=np.int64), np.zeros(n_files, dtype=np.int64)
-    for batch in ds.select_columns([FILE_COLUMN, "len"]).with_format("arrow").iter(batch_size=1 << 16):
-        index = np.asarray(batch.column(FILE_COLUMN))
-        docs += np.bincount(index, minlength=n_files)
-        # float64 weights: exact per batch (at most 65,536 documents, far below 2**53 tokens).
-        toks += np.rint(np.bincount(index, weights=np.asarray(batch.column("len")), minlength=n_files)).astype(np.int64)
-    return docs, toks
+def _column_batches(ds: Any, column: str) -> Iterator[np.ndarray]:
+    """One column of a tokenized split, 65,536 documents at a time (a corpus of billions never held whole)."""
+    for batch in ds.select_columns([column]).with_format("arrow").iter(batch_size=1 << 16):
+        yield np.asarray(batch.column(column))
 
 
 def _token_chunks(ds: Any, bar: tqdm) -> Iterator[np.ndarray]:
@@ -379,10 +334,8 @@ def prepare_dataset(
 ) -> dict[str, Any]:
     """Tokenize a dataset into ``out``/train.bin, val.bin, meta.json; returns the meta dict.
 
-    ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``; ``cache_dir`` (default
-    ``out``/hf_cache) holds datasets' caches. ``tokenizer="hf"`` reads ``tokenizer_file`` (a
-    tokenizer.json) with end-of-text ``eot_token``. A failure removes the folders this call created,
-    except a hub download, kept for the next try.
+    ``files`` (local .txt or .json/.jsonl) replace the hub ``dataset``. A failure removes the folders this
+    call created, except a hub download, kept for the next try.
     """
     if tokenizer != "hf" and (tokenizer_file is not None or eot_token is not None):
         flag = "--tokenizer-file" if tokenizer_file is not None else "--eot-token"
@@ -400,7 +353,7 @@ def prepare_dataset(
     if num_proc is not None and num_proc <= 1:
         num_proc = None  # datasets' single-process path; no worker pool to start
 
-    created = {p for p in (_first_missing(out), _first_missing(cache)) if p is not None}
+    created = {p for p in (_first_missing("--out", out, out), _first_missing("--cache-dir", cache, cache)) if p}
     out.mkdir(parents=True, exist_ok=True)
     loaded: list[Any] = []
     try:
@@ -441,15 +394,12 @@ def _tokenize_into(
     dtype = fmt.dtype_for_vocab(tok.vocab_size)  # uint16 while every id fits (half the bytes), else uint32
     columns = {"ids": datasets.List(datasets.Value(dtype)), "len": datasets.Value("int64")}
     # Documents of local files keep the index of their file, for the per-file counts below.
-    per_file = FILE_COLUMN in dd["train"].column_names
-    if per_file:
+    per_file = None
+    if FILE_COLUMN in dd["train"].column_names:
         columns[FILE_COLUMN] = datasets.Value("int32")
+        per_file = [{"file": name, "documents": {}, "tokens": {}} for name in source["files"]]
     features = datasets.Features(columns)
-    tokens: dict[str, int] = {}
-    documents: dict[str, int] = {}
-    largest: dict[str, int] = {}
-    temps: dict[str, Path] = {}
-    counts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    tokens, documents, largest, temps = {}, {}, {}, {}
     try:
         for split, ds in splits.items():
             tokenized = ds.map(
@@ -462,19 +412,20 @@ def _tokenize_into(
                 num_proc=num_proc if num_proc and len(ds) >= num_proc else None,
                 desc=f"tokenizing {split}",
             )
-            total = _count_tokens(tokenized)
+            tokens[split] = int(sum(lens.sum() for lens in _column_batches(tokenized, "len")))
+            documents[split] = len(tokenized)
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
-            with tqdm(total=total, unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
-                largest[split] = fmt.write_tokens(temps[split], total, _token_chunks(tokenized, bar), dtype)
-            tokens[split], documents[split] = total, len(tokenized)
-            if per_file:
-                counts[split] = _count_per_file(tokenized, len(source["files"]))
-        if per_file:
-            source["per_file"] = [
-                {"file": name, "documents": {s: int(c[0][i]) for s, c in counts.items()},
-                 "tokens": {s: int(c[1][i]) for s, c in counts.items()}}
-                for i, name in enumerate(source["files"])
-            ]
+            with tqdm(total=tokens[split], unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
+                largest[split] = fmt.write_tokens(temps[split], tokens[split], _token_chunks(tokenized, bar), dtype)
+            if per_file is not None:
+                docs, toks = np.zeros(len(per_file)), np.zeros(len(per_file))  # float64: exact below 2**53
+                for index, lens in zip(_column_batches(tokenized, FILE_COLUMN), _column_batches(tokenized, "len")):
+                    docs += np.bincount(index, minlength=len(per_file))
+                    toks += np.bincount(index, weights=lens, minlength=len(per_file))
+                for entry, d, t in zip(per_file, docs, toks):
+                    entry["documents"][split], entry["tokens"][split] = int(d), int(t)
+        if per_file is not None:
+            source["per_file"] = per_file
         meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest, dtype=dtype)
         fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind
@@ -557,15 +508,13 @@ def scan_tokens(path: Path, eot_id: int) -> tuple[int, int, int]:
             largest = max(largest, int(chunk.max()))
             eots += int(np.count_nonzero(chunk == eot_id))
             bar.update(len(chunk))
-    del tokens
     return n, largest, eots
 
 
 def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Make a nanoGPT data folder (``train.bin``, ``val.bin``: uint16 ids) a torchnlq token folder.
 
-    Checks the files' sizes and that every id is below ``tokenizer``'s vocabulary, then writes
-    only ``meta.json`` beside them. Returns (meta, notes): the notes say what could not be checked.
+    Writes only ``meta.json`` beside them. Returns (meta, notes): the notes say what could not be checked.
     """
     path = Path(folder).expanduser()
     given = f"--adopt '{folder}'"
@@ -614,15 +563,14 @@ def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = 
         notes.append(f"{NANOGPT_META} ignored: never unpickled (loading a pickle runs code). nanoGPT writes one for "
                      f"its character-level data, whose ids are its own characters, not {tokenizer} ids: such a "
                      "folder must be prepared again from its text")
-    if not all(documents.values()):
-        empty = [s for s, d in documents.items() if not d]
+    empty = [s for s, d in documents.items() if not d]
+    if empty:
         notes.append(f"no eot id ({eot}) in {', '.join(f'{s}.bin' for s in empty)}: documents are not separated "
                      f"there, or the ids are not {tokenizer} ids")
     meta = fmt.make_meta(info, tokens, documents, source, max_token_id=largest)
     try:
         fmt.commit(path, {}, meta)
-    except OSError as e:
-        fmt.remove_temps([fmt.temp_name(meta_path)])
+    except OSError as e:  # commit removed its temporary meta.json
         raise UserError(f"could not write {meta_path} ({type(e).__name__}: {e}); adopt a folder you can write to") from e
     return meta, notes
 

@@ -1,8 +1,6 @@
 """The offline corpus for the debug run, generated from a seed by this code.
 
-Byte-tokenized stories from a small grammar, with structure at several ranges (spelling,
-sentence templates, fixed per-seed facts, a recurring protagonist, small sums), so a tiny
-model's loss falls well below the unigram entropy within ~100 steps.
+Byte-tokenized stories from a small grammar with structure at several ranges (docs/data.md).
 """
 
 from __future__ import annotations
@@ -69,8 +67,8 @@ class _Grammar:
         return " ".join(self.sentence(hero, friend) for _ in range(n)).encode("ascii")
 
 
-def _split_tokens(grammar: _Grammar, target_bytes: int, eot_id: int) -> tuple[np.ndarray, int]:
-    """Stories until ``target_bytes`` text bytes; returns (tokens, number of documents)."""
+def _split_tokens(grammar: _Grammar, target_bytes: int) -> np.ndarray:
+    """Stories until ``target_bytes`` text bytes, as byte tokens each followed by the eot id."""
     docs: list[bytes] = []
     size = 0
     while size < target_bytes:
@@ -78,21 +76,14 @@ def _split_tokens(grammar: _Grammar, target_bytes: int, eot_id: int) -> tuple[np
         size += len(docs[-1])
     # 0xFF never occurs in ASCII text, so it can stand for the eot id while joining bytes.
     raw = np.frombuffer(b"\xff".join(docs) + b"\xff", dtype=np.uint8).astype(fmt.DTYPE)
-    raw[raw == 0xFF] = eot_id
-    return raw, len(docs)
+    raw[raw == 0xFF] = ByteTokenizer.eot_id
+    return raw
 
 
-def _generate(seed: int, train_bytes: int, val_bytes: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    grammar = _Grammar(seed)
-    splits, docs = {}, {}
-    for split, size in (("train", train_bytes), ("val", val_bytes)):  # val drawn after train
-        splits[split], docs[split] = _split_tokens(grammar, size, ByteTokenizer.eot_id)
-    return splits, docs
-
-
-def generate_synthetic_tokens(seed: int = 0, train_bytes: int = TRAIN_BYTES, val_bytes: int = VAL_BYTES) -> dict[str, np.ndarray]:
+def generate_synthetic_tokens(seed: int = 0) -> dict[str, np.ndarray]:
     """The corpus in memory: {'train', 'val'} uint16 byte-token arrays, a pure function of the seed."""
-    return _generate(seed, train_bytes, val_bytes)[0]
+    grammar = _Grammar(seed)
+    return {split: _split_tokens(grammar, size) for split, size in (("train", TRAIN_BYTES), ("val", VAL_BYTES))}
 
 
 def unigram_entropy(tokens: TokenFile | np.ndarray | str | Path) -> float:
@@ -100,38 +91,30 @@ def unigram_entropy(tokens: TokenFile | np.ndarray | str | Path) -> float:
     arr = tokens.tokens if isinstance(tokens, TokenFile) else tokens
     if isinstance(arr, (str, Path)):
         arr = TokenFile(arr).tokens
-    counts = np.zeros(1, dtype=np.int64)
+    counts = np.zeros(0, dtype=np.int64)
     chunk = 1 << 24  # bincount widens to int64: count in chunks so large files fit in memory
     for i in range(0, len(arr), chunk):
-        c = np.bincount(np.asarray(arr[i : i + chunk]))
-        if len(c) > len(counts):
-            counts = np.pad(counts, (0, len(c) - len(counts)))
-        counts[: len(c)] += c
+        c = np.bincount(np.asarray(arr[i : i + chunk]), minlength=len(counts))
+        c[: len(counts)] += counts
+        counts = c
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
-
-
-def _synthetic_source(folder: Path) -> dict | None:
-    """The meta.json ``source`` of a synthetic corpus torchnlq wrote in ``folder``; None for anything else."""
-    try:
-        source = json.loads((folder / fmt.META_NAME).read_text(encoding="utf-8")).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return source if isinstance(source, dict) and source.get("kind") == "synthetic" else None
 
 
 def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
     """Write the synthetic corpus into ``path`` unless already there (atomic).
 
-    It is written only where torchnlq owns the folder: a new or empty one, or one holding a synthetic
-    corpus torchnlq wrote (its meta.json says so). A folder with anything else in it (another tool's
-    train.bin, val.bin or meta.json, any file) is the user's data and is refused, never overwritten.
+    Only into a new or empty folder, or one holding a synthetic corpus torchnlq wrote (its meta.json says so):
+    anything else there (another tool's token files, any file) is the user's data, refused, never overwritten.
     """
     folder = Path(path).expanduser()
     held = sorted(p.name for p in folder.iterdir() if ".tmp-" not in p.name) if folder.is_dir() else []
     if held:  # temporaries of an interrupted write (fmt.temp_name) are ours
-        source = _synthetic_source(folder)
-        if source is None:
+        try:  # the meta.json source of a synthetic corpus torchnlq wrote, else anyone's
+            source = json.loads((folder / fmt.META_NAME).read_text(encoding="utf-8")).get("source")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if not (isinstance(source, dict) and source.get("kind") == "synthetic"):
             raise UserError(
                 f"data.path '{folder}' holds files torchnlq did not write as its synthetic corpus ({', '.join(held[:3])}); "
                 "data.synthetic = true writes only into a new or empty folder: set data.synthetic = false to train "
@@ -140,8 +123,8 @@ def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
         if fmt.is_complete(folder) and source.get("seed") == seed and source.get("version") == GENERATOR_VERSION:
             return folder
     make_folder(folder)
-    splits, docs = _generate(seed, TRAIN_BYTES, VAL_BYTES)
-    tok = ByteTokenizer()
+    splits = generate_synthetic_tokens(seed)  # val drawn after train, from one generator
+    docs = {s: int(np.count_nonzero(a == ByteTokenizer.eot_id)) for s, a in splits.items()}  # one eot id per story
     source = {
         "kind": "synthetic",
         "seed": seed,
@@ -149,7 +132,8 @@ def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
         "unigram_entropy_nats": {s: round(unigram_entropy(a), 6) for s, a in splits.items()},
     }
     largest = {s: int(a.max()) for s, a in splits.items()}
-    meta = fmt.make_meta(tok.describe(), {s: len(a) for s, a in splits.items()}, docs, source, max_token_id=largest)
+    meta = fmt.make_meta(ByteTokenizer().describe(), {s: len(a) for s, a in splits.items()}, docs, source,
+                         max_token_id=largest)
     temps = {s: fmt.temp_name(fmt.split_file(folder, s)) for s in splits}
     try:
         for split, arr in splits.items():

@@ -17,9 +17,8 @@ class TokenFile:
     """A read-only token file (``train.bin`` / ``val.bin``) of ``dtype`` ids (uint16 unless meta.json records
     uint32: :func:`torchnlq.data.token_format.token_dtype`), memory-mapped for random reads.
 
-    The mapping is advised ``MADV_RANDOM``: without it every page fault on an uncached part also
-    reads the kernel's readahead window (possibly megabytes for a window of a few KiB); see
-    docs/performance.md, "Data loader alone".
+    The mapping is advised ``MADV_RANDOM``, not to read the kernel's readahead window at every page fault
+    (docs/performance.md, "Data loader alone").
     """
 
     def __init__(self, path: str | Path, dtype: np.dtype = fmt.DTYPE):
@@ -67,14 +66,10 @@ class TokenFile:
         """The largest token id in the sampled windows (-1 for an empty file)."""
         return max((int(w.max()) for w in self.sample_windows() if len(w)), default=-1)
 
-    def __repr__(self) -> str:
-        return f"TokenFile('{self.path}', {len(self):,} tokens)"
-
 
 def read_batch(tokens: TokenFile, offsets: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets (LongTensor[B, seq_len] each) of the windows at ``offsets``; ``y`` is ``x`` shifted by one."""
-    starts = offsets.numpy() if isinstance(offsets, torch.Tensor) else np.asarray(offsets)
     # One gather of all [B, T+1] windows; numpy reads only the touched pages.
-    idx = starts.astype(np.int64)[:, None] + np.arange(seq_len + 1, dtype=np.int64)
+    idx = np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(seq_len + 1, dtype=np.int64)
     windows = torch.from_numpy(tokens.tokens[idx].astype(np.int64))
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()

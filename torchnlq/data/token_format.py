@@ -1,8 +1,5 @@
-"""The on-disk token format: ``train.bin``, ``val.bin`` (raw little-endian uint16 or uint32) and ``meta.json``.
-
-The ids are uint16 when the tokenizer's vocabulary fits (GPT-2, byte: 2 bytes a token), else uint32
-(a 128k Llama 3 vocabulary); meta.json's ``"dtype"`` records which. A folder without one was written
-before uint32 existed and holds uint16 (as nanoGPT's folders do).
+"""The on-disk token format (docs/data.md): ``train.bin``, ``val.bin`` (raw little-endian uint16, or uint32 when the
+vocabulary needs it, as meta.json's ``"dtype"`` records) and ``meta.json``.
 
 Files are written under temporary names and renamed at the end; ``meta.json`` is renamed
 last and removed first, so a folder with a ``meta.json`` is always complete.
@@ -67,10 +64,7 @@ def token_dtype(meta: dict[str, Any], where: str | Path) -> np.dtype:
 
 
 def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray], dtype: np.dtype | str = DTYPE) -> int:
-    """Write ``chunks`` (concatenated, ``total`` tokens) to ``path`` as ``dtype`` through a memmap.
-
-    Returns the largest id; an id beyond ``dtype`` is an error, never wrapped around.
-    """
+    """Write ``chunks`` (``total`` tokens) to ``path`` as ``dtype``; the largest id (one beyond ``dtype``: refused)."""
     dtype = DTYPES[dtype] if isinstance(dtype, str) else np.dtype(dtype)
     if total <= 0:
         raise UserError(f"no tokens to write to {path.name}; the input has no documents for that split")
@@ -122,10 +116,10 @@ def verify_files(folder: Path, meta: dict[str, Any], full: bool = False) -> None
 
 
 def commit(folder: Path, temps: dict[str, Path], meta: dict[str, Any]) -> None:
-    """Move the temporary split files (``temps``: split -> file) into place; meta.json goes first out, last in.
+    """Move the temporary split files (``temps``: split -> file) into place; meta.json goes first out, last in,
+    recording each split's sha256, size and mtime (``files``: checked when a run opens the folder, and part
+    of its resume fingerprint).
 
-    meta.json records each split's sha256, size and mtime (``files``): a run checks them when it opens the
-    folder, and its resume fingerprint holds the hashes, so an edit anywhere in the corpus is noticed.
     The files it replaces are kept aside until the new meta.json is in place: interrupted anywhere (a
     signal, a full disk), the folder is put back as it was, never half old and half new.
     """

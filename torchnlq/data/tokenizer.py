@@ -7,16 +7,18 @@ text, never the eot id (the paper uses ``encode_ordinary`` and appends the eot i
 
 from __future__ import annotations
 
-import contextlib
+import base64
+import binascii
 import functools
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from torchnlq.errors import UserError
+from torchnlq.files import MAX_DOCUMENT_BYTES
 
 # Base (unpadded) vocabulary sizes: a model is sized without loading the tokenizer's files.
 BASE_VOCAB_SIZE = {"gpt2": 50257, "byte": 257}
@@ -87,40 +89,73 @@ class ByteTokenizer(Tokenizer):
         return "".join(parts)
 
 
-@contextlib.contextmanager
-def _tiktoken_cache_disabled() -> Iterator[None]:
-    # load_tiktoken_bpe copies even a local file into its cache, keyed by the *path*: a stale copy
-    # would be served after the file changed. An empty TIKTOKEN_CACHE_DIR turns the cache off.
-    old = os.environ.get("TIKTOKEN_CACHE_DIR")
-    os.environ["TIKTOKEN_CACHE_DIR"] = ""
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
-        else:
-            os.environ["TIKTOKEN_CACHE_DIR"] = old
+#: Bounds on a BPE someone hands over, so that a crafted one is refused in seconds instead of parsed for hours:
+#: tokens (GPT-2 has 50,257, Llama 3 128,256), bytes of one token (GPT-2's longest: 128) and the merge
+#: recovery's work, the sum over tokens of their length squared (GPT-2: 2.5 million, 0.4 s).
+MAX_BPE_TOKENS = 2**20
+MAX_TOKEN_BYTES = 512
+MAX_MERGE_WORK = 50_000_000
+
+
+def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path, fix: str = _OFFLINE_HINT) -> dict[bytes, int]:
+    """``ranks`` if they are a byte-level BPE (every byte a token, no token at GPT-2's end-of-text id, no id twice)
+    within :data:`MAX_BPE_TOKENS`, :data:`MAX_TOKEN_BYTES` and :data:`MAX_MERGE_WORK`; else a UserError ending
+    in ``fix``."""
+    if len(set(ranks.values())) != len(ranks):
+        raise UserError(f"'{where}' is corrupt (two tokens share an id); {fix}")
+    longest = max(map(len, ranks), default=0)
+    if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or sum(len(t) ** 2 for t in ranks) > MAX_MERGE_WORK:
+        raise UserError(
+            f"'{where}' is not a tokenizer torchnlq reads: {len(ranks):,} tokens, the longest {longest:,} bytes "
+            f"(at most {MAX_BPE_TOKENS:,} tokens of {MAX_TOKEN_BYTES} bytes, {MAX_MERGE_WORK:,} in sum of squared "
+            f"lengths); {fix}"
+        )
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise UserError(f"'{where}' lacks the single byte {missing[0]:#04x}: not a byte-level BPE (every byte must "
+                        f"be a token); {fix}")
+    if GPT2_EOT_ID in ranks.values():
+        raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {fix}")
+    return dict(ranks)
+
+
+def parse_ranks(text: bytes, where: str | Path, fix: str = _OFFLINE_HINT) -> dict[bytes, int]:
+    """tiktoken ``base64 rank`` lines -> {token bytes: rank}, bounded (:func:`check_bpe_bounds`); anything
+    else is a UserError naming ``where`` and ending in ``fix``."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise UserError(f"'{where}' is {len(text):,} bytes, more than a tokenizer's ranks can be; {fix}")
+    ranks: dict[bytes, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            b64, rank_text = line.split()
+            token, rank = base64.b64decode(b64, validate=True), int(rank_text)
+        except (ValueError, binascii.Error):
+            raise UserError(f"'{where}' is corrupt (line {n} is not 'base64 rank'); {fix}") from None
+        if not token or rank < 0 or token in ranks:
+            raise UserError(f"'{where}' is corrupt (line {n}: an empty, negative or repeated token); {fix}")
+        ranks[token] = rank
+    return check_bpe_bounds(ranks, where, fix)
 
 
 def _load_ranks(path: str, expected_hash: str | None) -> tuple[dict[bytes, int], str]:
-    """Read a ``.tiktoken`` ranks file; returns (ranks, sha256 of the file)."""
-    from tiktoken.load import load_tiktoken_bpe
+    """Read a ``.tiktoken`` ranks file; returns (ranks, sha256 of the file).
 
+    Parsed from the very bytes hashed: tiktoken's own loader reads the file again and copies it into a
+    cache keyed by the path, which would serve a stale copy after the file changed.
+    """
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"tiktoken file '{path}' does not exist; {_OFFLINE_HINT}")
-    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    data = p.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if expected_hash is not None and digest != expected_hash:
         raise UserError(
             f"tiktoken file '{path}' has sha256 {digest[:16]}..., not the GPT-2 (r50k_base) ranks "
             f"{expected_hash[:16]}...; {_OFFLINE_HINT}"
         )
-    try:
-        with _tiktoken_cache_disabled():
-            ranks = load_tiktoken_bpe(str(p), expected_hash=expected_hash)
-    except ValueError as e:
-        raise UserError(f"tiktoken file '{path}' is not a valid .tiktoken ranks file ({e}); {_OFFLINE_HINT}") from e
-    return ranks, digest
+    return parse_ranks(data, path), digest
 
 
 class GPT2Tokenizer(Tokenizer):
@@ -141,15 +176,12 @@ class GPT2Tokenizer(Tokenizer):
         if self.path is not None:
             ranks, self.file_sha256 = _load_ranks(self.path, expected_hash)
             try:
-                self._enc = tiktoken.Encoding(
-                    name="gpt2",
-                    pat_str=GPT2_PATTERN,
-                    mergeable_ranks=ranks,
-                    special_tokens={ENDOFTEXT: GPT2_EOT_ID},
-                    explicit_n_vocab=BASE_VOCAB_SIZE["gpt2"] if expected_hash else None,
-                )
+                self._enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                              special_tokens={ENDOFTEXT: GPT2_EOT_ID},
+                                              explicit_n_vocab=BASE_VOCAB_SIZE["gpt2"] if expected_hash else None)
             except (ValueError, AssertionError) as e:
-                raise UserError(f"tiktoken file '{self.path}' does not give the GPT-2 vocabulary ({e}); {_OFFLINE_HINT}") from e
+                raise UserError(f"tiktoken file '{self.path}' does not give the GPT-2 vocabulary ({e}); "
+                                f"{_OFFLINE_HINT}") from e
         else:
             self._enc = self._load_from_tiktoken()
         self.vocab_size = self._enc.n_vocab
@@ -178,10 +210,7 @@ class GPT2Tokenizer(Tokenizer):
 
     def describe(self) -> dict[str, Any]:
         """Name, vocabulary size, eot id and the sha256 of the ranks file used (if any)."""
-        d = super().describe()
-        if self.file_sha256 is not None:
-            d["tiktoken_sha256"] = self.file_sha256
-        return d
+        return super().describe() | ({"tiktoken_sha256": self.file_sha256} if self.file_sha256 is not None else {})
 
     # Pickle by recipe, not by the rank table (datasets' map(num_proc) and cache fingerprint pickle
     # the tokenizer); the file's sha256 in the state makes changed contents change the fingerprint.
@@ -214,10 +243,8 @@ def read_tokenizer_json(path: str | Path, what: str = "tokenizer file") -> bytes
     """The bytes of a tokenizer.json someone handed over: missing, a folder or above the size bound is one UserError."""
     p = Path(path).expanduser()
     if p.is_dir():
-        if (p / TOKENIZER_JSON).is_file():
-            hint = f"name the file itself: '{p / TOKENIZER_JSON}'"
-        else:
-            hint = _TOKENIZER_JSON_FIX
+        inside = p / TOKENIZER_JSON
+        hint = f"name the file itself: '{inside}'" if inside.is_file() else _TOKENIZER_JSON_FIX
         raise UserError(f"{what} '{path}' is a folder, not a tokenizer.json; {hint}")
     if not p.is_file():
         raise UserError(f"{what} '{path}' does not exist; {_TOKENIZER_JSON_FIX}")
@@ -236,10 +263,7 @@ def read_tokenizer_json(path: str | Path, what: str = "tokenizer file") -> bytes
 
 def _parse_tokenizer_json(data: bytes, where: str) -> Any:
     """A ``tokenizers.Tokenizer`` from the file's bytes; anything the library refuses is one UserError line."""
-    try:
-        from tokenizers import Tokenizer as RustTokenizer
-    except ImportError:  # a dependency of torchnlq, but an environment may lack it
-        raise UserError("data.tokenizer = \"hf\" needs the tokenizers library: pip install tokenizers") from None
+    from tokenizers import Tokenizer as RustTokenizer
 
     try:
         text = data.decode("utf-8")
@@ -258,32 +282,27 @@ def _parse_tokenizer_json(data: bytes, where: str) -> Any:
 
 def _choose_eot(vocab: Mapping[str, int], eot_token: str | None, where: str) -> tuple[str, int]:
     """(text, id) of end-of-text: ``eot_token`` when given, else the first of :data:`DEFAULT_EOT_TOKENS` present."""
-    if eot_token is not None:
-        if eot_token not in vocab:
-            raise UserError(
-                f"end-of-text token {eot_token!r} is not in the vocabulary of '{where}'; set data.eot_token "
-                "(prepare_data.py --eot-token) to a token of that tokenizer, e.g. the eos_token of its "
-                "tokenizer_config.json"
-            )
-        return eot_token, vocab[eot_token]
-    for candidate in DEFAULT_EOT_TOKENS:
-        if candidate in vocab:
-            return candidate, vocab[candidate]
-    raise UserError(
-        f"'{where}' has none of the end-of-text tokens {', '.join(DEFAULT_EOT_TOKENS)}; name its document separator "
-        "with data.eot_token (prepare_data.py --eot-token), e.g. the eos_token of its tokenizer_config.json"
-    )
+    if eot_token is not None and eot_token not in vocab:
+        raise UserError(
+            f"end-of-text token {eot_token!r} is not in the vocabulary of '{where}'; set data.eot_token "
+            "(prepare_data.py --eot-token) to a token of that tokenizer, e.g. the eos_token of its "
+            "tokenizer_config.json"
+        )
+    eot_token = eot_token if eot_token is not None else next((t for t in DEFAULT_EOT_TOKENS if t in vocab), None)
+    if eot_token is None:
+        raise UserError(
+            f"'{where}' has none of the end-of-text tokens {', '.join(DEFAULT_EOT_TOKENS)}; name its document "
+            "separator with data.eot_token (prepare_data.py --eot-token), e.g. the eos_token of its "
+            "tokenizer_config.json"
+        )
+    return eot_token, vocab[eot_token]
 
 
 class HFTokenizer(Tokenizer):
     """A Hugging Face ``tokenizer.json`` through the ``tokenizers`` library: ids identical to its own encode.
 
-    Ordinary encoding: no template tokens are added (``add_special_tokens=False``, so no BOS), and
-    the text of a token marked *special* in the file (``<|endoftext|>``, ``<|begin_of_text|>``) is
-    encoded as plain text (the library's ``encode_special_tokens``), never as that token's id.
-    Added tokens that are not marked special are ordinary vocabulary and still match. End-of-text
-    is ``eot_token`` when given, else the first of :data:`DEFAULT_EOT_TOKENS` in the vocabulary.
-    The vocabulary size is the number of ids, or the largest id + 1 when the ids have holes.
+    Ordinary encoding (no template tokens, special-token text stays plain text), the end-of-text token and the
+    vocabulary size are as docs/data.md, "Any tokenizer (tokenizer.json)", describes.
     """
 
     name = "hf"
@@ -351,17 +370,6 @@ def load_hf_tokenizer(path: str | Path, eot_token: str | None = None) -> HFToken
     return _cached_hf(str(path), str(p.resolve()), st.st_size, st.st_mtime_ns, eot_token)
 
 
-def _unknown_tokenizer(name: str) -> UserError:
-    return UserError(f"unknown tokenizer '{name}'; choose one of: {', '.join(TOKENIZER_NAMES)}")
-
-
-def _needs_file(name: str) -> UserError:
-    return UserError(
-        f'tokenizer "{name}" reads a Hugging Face tokenizer.json: set data.tokenizer_file '
-        "(prepare_data.py --tokenizer-file) to its path"
-    )
-
-
 def build_tokenizer(
     name: str, tiktoken_file: str | None = None, *, expected_hash: str | None = GPT2_TIKTOKEN_SHA256,
     tokenizer_file: str | None = None, eot_token: str | None = None,
@@ -376,20 +384,10 @@ def build_tokenizer(
         return GPT2Tokenizer(tiktoken_file, expected_hash)
     if name == "hf":
         if not tokenizer_file:
-            raise _needs_file(name)
+            raise UserError(f'tokenizer "{name}" reads a Hugging Face tokenizer.json: set data.tokenizer_file '
+                            "(prepare_data.py --tokenizer-file) to its path")
         return load_hf_tokenizer(tokenizer_file, eot_token)
-    raise _unknown_tokenizer(name)
-
-
-def base_vocab_size(tokenizer_name: str, tokenizer_file: str | None = None, eot_token: str | None = None) -> int:
-    """The ids of ``tokenizer_name``: fixed for gpt2 and byte (no file read), the file's for hf."""
-    if tokenizer_name in BASE_VOCAB_SIZE:
-        return BASE_VOCAB_SIZE[tokenizer_name]
-    if tokenizer_name == "hf":
-        if not tokenizer_file:
-            raise _needs_file(tokenizer_name)
-        return load_hf_tokenizer(tokenizer_file, eot_token).vocab_size
-    raise _unknown_tokenizer(tokenizer_name)
+    raise UserError(f"unknown tokenizer '{name}'; choose one of: {', '.join(TOKENIZER_NAMES)}")
 
 
 def padded_vocab_size(
@@ -399,4 +397,6 @@ def padded_vocab_size(
 
     ``hf`` reads its ``tokenizer_file`` (and checks ``eot_token`` is in it); gpt2 and byte read nothing.
     """
-    return -(-base_vocab_size(tokenizer_name, tokenizer_file, eot_token) // multiple) * multiple
+    base = BASE_VOCAB_SIZE.get(tokenizer_name) or build_tokenizer(
+        tokenizer_name, tokenizer_file=tokenizer_file, eot_token=eot_token).vocab_size
+    return -(-base // multiple) * multiple

@@ -1,9 +1,7 @@
 """Compare finished training runs the way the paper's Table 1 does, with seeds grouped.
 
-Runs whose resolved configs differ only in ``training.seed`` (and in result-neutral keys)
-form one group; per group: the mean and sample std of the validation loss at a common step,
-and the relative improvement (L_base − L)/L_base over the baseline group (docs/experiments.md).
-Runs that saw different data are refused unless ``--allow-different-data``.
+Runs whose configs differ only in ``training.seed`` (and result-neutral keys) form one group;
+the table and its statistics are described in docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-# Sections that cannot change a run's losses (but checkpoint.initial_load_*, see group_key).
+# Sections that cannot change a run's losses (but checkpoint.initial_load_*, see result_config).
 IGNORED_SECTIONS = ("job", "checkpoint", "metrics")
 # Config keys the table always shows in columns of its own (query, max LR, min LR, weight decay).
 FIXED_COLUMN_KEYS = ("model.query.type", "optimizer.lr", "lr_schedule.min_lr", "optimizer.weight_decay")
@@ -145,13 +143,12 @@ def result_config(config: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def group_key(config: dict[str, Any]) -> str:
-    """:func:`result_config` as a comparable string."""
-    return json.dumps(result_config(config), sort_keys=True, default=str)
-
-
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"query": {"type": x}}} -> {"model.query.type": x}; arrays (of tables) stay values."""
+    """{"model": {"query": {"type": x}}} -> {"model.query.type": x}; arrays (of tables) stay values.
+
+    Not checkpoint.checkpointer.flatten: importing that module loads torch and DCP, a second of
+    compare_runs.py's start-up for six lines.
+    """
     out: dict[str, Any] = {}
     for key, value in table.items():
         out.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
@@ -170,7 +167,8 @@ def group_runs(runs: list[RunData]) -> list[Group]:
     """Seed groups in order of first appearance, named after their first run minus its seed."""
     by_key: dict[str, list[RunData]] = {}
     for run in runs:
-        by_key.setdefault(group_key(run.config), []).append(run)
+        key = json.dumps(result_config(run.config), sort_keys=True, default=str)
+        by_key.setdefault(key, []).append(run)
     groups, used = [], set()
     for members in by_key.values():
         name = members[0].name
@@ -295,6 +293,9 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
 
     plots, note = plot_comparison(groups, base, x)
     fp = groups[0].runs[0].info
+    # The runs that did not start from scratch, and where they started (a branched decay, an upcycled model).
+    lineage = "\n".join(f"- {r.name}: started from {r.info['initialized_from']}" for g in groups for r in g.runs
+                         if isinstance(r.info.get("initialized_from"), str))
     text = (
         f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
         f"Validation loss at step {at}, the last validation step common to all runs: mean ± sample std (n − 1) "
@@ -303,7 +304,7 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         f"Columns named section.key are the config values that differ between the groups.\n"
         f"Data: batch fingerprint {fp.get('batch_fingerprint')}, validation fingerprint "
         f"{fp.get('validation_fingerprint')}.\n"
-        + lineage(groups)
+        + (f"\nLineage:\n{lineage}\n" if lineage else "")
         + "".join(f"\n![{Path(name).stem}]({name})\n" for name in plots) + (f"\n{note}\n" if note else "")
     )
     files = {
@@ -334,13 +335,6 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
                 else:
                     (out / name).unlink(missing_ok=True)
         raise
-
-
-def lineage(groups: list[Group]) -> str:
-    """The runs that did not start from scratch, and where they started (a branched decay, an upcycled model)."""
-    lines = [f"- {r.name}: started from {r.info['initialized_from']}" for g in groups for r in g.runs
-             if isinstance(r.info.get("initialized_from"), str)]
-    return "\nLineage:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def check_out_folder(out: str | Path, runs: list[Path]) -> None:

@@ -1,8 +1,7 @@
 """The comparison's figures, after the paper's: loss curves (Figure 1), relative improvement (Figure 2).
 
-Needs matplotlib (``pip install -e '.[plots]'``); without it :func:`plot_comparison` writes
-nothing and returns a note saying so. A seed group is drawn as the mean of its runs (with a
-±1 std band from two seeds on); the x axis is optimizer steps or training tokens.
+Needs matplotlib (``pip install -e '.[plots]'``). A seed group is drawn as the mean of its runs (with a
+±1 std band from two seeds on).
 """
 
 from __future__ import annotations
@@ -12,8 +11,9 @@ import itertools
 import math
 import re
 import statistics
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from torchnlq.experiments.compare import Group, RunData
@@ -50,28 +50,9 @@ def smooth(values: list[float], half_width: int) -> list[float]:
 def relative_improvement(base: dict[float, float], other: dict[float, float]) -> tuple[list[float], list[float]]:
     """100 (L_base − L)/L_base at ``other``'s x positions inside the baseline's range (L_base interpolated)."""
     bx = sorted(base)
-    if not bx:
-        return [], []
-    xs = [x for x in sorted(other) if bx[0] <= x <= bx[-1]]
-    return xs, [100.0 * (_interpolate(base, bx, x) - other[x]) / _interpolate(base, bx, x) for x in xs]
-
-
-def _interpolate(curve: dict[float, float], xs: list[float], x: float) -> float:
-    """``curve`` at ``x`` (``xs`` its sorted keys, x within them): exact at a key, linear between two."""
-    if x in curve:
-        return curve[x]
-    hi = next(i for i, k in enumerate(xs) if k > x)
-    x0, x1 = xs[hi - 1], xs[hi]
-    return curve[x0] + (curve[x1] - curve[x0]) * (x - x0) / (x1 - x0)
-
-
-def loss_unit(runs: list[RunData]) -> str:
-    """The loss's unit from the runs' ``data.tokenizer``: nats per token, or nats per byte for the byte tokenizer."""
-    tokenizers = sorted({str(r.config.get("data", {}).get("tokenizer", "")) for r in runs})
-    units = {UNITS.get(t, DEFAULT_UNIT) for t in tokenizers}
-    if len(units) == 1:
-        return units.pop()
-    return ", ".join(f"{UNITS.get(t, DEFAULT_UNIT)} for {t or 'unnamed'}" for t in tokenizers)
+    xs = [x for x in sorted(other) if bx and bx[0] <= x <= bx[-1]]
+    at = np.interp(xs, bx, [base[x] for x in bx]) if xs else []
+    return xs, [100.0 * (float(b) - other[x]) / float(b) for x, b in zip(xs, at)]
 
 
 def tokens_per_step(run: RunData) -> int:
@@ -94,24 +75,19 @@ def _on_axis(curve: dict[int, float], scale: int) -> dict[float, float]:
     return {step * scale: v for step, v in curve.items()}
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z]+", text.lower()))
-
-
 def arm_label(group: Group, is_base: bool, band: str | None) -> str:
     """A group's legend entry: its name, "baseline" unless the name says it already, what the line is and what
     its band is (``band``, drawn from two seeds on)."""
-    notes = [] if not is_base or "baseline" in _words(group.name) else ["baseline"]
+    notes = [] if not is_base or "baseline" in re.findall(r"[a-z]+", group.name.lower()) else ["baseline"]
     n = len(group.runs)
     notes.append("1 seed" if n == 1 else f"mean of {n} seeds" + (f", {band}" if band else ""))
     return f"{group.name} ({', '.join(notes)})"
 
 
-def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, float] | None:
-    """y-limits that ignore the first 10% of the x axis, where early losses would flatten everything else."""
+def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, float]:
+    """y-limits (``values`` not empty) that ignore the first 10% of the x axis, where early losses would flatten
+    everything else."""
     late = [v for s, v in values if s >= 0.1 * last_x] or [v for _, v in values]
-    if not late:
-        return None
     lo, hi = min(late), max(late)
     pad = 0.05 * (hi - lo) or 0.01 * max(abs(hi), 1e-3)
     return lo - pad, hi + pad
@@ -128,24 +104,22 @@ def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple
     except ImportError:
         return {}, NO_MATPLOTLIB
 
-    plots = {}
-
     def png(fig: Any) -> bytes:
+        if fig.get_layout_engine() is None:  # the weight-dynamics figures lay themselves out (constrained)
+            fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
         plt.close(fig)
         return buffer.getvalue()
 
-    for draw, name in ((draw_loss_curves, "loss_curves.png"), (draw_relative_improvement, "relative_improvement.png")):
-        fig = draw(groups, base, x)
-        fig.tight_layout()
-        plots[name] = png(fig)
-    for matrix, stat in weight_statistics(groups):
-        plots[f"weights_{matrix}_{stat}.png"] = png(draw_weight_dynamics(groups, matrix, stat, x))  # constrained layout
+    plots = {"loss_curves.png": png(draw_loss_curves(groups, base, x)),
+             "relative_improvement.png": png(draw_relative_improvement(groups, base, x))}
+    # The (matrix, statistic) pairs any run logged (metrics.weight_dynamics_interval).
+    for matrix, stat in sorted({(m.group(2), m.group(3)) for g in groups for r in g.runs for tag in r.weights
+                                if (m := _WEIGHT_TAG.match(tag))}):
+        plots[f"weights_{matrix}_{stat}.png"] = png(draw_weight_dynamics(groups, matrix, stat, x))
     if any(tag.startswith("lr/") for g in groups for tag in g.runs[0].lrs):  # groups of their own (Muon, patterns)
-        fig = draw_learning_rates(groups, x)
-        fig.tight_layout()
-        plots["learning_rates.png"] = png(fig)
+        plots["learning_rates.png"] = png(draw_learning_rates(groups, x))
     return plots, ""
 
 
@@ -179,13 +153,6 @@ WEIGHT_STAT_LABELS = {
     "stable_rank": "stable rank ‖W‖²_F / σ₁²",
     "drift": "drift ‖W − W₀‖_F / ‖W₀‖_F",
 }
-
-
-def weight_statistics(groups: list[Group]) -> list[tuple[str, str]]:
-    """The (matrix, statistic) pairs any run logged (metrics.weight_dynamics_interval), in a stable order."""
-    found = {(m.group(2), m.group(3)) for g in groups for r in g.runs for tag in r.weights
-             if (m := _WEIGHT_TAG.match(tag))}
-    return sorted(found)
 
 
 def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "steps") -> Any:
@@ -222,8 +189,6 @@ def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "
 
 def _scales(groups: list[Group], x: str) -> dict[int, int]:
     """id(run) -> its factor from steps to the x axis."""
-    if x not in X_AXES:
-        raise ValueError(f"x must be one of {X_AXES}, not {x!r}")
     return {id(r): (tokens_per_step(r) if x == "tokens" else 1) for g in groups for r in g.runs}
 
 
@@ -266,10 +231,14 @@ def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
             ax.plot(txs, smoothed, color=color, lw=1.0, ls="--", alpha=0.7)
             points += list(zip(txs, smoothed))  # the y range shows the training curves too, not only validation
         points += list(zip(xs, mean))
-    if (limits := _zoom(points, last_x)) is not None:
-        ax.set_ylim(*limits)
+    ax.set_ylim(*_zoom(points, last_x))  # every group has a validation point (at the compared step)
     _x_axis(ax, x)
-    ax.set_ylabel(f"loss ({loss_unit([r for g in groups for r in g.runs])})")
+    # The loss's unit from the runs' data.tokenizer: nats per token, or nats per byte for the byte tokenizer.
+    tokenizers = sorted({str(r.config.get("data", {}).get("tokenizer", "")) for g in groups for r in g.runs})
+    units = {UNITS.get(t, DEFAULT_UNIT) for t in tokenizers}
+    if len(units) > 1:
+        units = {", ".join(f"{UNITS.get(t, DEFAULT_UNIT)} for {t or 'unnamed'}" for t in tokenizers)}
+    ax.set_ylabel(f"loss ({units.pop()})")
     ax.set_title("Validation and training loss" if any_train else "Validation loss")
     ax.grid(alpha=0.3)
     # Colours name the groups; these entries say what the two line styles are.
@@ -291,7 +260,7 @@ def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps"
     val_curves = _val_curves(groups, _scales(groups, x))
     last_x = max((s[-1] for s, _, _ in val_curves.values() if s), default=0)
     base_xs, base_mean, base_std = val_curves[base.name]
-    base_curve, base_spread = dict(zip(base_xs, base_mean)), dict(zip(base_xs, base_std))
+    base_curve = dict(zip(base_xs, base_mean))
 
     fig, ax = plt.subplots(figsize=(8, 4))
     points: list[tuple[float, float]] = []
@@ -311,8 +280,9 @@ def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps"
             continue
         # The standard error of the difference of the two means, as in the table (comparison.md).
         spread = dict(zip(xs, std))
-        se = [100 * math.sqrt(spread[p] ** 2 / len(g.runs) + _interpolate(base_spread, base_xs, p) ** 2
-                              / len(base.runs)) / _interpolate(base_curve, base_xs, p) for p in rx]
+        base_at = zip(np.interp(rx, base_xs, base_std), np.interp(rx, base_xs, base_mean))
+        se = [100 * math.sqrt(spread[p] ** 2 / len(g.runs) + b_std ** 2 / len(base.runs)) / b_mean
+              for p, (b_std, b_mean) in zip(rx, base_at)]
         low, high = [r - e for r, e in zip(rel, se)], [r + e for r, e in zip(rel, se)]
         ax.fill_between(rx, low, high, color=color, alpha=0.15, lw=0)
         points += list(zip(rx, low)) + list(zip(rx, high))
@@ -321,8 +291,7 @@ def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps"
         who = f"baseline {base.name}" if len(base.runs) == 1 else ", ".join(unestimated)
         ax.text(0.01, 0.02, f"one seed: no error estimate ({who}); a difference this size may be seed noise",
                 transform=ax.transAxes, fontsize=8, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
-    if (limits := _zoom(points + [(last_x, 0.0)], last_x)) is not None:
-        ax.set_ylim(*limits)
+    ax.set_ylim(*_zoom(points + [(last_x, 0.0)], last_x))
     _x_axis(ax, x)
     ax.set_ylabel(f"improvement over {base.name} (% of its loss)")
     ax.set_title("Relative improvement of the validation loss, (L_base − L)/L_base")

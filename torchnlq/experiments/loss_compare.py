@@ -1,16 +1,7 @@
 """The per-step losses of two runs side by side (scripts/loss_compare.py; docs/training.md, "Loss regression").
 
-Each side is read or trained:
-
-* a run folder: its TensorBoard losses (``tb/``: loss/train, loss/val), read as compare_runs reads them;
-* a loss file (``.json``): ``{"train_loss": {step: loss}, "val_loss": {step: loss}}``, e.g. the stored
-  losses of tests/data/loss_baselines/;
-* a config (``.toml``): trained now by this checkout's ./run_train.sh;
-* ``REF:CONFIG``: trained now by commit REF's ./run_train.sh (CONFIG as a path in that commit), from that
-  commit's files extracted with ``git archive`` into a temporary folder: git only reads the repository.
-
-A trained side runs in a temporary folder of its own, removed afterwards (a relative data.path resolves there,
-so the debug run's synthetic corpus is generated there), with every step's loss logged.
+A side that trains runs in a temporary folder of its own, removed afterwards; ``REF:CONFIG`` is extracted with
+``git archive`` (git only reads the repository).
 """
 
 from __future__ import annotations
@@ -18,7 +9,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -111,24 +101,20 @@ def read_loss_file(path: Path) -> Losses:
     return losses
 
 
-def _extract_commit(side: Side, root: Path) -> None:
-    """The files of ``side``'s commit in ``root``, from ``git archive``: git only reads the repository (a worktree
-    would write into .git, and a signal in the middle could leave it there, locked)."""
-    archive = subprocess.run(["git", "-C", str(CHECKOUT), "archive", "--format=tar", str(side.commit)],
-                             capture_output=True)
-    if archive.returncode != 0:
-        raise UserError(f"git archive of {side.spec} failed: {archive.stderr.decode(errors='replace').strip()}")
-    root.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(root, filter="data")  # no member outside root, no device files
-
-
 def train(side: Side, work: Path) -> Losses:
     """Train ``side`` with run_train.sh (this checkout's, or its commit's files) in ``work``; its losses."""
     root = CHECKOUT
     if side.commit is not None:
         root = work / "checkout"
-        _extract_commit(side, root)
+        # The commit's files from ``git archive``: git only reads the repository (a worktree would write into
+        # .git, and a signal in the middle could leave it there, locked).
+        archive = subprocess.run(["git", "-C", str(CHECKOUT), "archive", "--format=tar", str(side.commit)],
+                                 capture_output=True)
+        if archive.returncode != 0:
+            raise UserError(f"git archive of {side.spec} failed: {archive.stderr.decode(errors='replace').strip()}")
+        root.mkdir()
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(root, filter="data")  # no member outside root, no device files
     config = root / side.config if side.commit else Path(side.config)
     # This interpreter, importing that checkout's torchnlq: run_train.sh then uses it as it is (no new .venv).
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -141,20 +127,6 @@ def train(side: Side, work: Path) -> Losses:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise UserError(f"the run of {side.label} ({side.spec}) failed with exit code {done.returncode}: {last}")
     return read_run(work / "outputs" / "run")
-
-
-def losses_of(side: Side, work: Path) -> Losses:
-    """Read or train one side."""
-    if side.read is None:
-        return train(side, work)
-    return read_loss_file(side.read) if side.read.is_file() else read_run(side.read)
-
-
-def relative_difference(a: float, b: float) -> float:
-    """|b - a| / |a|; 0 for equal values (two NaNs included), inf when a = 0 != b, NaN for NaN against a number."""
-    if a == b or (math.isnan(a) and math.isnan(b)):
-        return 0.0
-    return abs(b - a) / abs(a) if a != 0 else math.inf
 
 
 def difference_table(a: Losses, b: Losses, tolerance: float) -> tuple[str, list[str]]:
@@ -170,7 +142,11 @@ def difference_table(a: Losses, b: Losses, tolerance: float) -> tuple[str, list[
                 lines.append(f"{kind:<5} {step:>6} {'-' if x is None else f'{x:.9g}':>15} "
                              f"{'-' if y is None else f'{y:.9g}':>15}")
                 continue
-            rel = relative_difference(x, y)
+            # |B - A| / |A|: 0 for equal values (two NaNs included), inf when A = 0 != B, NaN for NaN against a number
+            if x == y or (math.isnan(x) and math.isnan(y)):
+                rel = 0.0
+            else:
+                rel = abs(y - x) / abs(x) if x != 0 else math.inf
             beyond = not rel <= tolerance  # NaN against a number is beyond any tolerance
             if beyond:
                 problems.append(f"{kind} step {step}: rel diff {rel:.2e}")
@@ -206,14 +182,14 @@ def main(argv: list[str]) -> int:
     sides = [parse_side("A", args.a, args.set, args.set_a), parse_side("B", args.b, args.set, args.set_b)]
     if args.set and all(side.read for side in sides):
         raise UserError("--set applies to the sides that train (a config or REF:CONFIG); A and B are both read")
-    work = Path(tempfile.mkdtemp(prefix="loss_compare-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="loss_compare-", ignore_cleanup_errors=True) as tmp:
         losses = []
         for side in sides:
-            (work / side.label).mkdir()
-            losses.append(losses_of(side, work / side.label))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            (Path(tmp) / side.label).mkdir()
+            if side.read is None:
+                losses.append(train(side, Path(tmp) / side.label))
+            else:
+                losses.append(read_loss_file(side.read) if side.read.is_file() else read_run(side.read))
     table, problems = difference_table(*losses, args.tolerance)
     print(f"A: {args.a}\nB: {args.b}\n{table}")
     return 1 if args.assert_equal and problems else 0

@@ -1,22 +1,21 @@
 """Experiment suites: many training runs from one TOML file (the format: docs/experiments.md, "Suites").
 
-A suite lists ``[[runs]]``, a ``[grid]`` over one config, or both (every run crossed with the
-grid). Overrides apply in this order (later wins): the suite's shared ones, the command line's,
-the run's own, the grid values, then ``--job.name`` and ``--job.dump_folder``, which the suite
-owns. Every run's config is loaded and checked before anything is launched. Running a suite
-is :mod:`torchnlq.experiments.suite_run`.
+Every run's config is loaded and checked before anything is launched; running a suite is
+:mod:`torchnlq.experiments.suite_run`.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from torchnlq.cli import ArgumentParser
 from torchnlq.config.manager import load_job_config, read_toml
 from torchnlq.errors import UserError, closest
 
@@ -38,7 +37,6 @@ class SuiteRun:
     arm: str  # the [[runs]] entry it comes from ("" for a grid over the top-level config)
     config: Path
     overrides: tuple[str, ...]
-    grid_values: dict[str, Any] = field(default_factory=dict)
     steps: int = 0  # training.steps as resolved (run_info.json must match it for "finished")
 
     def argv(self) -> list[str]:
@@ -104,13 +102,6 @@ def _name_number(value: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def grid_labels(keys: Sequence[str]) -> dict[str, str]:
-    """A short, unambiguous label per grid key (used in run names)."""
-    labels = {k: LABELS.get(k, k.split(".")[-1]) for k in keys}
-    counts = {label: list(labels.values()).count(label) for label in labels.values()}
-    return {k: (label if counts[label] == 1 else k.replace(".", "-")) for k, label in labels.items()}
-
-
 def grid_name(values: dict[str, Any], labels: dict[str, str]) -> str:
     """``{"optimizer.lr": 3e-3, "training.seed": 1337}`` -> ``lr3e-3_seed1337``."""
     parts = []
@@ -123,10 +114,6 @@ def grid_name(values: dict[str, Any], labels: dict[str, str]) -> str:
         else:
             parts.append(f"{label}-{value}")
     return "_".join(parts)
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", name)
 
 
 def _distinct(names: list[str]) -> list[str]:
@@ -178,10 +165,13 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     dump = str(data.get("dump_folder", f"./outputs/{path.stem}"))
     if "job.dump_folder" in override_keys(shared):
         raise UserError(f"{where}: set the suite's dump_folder instead of overriding job.dump_folder")
-    if "job.dump_folder" in cli_keys and not _last_value(cli, "job.dump_folder"):
+    # The command line may move the whole suite (--job.dump_folder DIR or =DIR; the last one wins).
+    parser = ArgumentParser(prog="run_suite.py", add_help=False, allow_abbrev=False)
+    parser.add_argument("--job.dump_folder", dest="dump", nargs="?", const="")  # bare: "" (its own message)
+    moved, cli = parser.parse_known_args(cli)
+    if moved.dump == "":
         raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), the folder the suite's runs go to")
-    dump = _last_value(cli, "job.dump_folder") or dump  # the command line may move the whole suite
-    cli = _drop_key(cli, "job.dump_folder")
+    dump = moved.dump or dump
 
     entries = data.get("runs")
     if entries is None:
@@ -191,7 +181,9 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     elif not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: runs must be a non-empty array of [[runs]] tables")
     combos = _expand_grid(where, data["grid"]) if "grid" in data else [{}]
-    labels = grid_labels(list(data.get("grid", {})))
+    # A short, unambiguous label per grid key (used in run names).
+    labels = {k: LABELS.get(k, k.split(".")[-1]) for k in data.get("grid", {})}
+    labels = {k: (v if list(labels.values()).count(v) == 1 else k.replace(".", "-")) for k, v in labels.items()}
 
     runs: list[SuiteRun] = []
     arms: set[str] = set()
@@ -219,16 +211,15 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         if "job.name" in override_keys(own) or "job.dump_folder" in override_keys(own):
             raise UserError(f"{rwhere}: the suite sets job.name and job.dump_folder; remove them from overrides")
         for combo in combos:
-            name = "_".join(p for p in (arm, grid_name(combo, labels)) if p) or "run"  # a lone run needs a folder name
+            # A lone run needs a folder name too; characters a folder name should not hold become "_".
+            name = re.sub(r"[^A-Za-z0-9._+-]", "_", "_".join(p for p in (arm, grid_name(combo, labels)) if p) or "run")
             grid_args = [f"--{k}={format_value(v)}" for k, v in combo.items()]
-            runs.append(SuiteRun(_safe(name), arm, config_path, (*shared, *cli, *own, *grid_args), combo))
+            runs.append(SuiteRun(name, arm, config_path, (*shared, *cli, *own, *grid_args)))
 
-    named = []
-    for name, run in zip(_distinct([r.name for r in runs]), runs):
-        run = SuiteRun(name, run.arm, run.config, (*run.overrides, f"--job.name={name}", f"--job.dump_folder={dump}"),
-                       run.grid_values)
-        named.append(replace(run, steps=_validate_run(where, run)))
-    runs = named
+    for i, name in enumerate(_distinct([r.name for r in runs])):
+        fixed = (f"--job.name={name}", f"--job.dump_folder={dump}")
+        run = replace(runs[i], name=name, overrides=(*runs[i].overrides, *fixed))
+        runs[i] = replace(run, steps=_validate_run(where, run))
     if cli_keys:
         _refuse_varied_keys(where, runs, cli, cli_keys)
     step = data.get("compare_step")
@@ -236,34 +227,6 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError(f"{where}: compare_step must be a positive integer step, got {step!r}")
     return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
                  _pick_baseline(where, data.get("baseline"), runs), step)
-
-
-def _last_value(args: Sequence[str], key: str) -> str | None:
-    value = None
-    for i, tok in enumerate(args):
-        if tok == f"--{key}" and i + 1 < len(args):
-            value = args[i + 1]
-        elif tok.startswith(f"--{key}="):
-            value = tok.split("=", 1)[1]
-    return value
-
-
-def _drop_key(args: Sequence[str], key: str) -> list[str]:
-    out, skip = [], False
-    for i, tok in enumerate(args):
-        if skip:
-            skip = False
-        elif tok == f"--{key}":
-            skip = i + 1 < len(args) and not args[i + 1].startswith("--")
-        elif not tok.startswith(f"--{key}="):
-            out.append(tok)
-    return out
-
-
-def _config_value(cfg: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
 
 
 def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: set[str]) -> None:
@@ -275,7 +238,7 @@ def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: 
             own.remove(tok)
         cfg = load_job_config([str(run.config), *own])
         for key in keys:
-            values[key].add(repr(_config_value(cfg, key)))
+            values[key].add(repr(functools.reduce(getattr, key.split("."), cfg)))
     varied = sorted(k for k, v in values.items() if len(v) > 1)
     if varied:
         raise UserError(f"--{varied[0]} differs between the runs of {where} ({', '.join(sorted(values[varied[0]]))}); "

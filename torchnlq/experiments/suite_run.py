@@ -1,8 +1,7 @@
 """Run a suite: each run through run_train.sh, one after another, then the comparison.
 
-Finished runs are skipped and interrupted ones resume; a failed run is reported and the suite
-goes on (one bad arm should not cost the night's other runs). Ctrl-C or SIGTERM is passed to
-the running trainer once, which checkpoints and exits; then the suite stops.
+A failed run is reported and the suite goes on (one bad arm should not cost the night's other runs).
+Ctrl-C or SIGTERM is passed to the running trainer, which checkpoints and exits; then the suite stops.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchnlq.cli import run_cli
+from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import (
     REPO_ROOT,
@@ -179,7 +179,6 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
 def check_finished_runs(suite: Suite) -> None:
     """Refuse a finished run whose saved config differs from what the suite now gives it: its results would be
     reported as the new configuration's."""
-    from torchnlq.config.manager import load_job_config
     from torchnlq.train.preflight import resume_changes
 
     for run in suite.runs:
@@ -193,20 +192,14 @@ def check_finished_runs(suite: Suite) -> None:
         changes = [c for c in resume_changes(before, load_job_config([str(run.config), *run.overrides]))
                    if not c.startswith(("job.description", "job.rerun"))]
         if changes:
-            raise UserError(
-                f"{suite.path}: run '{run.name}' finished with another configuration than the suite now gives it "
-                f"({changes[0].replace(' changed on resume', '').split(';')[0]}{' and more' if len(changes) > 1 else ''}); "
-                f"its results "
-                f"would be reported as the new one's: move {suite.run_dir(run)} away, or rename the run"
-            )
+            change = changes[0].replace(" changed on resume", "").split(";")[0] + (" and more" if changes[1:] else "")
+            raise UserError(f"{suite.path}: run '{run.name}' finished with another configuration than the suite now "
+                            f"gives it ({change}); its results would be reported as the new one's: move "
+                            f"{suite.run_dir(run)} away, or rename the run")
 
 
 def check_data(suite: Suite) -> None:
-    """Refuse, before the first launch, an unfinished run whose data cannot be opened (one line, not one per run).
-
-    A synthetic corpus that does not exist yet is left to the trainer, which generates it.
-    """
-    from torchnlq.config.manager import load_job_config
+    """Refuse, before the first launch, an unfinished run whose data cannot be opened (one line, not one per run)."""
     from torchnlq.data import token_format as fmt
     from torchnlq.data.batches import open_token_files
     from torchnlq.train.preflight import check_data_fits_model, check_job_config
@@ -217,7 +210,7 @@ def check_data(suite: Suite) -> None:
             continue
         cfg = load_job_config([str(run.config), *run.overrides])
         data = cfg.data
-        if data.synthetic and not fmt.is_complete(Path(data.path).expanduser()):
+        if data.synthetic and not fmt.is_complete(Path(data.path).expanduser()):  # the trainer generates it
             continue
         key = (data.path, data.tokenizer, data.tokenizer_file, cfg.training.seq_len)  # hf: checked against its file
         try:

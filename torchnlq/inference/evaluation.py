@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,23 @@ FALLBACK_MICRO_BATCH_SIZE = 8
 
 
 @dataclass
-class EvalResult:
+class ValidationSettings:
+    """The four numbers that fix the validation windows and their grouping."""
+
+    seq_len: int
+    sequences: int
+    micro_batch_size: int
+    seed: int
+
+
+@dataclass
+class EvalResult(ValidationSettings):
     """Mean and std of the micro-batch losses, perplexity = exp(mean), and what was evaluated."""
 
     val_loss: float
     val_loss_std: float
     perplexity: float
-    sequences: int
     tokens: int
-    seq_len: int
-    micro_batch_size: int
-    seed: int
 
     def lines(self) -> list[str]:
         """The report, one ``name: value`` per line."""
@@ -50,16 +56,6 @@ class EvalResult:
             f"sequences: {self.sequences}",
             f"tokens: {self.tokens}",
         ]
-
-
-@dataclass
-class ValidationSettings:
-    """The four numbers that fix the validation windows and their grouping."""
-
-    seq_len: int
-    sequences: int
-    micro_batch_size: int
-    seed: int
 
 
 def resolve_settings(
@@ -100,10 +96,7 @@ def resolve_settings(
 
 def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_dir: str | Path) -> None:
     """UserError when the model and the data both record their .tiktoken ranks' (gpt2) or tokenizer.json's (hf)
-    sha256 and the two differ.
-
-    Ids of another vocabulary under the same name would give a meaningless loss.
-    """
+    sha256 and the two differ: ids of another vocabulary under the same name would give a meaningless loss."""
     info = data_meta.get("tokenizer_info")
     for key, what in (("tiktoken_sha256", ".tiktoken ranks"), ("tokenizer_sha256", "a tokenizer.json")):
         model_sha = tokenizer.get(key)
@@ -158,12 +151,9 @@ def evaluate_source(
     model_device = loaded.model.tok_emb.weight.device
     mean, std = evaluate(loaded.model, batches, model_device, evaluation_autocast(loaded.record, model_device))
     return EvalResult(
+        **asdict(settings),
         val_loss=mean,
         val_loss_std=std,
         perplexity=math.exp(mean) if mean < 700 else math.inf,  # exp overflows a float past ~709
-        sequences=settings.sequences,
         tokens=settings.sequences * settings.seq_len,
-        seq_len=settings.seq_len,
-        micro_batch_size=settings.micro_batch_size,
-        seed=settings.seed,
     )

@@ -1,21 +1,20 @@
 """Multiple-choice evaluation in the HellaSwag format (library code behind ``evaluate.py --multiple-choice``).
 
-A task is a local JSON-lines file with HellaSwag's fields (``ctx`` or ``ctx_a``/``ctx_b``,
-``endings``, ``label``). Context and ``" " + ending`` are encoded separately and concatenated
-(nanoGPT's rule); ``acc`` picks the largest sum of the ending's token log-probabilities,
-``acc_norm`` the largest mean per token. The format and the scoring: docs/checkpoints.md.
+A task is a local JSON-lines file with HellaSwag's fields; the format and the scoring (nanoGPT's rule):
+docs/checkpoints.md.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.data.tokenizer import Tokenizer
@@ -38,15 +37,12 @@ class ChoiceRow:
 
 @dataclass(frozen=True)
 class ContinuationScore:
-    """The log-likelihood (sum over ``tokens``) of a continuation given its context.
-
-    ``greedy``: every token is the model's argmax; ``truncated``: the context was cut from the left.
-    """
+    """The log-likelihood (sum over ``tokens``) of a continuation given its context."""
 
     logprob: float
     tokens: int
-    greedy: bool
-    truncated: bool = False
+    greedy: bool  # every token is the model's argmax
+    truncated: bool = False  # the context was cut from the left
 
 
 @dataclass
@@ -59,20 +55,12 @@ class MultipleChoiceResult:
     endings: int
     tokens: int
     truncated: int
-    predictions: list[int] = field(default_factory=list)
-    predictions_norm: list[int] = field(default_factory=list)
     scores: list[list[ContinuationScore]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The report, one ``name: value`` per line."""
         counts = (f"{k}: {getattr(self, k)}" for k in ("rows", "endings", "tokens", "truncated"))
         return [f"acc: {self.acc:.6f}", f"acc_norm: {self.acc_norm:.6f}", *counts]
-
-
-def check_limit(limit: int | None) -> None:
-    """UserError for a --limit that selects no rows."""
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit={limit} must be at least 1 (leave it unset for every row)")
 
 
 def _row_error(path: Path, line: int, what: str) -> UserError:
@@ -112,7 +100,8 @@ def parse_row(obj: object, path: Path, line: int) -> ChoiceRow:
 
 def read_rows(path: str | Path, limit: int | None = None) -> list[ChoiceRow]:
     """The first ``limit`` rows (all when None) of a HellaSwag-format JSON-lines file; blank lines are skipped."""
-    check_limit(limit)
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit={limit} must be at least 1 (leave it unset for every row)")
     p = Path(path).expanduser()
     if not p.exists():
         raise UserError(f"multiple-choice file '{path}' does not exist")
@@ -188,11 +177,7 @@ def score_continuations(
     try:
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            width = len(prepared[chunk[0]][0])  # the longest: sorted
-            batch = torch.zeros(len(chunk), width, dtype=torch.long)
-            for b, i in enumerate(chunk):
-                ids = prepared[i][0]
-                batch[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            batch = pad_sequence([torch.tensor(prepared[i][0], dtype=torch.long) for i in chunk], batch_first=True)
             logits = model(batch.to(device))
             for b, i in enumerate(chunk):
                 ids, truncated = prepared[i]
@@ -220,29 +205,19 @@ def pick(scores: Sequence[ContinuationScore], normalise: bool) -> int:
 def score_rows(
     model: GPT, tokenizer: Tokenizer, rows: Sequence[ChoiceRow], batch_size: int = DEFAULT_BATCH_SIZE
 ) -> MultipleChoiceResult:
-    """Score every ending of every row (all in one batched pass) and count the right picks."""
-    requests: list[tuple[list[int], list[int]]] = []
-    for row in rows:
-        context, endings = encode_row(tokenizer, row)
-        requests += [(context, ending) for ending in endings]
+    """Score every ending of every row (all in one batched pass) and count the right picks (``rows`` not empty)."""
+    encoded = [encode_row(tokenizer, row) for row in rows]
+    requests = [(context, ending) for context, endings in encoded for ending in endings]
     flat = score_continuations(model, requests, batch_size, vocab_limit=tokenizer.vocab_size)
-    scores: list[list[ContinuationScore]] = []
-    at = 0
-    for row in rows:
-        scores.append(flat[at: at + len(row.endings)])
-        at += len(row.endings)
-    predictions = [pick(s, normalise=False) for s in scores]
-    predictions_norm = [pick(s, normalise=True) for s in scores]
-    n = len(rows)
+    bounds = itertools.accumulate((len(row.endings) for row in rows), initial=0)
+    scores = [flat[start:stop] for start, stop in itertools.pairwise(bounds)]
     return MultipleChoiceResult(
-        acc=sum(p == r.label for p, r in zip(predictions, rows)) / n if n else math.nan,
-        acc_norm=sum(p == r.label for p, r in zip(predictions_norm, rows)) / n if n else math.nan,
-        rows=n,
+        acc=sum(pick(s, normalise=False) == r.label for s, r in zip(scores, rows)) / len(rows),
+        acc_norm=sum(pick(s, normalise=True) == r.label for s, r in zip(scores, rows)) / len(rows),
+        rows=len(rows),
         endings=len(flat),
         tokens=sum(s.tokens for s in flat),
         truncated=sum(any(s.truncated for s in row_scores) for row_scores in scores),
-        predictions=predictions,
-        predictions_norm=predictions_norm,
         scores=scores,
     )
 

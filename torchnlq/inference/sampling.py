@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,11 +78,12 @@ def generate_tokens(
     seed: int = 0,
     eot_id: int | None = None,
     vocab_limit: int | None = None,
+    stop_when: Callable[[list[int]], bool] | None = None,
 ) -> Generation:
     """Sample up to ``max_new_tokens`` tokens after ``prompt`` with a KV cache.
 
     Stops early at ``eot_id`` (not included) or when the context is full. ``vocab_limit`` masks the
-    padded rows of the vocabulary (ids the tokenizer cannot decode).
+    padded rows of the vocabulary (ids the tokenizer cannot decode); ``stop_when(new tokens)`` ends it early too.
     """
     check_sampling(max_new_tokens, temperature, top_k, seed)
     max_len = model.args.max_seq_len
@@ -110,6 +112,8 @@ def generate_tokens(
                 break
             if cache.pos >= max_len:  # the next token would need position max_seq_len
                 stop = STOP_CONTEXT
+                break
+            if stop_when is not None and stop_when(new):
                 break
             logits = model(torch.tensor([[token]], device=device), cache)[:, -1].float()
     finally:
@@ -186,26 +190,15 @@ def generate_text(
     tokenizer = model_tokenizer(loaded, tiktoken_file)
     # An empty prompt starts from end-of-text, the document boundary the model was trained on.
     prompt_ids = tokenizer.encode(prompt)
-    ids = prompt_ids or [tokenizer.eot_id]
-    result = generate_tokens(
-        loaded.model, ids, max_new_tokens, temperature, top_k, seed,
-        eot_id=tokenizer.eot_id, vocab_limit=tokenizer.vocab_size,
-    )
-    if not prompt_ids:  # a new document: its text starts with the first new token
-        return prompt + tokenizer.decode(result.new_tokens), result
-    return prompt + continuation_text(tokenizer, prompt_ids, result.new_tokens), result
-
-
-def continuation_text(tokenizer: Tokenizer, prompt_ids: list[int], new_ids: list[int]) -> str:
-    """The text ``new_ids`` add after ``prompt_ids``: the decoded whole less the decoded prompt.
-
-    Decoding the new ids alone loses what a decoder does at the join (a WordLevel or SentencePiece
-    tokenizer.json puts the space between words, or drops a word's leading marker, only inside one
-    decode); for byte-level tokenizers (gpt2, byte) both ways give the same text.
-    """
+    result = generate_tokens(loaded.model, prompt_ids or [tokenizer.eot_id], max_new_tokens, temperature, top_k, seed,
+                             eot_id=tokenizer.eot_id, vocab_limit=tokenizer.vocab_size)
+    # The new text is the decoded whole less the decoded prompt: decoding the new ids alone loses what a decoder
+    # does at the join (a WordLevel or SentencePiece tokenizer.json puts the space between words, or drops a word's
+    # leading marker, only inside one decode). A new document's text starts with the first new token.
     head = tokenizer.decode(prompt_ids)
-    whole = tokenizer.decode([*prompt_ids, *new_ids])
-    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(new_ids)
+    whole = tokenizer.decode([*prompt_ids, *result.new_tokens])
+    new = whole[len(head):] if prompt_ids and whole.startswith(head) else tokenizer.decode(result.new_tokens)
+    return prompt + new, result
 
 
 def stop_note(result: Generation, max_seq_len: int) -> str | None:

@@ -28,25 +28,18 @@ from torchnlq.train.preflight import check_job_config, config_warnings
 FAR_BEYOND = 4
 
 
-def estimate_device(cfg: JobConfig) -> tuple[str, str]:
-    """(device type, why): where the config's run would train from here, as the trainer picks it."""
-    chosen = cfg.training.device
-    if chosen != "auto":
-        return chosen, f"training.device = {chosen}"
-    if torch.cuda.is_available():
-        return "cuda", "training.device = auto and a GPU here"
-    return "cpu", "training.device = auto and no GPU here; --training.device=cuda estimates a GPU run"
-
-
 def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int,
                  card_gib: float | None) -> tuple[list[str], str | None]:
-    """The memory estimate per process (torchnlq.parallel.memory_estimate) on the device the config trains on
-    (bf16 autocast only on CUDA, fp32 on the CPU) and a warning if it does not fit the card (CUDA) or the RAM.
-
-    A model whose weights, gradients and optimizer state alone exceed that many times over is not
-    stepped through (that would take as long as building it): its analytic lower bound is reported.
-    """
-    device, why = estimate_device(cfg)
+    """The memory estimate per process on the device the config trains on, and a warning if it does not fit the
+    card (CUDA) or the RAM; a model whose weights, gradients and optimizer state alone exceed it :data:`FAR_BEYOND`
+    times over is not stepped through (that would take as long as building it): its analytic lower bound is reported."""
+    device = cfg.training.device  # where the config's run would train from here, as the trainer picks it
+    if device != "auto":
+        why = f"training.device = {device}"
+    elif torch.cuda.is_available():
+        device, why = "cuda", "training.device = auto and a GPU here"
+    else:
+        device, why = "cpu", "training.device = auto and no GPU here; --training.device=cuda estimates a GPU run"
     if device == "cuda":
         card_gib = DEFAULT_CARD_GIB if card_gib is None else card_gib
         capacity, where = int(card_gib * GIB), f"a {card_gib:g} GiB card"
@@ -87,12 +80,9 @@ def component_of(name: str) -> str:
     return next(component for component, starts in COMPONENTS if local.startswith(starts))
 
 
-def parameter_split(args: ModelArgs) -> dict[str, int]:
+def parameter_split(args: ModelArgs, shell: GPT, first: Block) -> dict[str, int]:
     """Parameters by component, counted from one block on meta times n_layers (a query that differs by layer
-    is counted by its own formula): their sum is ``args.num_params()``."""
-    with torch.device("meta"):
-        shell = GPT(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
-        first = Block(args, 0)
+    is counted by its own formula): their sum is ``args.num_params()``. ``shell``, ``first``: see summarize."""
     split = dict.fromkeys(("embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"), 0)
     split["attention_query"] = query_params_in_model(args.query, args.dim, args.n_heads, args.head_dim, args.n_layers)
     for name, param in first.named_parameters():
@@ -104,9 +94,9 @@ def parameter_split(args: ModelArgs) -> dict[str, int]:
     return split
 
 
-def parameter_lines(cfg: JobConfig, args: ModelArgs) -> list[str]:
+def parameter_lines(cfg: JobConfig, args: ModelArgs, shell: GPT, first: Block) -> list[str]:
     """``params_<component>`` lines, and the difference from the same config with a linear query."""
-    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(args).items()]
+    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(args, shell, first).items()]
     if args.tie_embeddings:
         lines[-1] += " (tied: the token embedding)"
     linear_cfg = copy.deepcopy(cfg)
@@ -139,7 +129,7 @@ def summarize(cfg: JobConfig) -> list[str]:
         f"seq_len: {seq_len:,}",
         f"total_params: {args.num_params():,}",
         f"non_embedding_params: {args.num_params(non_embedding=True):,}",
-        *parameter_lines(cfg, args),
+        *parameter_lines(cfg, args, shell, first),
         f"flops_per_token: {args.flops_per_token(seq_len):,}",
     ]
     return lines

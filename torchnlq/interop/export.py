@@ -1,7 +1,6 @@
 """Export a model to a safetensors folder (``model.safetensors`` + ``config.json`` + Hugging Face tokenizer files).
 
-It is written into a temporary sibling and renamed into place, so a reader never sees half an
-export; :func:`check_export_folder` decides which output folders may be written or replaced.
+Written atomically (:func:`atomic_folder`) into the output folders :func:`check_export_folder` allows.
 """
 
 from __future__ import annotations
@@ -48,23 +47,19 @@ EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, HF_EXPORT_F
                           "generation_config.json", *HF_TOKENIZER_FILES})
 
 
-def _marker_files(folder: Path) -> frozenset[str] | None:
-    """The code files a Hugging Face export's marker lists (``code_files``); None without a readable marker."""
-    try:
-        marker = json.loads((folder / HF_EXPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    files = marker.get("code_files", []) if isinstance(marker, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and f == Path(f).name for f in files):
-        return None
-    return frozenset(files)
-
-
 def is_previous_export(folder: Path) -> bool:
-    """True for a folder torchnlq wrote as an export: only export files, marked as a torchnlq export."""
-    marked = _marker_files(folder) if (folder / HF_EXPORT_FILE).is_file() else frozenset()
-    if marked is None:
-        return False
+    """True for a folder torchnlq wrote as an export: only export files (and the code files a Hugging Face
+    export's readable marker lists), marked as a torchnlq export."""
+    marked: frozenset[str] = frozenset()
+    if (folder / HF_EXPORT_FILE).is_file():
+        try:
+            marker = json.loads((folder / HF_EXPORT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        files = marker.get("code_files", []) if isinstance(marker, dict) else None
+        if not isinstance(files, list) or not all(isinstance(f, str) and f == Path(f).name for f in files):
+            return False
+        marked = frozenset(files)
     entries = list(folder.iterdir())
     if any(e.name not in EXPORT_FILES | marked or e.is_symlink() or not e.is_file() for e in entries):
         return False
@@ -91,19 +86,16 @@ def check_export_folder(out_dir: str | Path, source: str | Path | None = None, o
         raise UserError(f"output folder '{out_dir}' is the current directory, the home folder or a parent of one; {fix}")
     if source is not None:
         src = Path(source).expanduser().resolve()
-        where = f"output folder '{out_dir}'"
         if final == src:
-            raise UserError(f"{where} is the source '{source}' itself; {fix}")
-        if is_within(src, final):
-            raise UserError(f"{where} contains the source '{source}'; {fix}")
-        if is_within(final, src):
-            raise UserError(f"{where} lies inside the source '{source}'; {fix}")
+            raise UserError(f"output folder '{out_dir}' is the source '{source}' itself; {fix}")
+        guarded = [(src, f"the source '{source}'", fix)]
         if src.parent.name == "checkpoints":
-            ckpts = src.parent
-            if is_within(final, ckpts):
-                raise UserError(f"{where} lies inside the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
-            if is_within(ckpts, final):
-                raise UserError(f"{where} contains the run's checkpoints folder '{ckpts}'; {fix} (or <run>/export)")
+            guarded.append((src.parent, f"the run's checkpoints folder '{src.parent}'", f"{fix} (or <run>/export)"))
+        for folder, what, hint in guarded:  # final == folder only for the checkpoints folder: "lies inside" it
+            if is_within(final, folder):
+                raise UserError(f"output folder '{out_dir}' lies inside {what}; {hint}")
+            if is_within(folder, final):
+                raise UserError(f"output folder '{out_dir}' contains {what}; {hint}")
     if given.is_symlink() or final.exists():
         if not overwrite:
             raise UserError(
@@ -124,26 +116,19 @@ def check_export_folder(out_dir: str | Path, source: str | Path | None = None, o
     return final
 
 
-def _umask() -> int:
-    """The process umask, read without changing it where /proc allows (other threads may be creating files)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def normal_permissions(folder: Path) -> None:
-    """Give ``folder`` and everything in it the modes a new file gets: mkdtemp and safetensors make private ones."""
-    mask = _umask()
+    """Give ``folder`` and its files (an export is flat) the modes a new file gets: mkdtemp and safetensors make
+    private ones."""
+    mask = None
+    with contextlib.suppress(OSError, ValueError):  # read without changing it: other threads may be creating files
+        mask = next((int(line.split()[1], 8) for line in Path("/proc/self/status").read_text().splitlines()
+                     if line.startswith("Umask:")), None)
+    if mask is None:
+        mask = os.umask(0o022)
+        os.umask(mask)
     os.chmod(folder, 0o777 & ~mask)
-    for root, dirs, files in os.walk(folder):
-        for d in dirs:
-            os.chmod(Path(root, d), 0o777 & ~mask)
-        for f in files:
-            os.chmod(Path(root, f), 0o666 & ~mask)
+    for file in folder.iterdir():
+        os.chmod(file, 0o666 & ~mask)
 
 
 def export_source(loaded: LoadedModel) -> Path | None:
@@ -153,10 +138,8 @@ def export_source(loaded: LoadedModel) -> Path | None:
 
 @contextlib.contextmanager
 def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Path | None = None) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out_dir``; rename it to ``out_dir`` when the block succeeds.
-
-    A reader never sees a half-written export, and a failure leaves nothing behind.
-    """
+    """Yield a temporary folder beside ``out_dir``, renamed to ``out_dir`` when the block succeeds: a reader never
+    sees a half-written export, and a failure leaves nothing behind."""
     final = check_export_folder(out_dir, source, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
@@ -180,31 +163,9 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Pa
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def parse_dtype(name: str) -> torch.dtype:
-    """``fp32`` / ``bf16`` / ``fp16`` -> torch dtype (UserError otherwise)."""
-    if name not in DTYPES:
-        raise UserError(f"unknown dtype '{name}'; choose one of: {', '.join(DTYPES)}")
-    return DTYPES[name]
-
-
 def write_json(path: Path, obj: dict[str, Any]) -> None:
     """Pretty, key-sorted JSON with a final newline (diff-friendly)."""
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def check_tokenizer_fits(loaded: LoadedModel) -> None:
-    """An export must not pair a model with a tokenizer whose ids reach past its embedding (e.g. an upcycled
-    model given another model's tokenizer): refused when it is written, not when someone samples from it."""
-    tokens = loaded.tokenizer.get("vocab_size")
-    if not isinstance(tokens, int):
-        return
-    # End-of-text may lie outside the vocabulary (a model trained without it; the export then leaves it out).
-    ordinary = tokens - 1 if loaded.tokenizer.get("eot_id") == tokens - 1 else tokens
-    if ordinary > loaded.args.vocab_size:
-        raise UserError(
-            f"the model's tokenizer ({loaded.tokenizer.get('name')}) has {tokens:,} ids but the model only "
-            f"{loaded.args.vocab_size:,} embedding rows; its tokenizer metadata is wrong: fix or re-create the model"
-        )
 
 
 def cast_weights(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -221,35 +182,80 @@ def cast_weights(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str
     return {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
 
 
+def run_metadata(loaded: LoadedModel) -> dict[str, Any]:
+    """The run's metadata every export carries (the source file's own format keys left out)."""
+    from torchnlq.version import __version__
+
+    return {
+        **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
+        "torchnlq_version": __version__,
+        "source": str(loaded.path),
+        "model_args": loaded.args.to_dict(),
+        "tokenizer": loaded.tokenizer,
+    }
+
+
+def end_of_text_id(args: ModelArgs, tokenizer: dict[str, Any]) -> int | None:
+    """The tokenizer's end-of-text id when it lies within the model's vocabulary, else None (transformers warns
+    about, and generate() mishandles, a special id outside the vocabulary)."""
+    eot = tokenizer.get("eot_id")
+    return eot if isinstance(eot, int) and 0 <= eot < args.vocab_size else None
+
+
+def hf_config_base(args: ModelArgs, tokenizer: dict[str, Any], dtype: torch.dtype, architecture: str,
+                   model_type: str) -> dict[str, Any]:
+    """The config.json keys every Hugging Face export shares (architecture, dtype, special ids)."""
+    eot = end_of_text_id(args, tokenizer)
+    return {"architectures": [architecture], "model_type": model_type, "torch_dtype": DTYPE_NAMES[dtype],
+            "bos_token_id": eot, "eos_token_id": eot, "use_cache": True}
+
+
+def prepare_export(source: str | Path | LoadedModel, dtype: str) -> tuple[LoadedModel, torch.dtype]:
+    """The model to export and the torch dtype to store (``fp32`` / ``bf16`` / ``fp16``); UserError otherwise.
+
+    A model whose tokenizer's ids reach past its embedding (e.g. an upcycled model given another model's
+    tokenizer) is refused when it is exported, not when someone samples from it.
+    """
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype '{dtype}'; choose one of: {', '.join(DTYPES)}")
+    loaded = as_loaded(source)
+    tokens = loaded.tokenizer.get("vocab_size")
+    # End-of-text may lie outside the vocabulary (a model trained without it; the export then leaves it out).
+    ordinary = tokens - 1 if isinstance(tokens, int) and loaded.tokenizer.get("eot_id") == tokens - 1 else tokens
+    if isinstance(tokens, int) and ordinary > loaded.args.vocab_size:
+        raise UserError(
+            f"the model's tokenizer ({loaded.tokenizer.get('name')}) has {tokens:,} ids but the model only "
+            f"{loaded.args.vocab_size:,} embedding rows; its tokenizer metadata is wrong: fix or re-create the model"
+        )
+    return loaded, DTYPES[dtype]
+
+
+@contextlib.contextmanager
+def export_folder(loaded: LoadedModel, out_dir: str | Path, overwrite: bool) -> Iterator[Path]:
+    """:func:`atomic_folder` for an export of ``loaded``, holding its Hugging Face tokenizer files (written first:
+    a gpt2 model whose ranks cannot be found fails before the weights are converted)."""
+    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
+        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
+                                 loaded.tiktoken_file)
+        yield tmp
+
+
 def export_safetensors(
     source: str | Path | LoadedModel, out_dir: str | Path, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
     """Write ``out_dir`` with model.safetensors, config.json (with the run's metadata) and the tokenizer files."""
     from safetensors.torch import save_file
 
-    from torchnlq.version import __version__
-
-    target = parse_dtype(dtype)
-    loaded = as_loaded(source)
-    check_tokenizer_fits(loaded)
-    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
-    run_meta = {k: v for k, v in loaded.meta.items() if k not in ("model_args", "tokenizer", *FORMAT_KEYS)}
+    loaded, target = prepare_export(source, dtype)
     config = {
-        **run_meta,
+        **run_metadata(loaded),
         "format": EXPORT_FORMAT,
         "format_version": FORMAT_VERSION,
-        "torchnlq_version": __version__,
         # The torch name (float32, bfloat16, float16): transformers reads config.json's "dtype" as one, and
         # AutoTokenizer.from_pretrained(export) loads config.json before the tokenizer files.
-        "dtype": str(target).removeprefix("torch."),
-        "source": str(loaded.path),
-        "model_args": loaded.args.to_dict(),
-        "tokenizer": loaded.tokenizer,
+        "dtype": DTYPE_NAMES[target],
     }
-    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
-        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
-                                 loaded.tiktoken_file)
+    with export_folder(loaded, out_dir, overwrite) as tmp:
         state = cast_weights(loaded.model.state_dict(), target)
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "torchnlq_format": EXPORT_FORMAT})
         write_json(tmp / CONFIG_FILE, config)  # last: is_export() keys on it
@@ -264,35 +270,17 @@ def export_standard(
 ) -> Path:
     """Write a folder of a standard transformers architecture (GPT-2, Llama: no remote code); return its path.
 
-    ``incompatibility(args)`` says why the architecture cannot compute this model (one error line),
-    ``state_dict(model)`` renames the weights (fp32) and ``config(args, tokenizer, dtype)`` is the
-    config.json. The folder also holds the tokenizer files and ``torchnlq_export.json`` (the
-    tokenizer description and run metadata, which transformers ignores).
+    ``incompatibility(args)`` is why the architecture cannot compute this model; the run's metadata goes to
+    ``torchnlq_export.json``.
     """
     from safetensors.torch import save_file
 
-    from torchnlq.version import __version__
-
-    target = parse_dtype(dtype)
-    loaded = as_loaded(source)
-    check_tokenizer_fits(loaded)
+    loaded, target = prepare_export(source, dtype)
     reason = incompatibility(loaded.args)
     if reason:
         raise UserError(reason)
-    check_export_folder(out_dir, export_source(loaded), overwrite)  # before converting the weights
-    extra = {
-        **{k: v for k, v in loaded.meta.items() if k not in ("model_args", *FORMAT_KEYS)},
-        "torchnlq_version": __version__,
-        "model_args": loaded.args.to_dict(),
-        "tokenizer": loaded.tokenizer,
-        "source": str(loaded.path),
-    }
-    with atomic_folder(out_dir, overwrite, export_source(loaded)) as tmp:
-        # The tokenizer first: a gpt2 model whose ranks cannot be found fails before the weights are converted.
-        write_hf_tokenizer_files(loaded.tokenizer, tmp, loaded.args.max_seq_len, export_source(loaded),
-                                 loaded.tiktoken_file)
-        state = cast_weights(state_dict(loaded.model), target)
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        write_json(tmp / HF_EXPORT_FILE, extra)
+    with export_folder(loaded, out_dir, overwrite) as tmp:
+        save_file(cast_weights(state_dict(loaded.model), target), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_json(tmp / HF_EXPORT_FILE, run_metadata(loaded))
         write_json(tmp / CONFIG_FILE, config(loaded.args, loaded.tokenizer, target))
     return Path(out_dir).expanduser()

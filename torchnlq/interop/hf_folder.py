@@ -1,11 +1,11 @@
 """Reading Hugging Face model folders (``save_pretrained``): which architecture, its config.json, its weights.
 
-Shared by the architectures torchnlq imports (:mod:`torchnlq.interop.hf_gpt2`,
-:mod:`torchnlq.interop.hf_llama`). Weights are read with safetensors only: a pickle is refused.
+Weights are read with safetensors only: a pickle is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
+from torchnlq.models.args import ModelArgs
 
 #: The ``model_type`` values of config.json that torchnlq reads (initial load, upcycling).
 IMPORTABLE_TYPES = ("gpt2", "llama")
@@ -29,15 +30,31 @@ def hf_model_type(path: str | Path) -> str | None:
     return kind if kind in IMPORTABLE_TYPES else None
 
 
-def read_hf_config(folder: Path, model_type: str) -> dict[str, Any]:
-    """config.json of ``folder``, which must say ``model_type``; UserError otherwise."""
+def read_hf_folder(path: str | Path, model_type: str, architecture: str,
+                   model_args: Callable[[dict[str, Any]], ModelArgs], prefix: str = ""
+                   ) -> tuple[ModelArgs, Callable[[str], torch.Tensor]]:
+    """(ModelArgs of the folder's config.json, which must say ``model_type``; ``take(name)``, the fp32 weight
+    ``name`` with its ``prefix`` removed)."""
+    folder = Path(path)
     if not (folder / "config.json").is_file():
         raise UserError(f"'{folder}' has no config.json; {_HINT}")
     config = read_json(folder / "config.json", "a Hugging Face config.json", _HINT)
     if not isinstance(config, dict) or config.get("model_type") != model_type:
         got = config.get("model_type") if isinstance(config, dict) else None
         raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
-    return config
+    try:
+        args = model_args(config)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"'{folder}' config.json lacks or mangles {e}; it is not a {architecture} config") from None
+    tensors = {k.removeprefix(prefix): v for k, v in read_hf_weights(folder).items()}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in tensors:
+            raise UserError(f"'{folder}' lacks the {architecture} weight {name!r}; is it a complete {architecture} "
+                            "model saved with save_pretrained?")
+        return tensors[name].float()
+
+    return args, take
 
 
 def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -67,15 +84,3 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
         except (SafetensorError, OSError) as e:
             raise UserError(f"'{file}' is unreadable ({e})") from None
     return tensors
-
-
-def weight_taker(folder: Path, tensors: dict[str, torch.Tensor], architecture: str):  # noqa: ANN201
-    """``take(name)``: the fp32 tensor ``name`` of ``tensors``, or one UserError naming the missing weight."""
-
-    def take(name: str) -> torch.Tensor:
-        if name not in tensors:
-            raise UserError(f"'{folder}' lacks the {architecture} weight {name!r}; is it a complete {architecture} "
-                            "model saved with save_pretrained?")
-        return tensors[name].float()
-
-    return take

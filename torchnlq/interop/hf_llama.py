@@ -1,13 +1,8 @@
 """Hugging Face Llama both ways: export a Llama-style torchnlq model as a ``LlamaForCausalLM`` folder, and read one.
 
-Written without importing transformers. Llama computes exactly the torchnlq models with RMSNorm,
-the SwiGLU MLP, RoPE (rotate-half, as torchnlq's; Llama 3's frequency scaling included), no
-QK-norm and a query linear in X; GQA, any head_dim, tied or untied heads and biases
-(``attention_bias``/``mlp_bias``) carry over. Any other query type exports with ``--format hf``.
-
-The weights are a rename: q_proj is the query's matrix, k_proj/v_proj the two halves of
-torchnlq's fused ``kv``, o_proj ``proj``; gate_proj/up_proj/down_proj are the MLP's
-``gate``/``fc``/``proj``; input/post-attention layernorms are ``ln_1``/``ln_2``.
+Written without importing transformers. Llama computes exactly the models with RMSNorm, SwiGLU, RoPE (Llama 3
+scaling included), no QK-norm and a query linear in X; GQA, head_dim, tied heads and biases carry over.
+The weights are a rename (:data:`_LAYER_NAMES`; k_proj/v_proj are the halves of torchnlq's fused ``kv``).
 """
 
 from __future__ import annotations
@@ -19,8 +14,8 @@ import torch
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
-from torchnlq.interop.export import DTYPE_NAMES, export_standard
-from torchnlq.interop.hf_folder import read_hf_config, read_hf_weights, weight_taker
+from torchnlq.interop.export import export_standard, hf_config_base
+from torchnlq.interop.hf_folder import read_hf_folder
 from torchnlq.interop.load import LoadedModel
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -42,17 +37,13 @@ def llama_incompatibility(args: ModelArgs) -> str | None:
 
 def llama_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict[str, Any]:
     """The Hugging Face LlamaConfig dict of this model (dropout 0: an inference export)."""
-    eot = tokenizer.get("eot_id")
-    if not isinstance(eot, int) or not 0 <= eot < args.vocab_size:
-        eot = None  # transformers warns about (and generate() mishandles) a special id outside the vocabulary
     scaling = None
     if args.rope_scaling_factor != 1.0:
         scaling = {"rope_type": "llama3", "factor": args.rope_scaling_factor,
                    "low_freq_factor": args.rope_low_freq_factor, "high_freq_factor": args.rope_high_freq_factor,
                    "original_max_position_embeddings": args.rope_original_max_seq_len}
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        **hf_config_base(args, tokenizer, dtype, "LlamaForCausalLM", "llama"),
         "vocab_size": args.vocab_size,
         "hidden_size": args.dim,
         "intermediate_size": args.mlp_hidden,
@@ -71,10 +62,6 @@ def llama_config(args: ModelArgs, tokenizer: dict, dtype: torch.dtype) -> dict[s
         "initializer_range": args.init_std,
         "pretraining_tp": 1,
         "tie_word_embeddings": args.tie_embeddings,
-        "bos_token_id": eot,
-        "eos_token_id": eot,
-        "use_cache": True,
-        "torch_dtype": DTYPE_NAMES[dtype],
     }
 
 
@@ -116,7 +103,8 @@ def export_hf_llama(
 
 
 def llama_model_args(config: dict[str, Any]) -> ModelArgs:
-    """torchnlq's ModelArgs for a LlamaConfig dict (UserError for what torchnlq cannot compute exactly)."""
+    """torchnlq's ModelArgs for a LlamaConfig dict: UserError for what torchnlq cannot compute exactly, KeyError,
+    TypeError or ValueError for a missing or mangled key (:func:`read_hf_folder` words them)."""
     if config.get("hidden_act", "silu") != "silu":
         raise UserError(f"Llama hidden_act {config['hidden_act']!r}: torchnlq's SwiGLU uses silu")
     if config.get("attention_bias", False) != config.get("mlp_bias", False):
@@ -128,35 +116,29 @@ def llama_model_args(config: dict[str, Any]) -> ModelArgs:
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind not in ("default", "llama3"):
         raise UserError(f"Llama RoPE type {kind!r}: torchnlq computes the default and llama3 kinds only")
-    try:
-        dim, n_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        scaled = {}
-        if kind == "llama3":
-            scaled = dict(rope_scaling_factor=float(rope["factor"]),
-                          rope_low_freq_factor=float(rope["low_freq_factor"]),
-                          rope_high_freq_factor=float(rope["high_freq_factor"]),
-                          rope_original_max_seq_len=int(rope["original_max_position_embeddings"]))
-        return ModelArgs(
-            n_layers=int(config["num_hidden_layers"]), dim=dim, n_heads=n_heads,
-            n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
-            head_dim=int(config.get("head_dim") or dim // n_heads), mlp_hidden=int(config["intermediate_size"]),
-            vocab_size=int(config["vocab_size"]), max_seq_len=int(config["max_position_embeddings"]),
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)), positions="rope",
-            rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
-            norm_eps=float(config.get("rms_norm_eps", 1e-6)), init_std=float(config.get("initializer_range", 0.02)),
-            bias=bool(config.get("attention_bias", False)), mlp_activation="swiglu", norm="rms",
-            query=Query(type="linear"), **scaled,
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"Llama config.json lacks or mangles {e}; it is not a LlamaConfig") from None
+    dim, n_heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    scaled = {}
+    if kind == "llama3":
+        scaled = dict(rope_scaling_factor=float(rope["factor"]),
+                      rope_low_freq_factor=float(rope["low_freq_factor"]),
+                      rope_high_freq_factor=float(rope["high_freq_factor"]),
+                      rope_original_max_seq_len=int(rope["original_max_position_embeddings"]))
+    return ModelArgs(
+        n_layers=int(config["num_hidden_layers"]), dim=dim, n_heads=n_heads,
+        n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
+        head_dim=int(config.get("head_dim") or dim // n_heads), mlp_hidden=int(config["intermediate_size"]),
+        vocab_size=int(config["vocab_size"]), max_seq_len=int(config["max_position_embeddings"]),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)), positions="rope",
+        rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
+        norm_eps=float(config.get("rms_norm_eps", 1e-6)), init_std=float(config.get("initializer_range", 0.02)),
+        bias=bool(config.get("attention_bias", False)), mlp_activation="swiglu", norm="rms",
+        query=Query(type="linear"), **scaled,
+    )
 
 
 def read_hf_llama(path: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
     """(ModelArgs, torchnlq state dict in fp32) of a Hugging Face Llama folder (safetensors only)."""
-    folder = Path(path)
-    args = llama_model_args(read_hf_config(folder, "llama"))
-    tensors = read_hf_weights(folder)
-    take = weight_taker(folder, tensors, "LlamaForCausalLM")
+    args, take = read_hf_folder(path, "llama", "LlamaForCausalLM", llama_model_args)
     kinds = ("weight", "bias") if args.bias else ("weight",)
     sd = {"tok_emb.weight": take("model.embed_tokens.weight"), "ln_f.weight": take("model.norm.weight")}
     for i in range(args.n_layers):

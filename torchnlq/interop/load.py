@@ -1,14 +1,7 @@
-"""Load a trained model for inference, from a checkpoint or from an export.
-
-A **checkpoint** is a DCP folder ``<run>/checkpoints/step-N`` with ``torchnlq.json``; an
-**export** is ``model.safetensors`` + ``config.json`` + tokenizer files
-(:func:`torchnlq.interop.export.export_safetensors`). :func:`load_model` returns the same
-:class:`LoadedModel` for both, with the same ``meta`` keys, so the tools never care which.
-"""
+"""Load a trained model for inference, from a checkpoint (``<run>/checkpoints/step-N``) or from an export."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,8 +78,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def is_export(path: str | Path) -> bool:
     """True when ``path`` is a folder written by :func:`torchnlq.interop.export.export_safetensors`."""
-    config = read_config(path)
-    return config is not None and config.get("format") == EXPORT_FORMAT
+    return (read_config(path) or {}).get("format") == EXPORT_FORMAT
 
 
 def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cpu") -> LoadedModel:

@@ -1,21 +1,7 @@
 """torchnlq's GPT as a Hugging Face transformers model: a thin wrapper around ``torchnlq.models``.
 
-The network is torchnlq's own :class:`~torchnlq.models.gpt.GPT`, not a copy: this file adds only
-what transformers asks of a model (a ``PretrainedConfig``, ``PreTrainedModel`` + ``GenerationMixin``,
-its ``Cache``, attention masks, position ids, labels). ``--format hf`` writes it into the export
-beside the model package's own files, with its ``torchnlq.models`` imports rewritten to those files
-(``from .torchnlq_models import ...``; :mod:`torchnlq.interop.hf_export`), so
-``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`` runs exactly the code
-that trained the model, without torchnlq installed. With torchnlq installed,
-:func:`torchnlq.interop.auto.register_auto_classes` registers these classes instead.
-
-config.json holds every :class:`ModelArgs` field: under transformers' usual name where one exists
-(:data:`CONFIG_NAMES`), else under its own, so a model option added later exports with no change
-here; weights are torchnlq's state-dict names under ``model.``.
-
-Generation: keys and values go through transformers' ``Cache`` (``cache.update(k, v, layer)``);
-positions come from ``position_ids``, else from the 2-D ``attention_mask`` (left padding: a row's
-first real token is position 0), else from the cache length. Padded keys are never attended to.
+``--format hf`` ships it beside the model package's files (:mod:`torchnlq.interop.ship_code`);
+docs/checkpoints.md describes the config.json names, weights and generation.
 """
 
 from __future__ import annotations
@@ -55,17 +41,14 @@ def model_fields() -> dict[str, str]:
 
 
 class TorchnlqConfig(PretrainedConfig):
-    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line).
-
-    Fields not given take ModelArgs' defaults (a config.json written before a field existed
-    describes a model without that option).
-    """
+    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line)."""
 
     model_type = "torchnlq"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
 
     def __init__(self, tie_word_embeddings: bool = True, use_cache: bool = True, **kwargs: Any) -> None:
-        # A field not given takes its ModelArgs default (None for the derived ones: n_kv_heads, head_dim, ...).
+        # A field not given takes its ModelArgs default (None for the derived ones: n_kv_heads, head_dim, ...):
+        # a config.json written before a field existed describes a model without that option.
         defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs) if f.default is not dataclasses.MISSING}
         for field, name in model_fields().items():
             if name != "tie_word_embeddings":
@@ -81,13 +64,6 @@ class TorchnlqConfig(PretrainedConfig):
     def model_args(self) -> ModelArgs:
         """The torchnlq ModelArgs these fields describe."""
         return ModelArgs.from_dict({field: getattr(self, name) for field, name in model_fields().items()})
-
-    @classmethod
-    def from_model_args(cls, args: ModelArgs, **kwargs: Any) -> TorchnlqConfig:
-        """The config of a torchnlq model (every field written, defaults included)."""
-        values = {name: getattr(args, field) for field, name in model_fields().items()}
-        values["query"] = dataclasses.asdict(args.query)
-        return cls(**values, **kwargs)
 
 
 class _LayerCache:
@@ -208,7 +184,9 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         if logits_to_keep and labels is None:  # generate asks for the last position only
             x = x[:, -logits_to_keep:]
         logits = F.linear(x, gpt.head_weight())
-        loss = self._loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        loss = None
+        if labels is not None:  # transformers' shifted cross-entropy in fp32 (sum / num_items under its Trainer)
+            loss = self.loss_function(logits, labels, logits.shape[-1], kwargs.get("num_items_in_batch"))
         hidden_states = tuple(hidden) if hidden else None
         return_dict = self.config.return_dict if return_dict is None else return_dict
         if not return_dict:
@@ -229,16 +207,6 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         if cache_position is not None:  # transformers 4.x passes the absolute positions of the new tokens
             return cache_position[None]
         return torch.arange(past, past + seq_len, device=device)[None]
-
-    @staticmethod
-    def _loss(logits: torch.Tensor, labels: torch.Tensor, num_items: int | torch.Tensor | None) -> torch.Tensor:
-        """Next-token cross-entropy in fp32; ``num_items`` (transformers' Trainer) turns the mean into sum / num_items."""
-        logits = logits[:, :-1].float()
-        targets = labels[:, 1:].to(logits.device)
-        reduction = "mean" if num_items is None else "sum"
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100,
-                               reduction=reduction)
-        return loss if num_items is None else loss / num_items
 
 
 # save_pretrained() of a loaded model copies this file (and the files it imports) beside the weights and

@@ -1,17 +1,9 @@
 """The code a ``--format hf`` export carries: the model package's own files, the wrapper, and plugins.
 
-transformers' ``trust_remote_code`` loads a folder's ``modeling_torchnlq.py`` and every file it
-reaches through ``from .name import ...`` (flat siblings, no sub-packages). So the export holds:
-
-- every file of ``torchnlq/models/`` as it is (they import only torch, the standard library and
-  each other, relatively), its ``__init__.py`` as ``torchnlq_models.py``;
-- ``modeling_torchnlq.py``, the wrapper, with ``from torchnlq.models[.x] import`` rewritten to
-  those files (``from .torchnlq_models import`` / ``from .x import``);
-- the plugin module that registered the model's query type, when it is not one of the package's
-  (``[job] plugins``), rewritten the same way and imported by the wrapper so that it registers.
-
-A plugin may import only ``__future__``, the standard library, torch and ``torchnlq.models``:
-anything else would not exist where the export is loaded, so it is refused with one line.
+``trust_remote_code`` loads ``modeling_torchnlq.py`` and the flat siblings it imports, so every file of
+``torchnlq/models/`` is copied (``__init__.py`` as ``torchnlq_models.py``) and ``from torchnlq.models[.x]
+import`` is rewritten to them. A plugin that registered the model's query type travels too, and may import
+only ``__future__``, the standard library, torch and ``torchnlq.models`` (else one refusal line).
 """
 
 from __future__ import annotations
@@ -35,11 +27,7 @@ _IMPORT = re.compile(r"^(\s*)from torchnlq\.models(\.(\w+))? import", re.MULTILI
 
 def _flat_imports(source: str) -> str:
     """``from torchnlq.models import`` -> ``from .torchnlq_models import``; ``.models.x`` -> ``from .x``."""
-    def flat(match: re.Match[str]) -> str:
-        module = match.group(3) or PACKAGE_FILE[:-3]
-        return f"{match.group(1)}from .{module} import"
-
-    return _IMPORT.sub(flat, source)
+    return _IMPORT.sub(lambda m: f"{m.group(1)}from .{m.group(3) or PACKAGE_FILE[:-3]} import", source)
 
 
 def _imports(source: str) -> list[tuple[str, bool]]:
@@ -53,22 +41,6 @@ def _imports(source: str) -> list[tuple[str, bool]]:
     return found
 
 
-def _foreign_imports(source: str) -> list[str]:
-    """Imports a plugin shipped in an export cannot satisfy: all but stdlib, torch and ``from torchnlq.models``."""
-    allowed = ("torch", "__future__", *sys.stdlib_module_names)
-    return [
-        name for name, is_from in _imports(source)
-        if name.split(".")[0] not in allowed
-        and not (is_from and (name == "torchnlq.models" or name.startswith("torchnlq.models.")))
-    ]
-
-
-def plugin_module(query_type: str) -> str | None:
-    """The module that registered ``query_type`` when it is not torchnlq's own; None for a built-in type."""
-    module = QUERY_TYPES[query_type].__module__
-    return None if module.startswith(model_package.__name__ + ".") else module
-
-
 def _plugin_file(query_type: str, module: str) -> tuple[str, str]:
     """(export file name, rewritten source) of the plugin module that defines ``query_type``."""
     fix = "or export with --format safetensors"
@@ -80,7 +52,10 @@ def _plugin_file(query_type: str, module: str) -> tuple[str, str]:
             f"define it in a .py module named by [job] plugins, {fix}"
         )
     source = Path(path).read_text(encoding="utf-8")
-    foreign = _foreign_imports(source)
+    # What a shipped plugin cannot import: all but the standard library, torch and ``from torchnlq.models``.
+    allowed = ("torch", "__future__", *sys.stdlib_module_names)
+    foreign = [name for name, is_from in _imports(source) if name.split(".")[0] not in allowed
+               and not (is_from and (name == "torchnlq.models" or name.startswith("torchnlq.models.")))]
     if foreign:
         raise UserError(
             f"query type {query_type!r} comes from {path}, which imports {', '.join(sorted(set(foreign)))}: an export "
@@ -99,8 +74,8 @@ def export_code(query_type: str) -> dict[str, str]:
             raise RuntimeError(f"{path} imports torchnlq by name; the model package imports itself relatively")
         files[PACKAGE_FILE if path.name == "__init__.py" else path.name] = source
     wrapper = _flat_imports(WRAPPER_SOURCE.read_text(encoding="utf-8"))
-    module = plugin_module(query_type)
-    if module is not None:
+    module = QUERY_TYPES[query_type].__module__
+    if not module.startswith(model_package.__name__ + "."):  # a plugin registered the query type
         name, source = _plugin_file(query_type, module)
         files[name] = source
         stem = name[:-3]

@@ -1,20 +1,13 @@
 """Hugging Face tokenizer files of exports, and the torchnlq tokenizer a model folder carries.
 
-:func:`write_hf_tokenizer_files` writes what ``AutoTokenizer.from_pretrained`` reads, without
-transformers: gpt2 and byte get a GPT-2-style byte-level BPE built with the ``tokenizers`` library
-from the tiktoken ranks (merges recovered by rank; the byte tokenizer's ids are the byte values,
-with no merges); an ``hf`` model gets its tokenizer.json byte for byte.
-
-A checkpoint carries the ranks themselves (:data:`TOKENIZER_RANKS_FILE`) or the tokenizer.json, an
-export its vocab.json or tokenizer.json; :func:`tokenizer_from_folder` rebuilds the tokenizer from
-any of them, and from a Hugging Face model folder's tokenizer.json. Files are read as text or
-JSON, never unpickled, and bounded (:func:`check_bpe_bounds`).
+:func:`write_hf_tokenizer_files` writes what ``AutoTokenizer.from_pretrained`` reads (docs/checkpoints.md);
+:func:`tokenizer_from_folder` rebuilds the tokenizer from a checkpoint, an export or a Hugging Face folder.
+Files are read as text or JSON, never unpickled, and bounded (:func:`check_bpe_bounds`).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
@@ -26,9 +19,9 @@ from typing import Any
 
 from torchnlq.data.tokenizer import (ENDOFTEXT, GPT2_EOT_ID, GPT2_PATTERN, GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV,
                                      TOKENIZER_JSON, ByteTokenizer, GPT2Tokenizer, HFTokenizer, Tokenizer,
-                                     read_tokenizer_json)
+                                     check_bpe_bounds, parse_ranks, read_tokenizer_json)
 from torchnlq.errors import UserError
-from torchnlq.files import MAX_DOCUMENT_BYTES, read_json
+from torchnlq.files import read_json
 
 #: The GPT-2 ranks a checkpoint carries (tiktoken's ``base64 rank`` text).
 TOKENIZER_RANKS_FILE = "tokenizer.tiktoken"
@@ -39,12 +32,6 @@ SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 _FIX = (f"set {TIKTOKEN_FILE_ENV} (or pass --tiktoken-file) to the model's .tiktoken ranks file "
         "(GPT-2's: e.g. ../shared/data/gpt2.tiktoken)")
-#: Bounds on a BPE someone hands over, so that a crafted one is refused in seconds instead of parsed for hours:
-#: tokens (GPT-2 has 50,257, Llama 3 128,256), bytes of one token (GPT-2's longest: 128) and the merge
-#: recovery's work, the sum over tokens of their length squared (GPT-2: 2.5 million, 0.4 s).
-MAX_BPE_TOKENS = 2**20
-MAX_TOKEN_BYTES = 512
-MAX_MERGE_WORK = 50_000_000
 
 
 @cache
@@ -68,46 +55,6 @@ def _token_string(token: bytes) -> str:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path) -> dict[bytes, int]:
-    """``ranks`` if they are a byte-level BPE (every byte a token, no token at GPT-2's end-of-text id, no id twice)
-    within :data:`MAX_BPE_TOKENS`, :data:`MAX_TOKEN_BYTES` and :data:`MAX_MERGE_WORK`; else a UserError."""
-    if len(set(ranks.values())) != len(ranks):
-        raise UserError(f"'{where}' is corrupt (two tokens share an id); {_FIX}")
-    longest = max(map(len, ranks), default=0)
-    if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or sum(len(t) ** 2 for t in ranks) > MAX_MERGE_WORK:
-        raise UserError(
-            f"'{where}' is not a tokenizer torchnlq reads: {len(ranks):,} tokens, the longest {longest:,} bytes "
-            f"(at most {MAX_BPE_TOKENS:,} tokens of {MAX_TOKEN_BYTES} bytes, {MAX_MERGE_WORK:,} in sum of squared "
-            f"lengths); {_FIX}"
-        )
-    missing = [b for b in range(256) if bytes([b]) not in ranks]
-    if missing:
-        raise UserError(f"'{where}' lacks the single byte {missing[0]:#04x}: not a byte-level BPE (every byte must "
-                        f"be a token); {_FIX}")
-    if GPT2_EOT_ID in ranks.values():
-        raise UserError(f"'{where}' gives id {GPT2_EOT_ID} to a token; GPT-2 keeps it for {ENDOFTEXT}; {_FIX}")
-    return dict(ranks)
-
-
-def parse_ranks(text: bytes, where: str | Path) -> dict[bytes, int]:
-    """tiktoken ``base64 rank`` lines -> {token bytes: rank}; anything else is a UserError naming ``where``."""
-    if len(text) > MAX_DOCUMENT_BYTES:
-        raise UserError(f"'{where}' is {len(text):,} bytes, more than a tokenizer's ranks can be; {_FIX}")
-    ranks: dict[bytes, int] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            b64, rank_text = line.split()
-            token, rank = base64.b64decode(b64, validate=True), int(rank_text)
-        except (ValueError, binascii.Error):
-            raise UserError(f"'{where}' is corrupt (line {n} is not 'base64 rank'); {_FIX}") from None
-        if not token or rank < 0 or token in ranks:
-            raise UserError(f"'{where}' is corrupt (line {n}: an empty, negative or repeated token); {_FIX}")
-        ranks[token] = rank
-    return check_bpe_bounds(ranks, where)
 
 
 def ranks_text(ranks: Mapping[bytes, int]) -> bytes:
@@ -241,29 +188,11 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def _write_byte_level_bpe(folder: Path, vocab: dict[str, int], merges: list[tuple[str, str]], eot: int) -> None:
-    """tokenizer.json, vocab.json and merges.txt of a GPT-2-style byte-level BPE, saved by the tokenizers library."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
-    from tokenizers import Tokenizer as FastTokenizer
-
-    tok = FastTokenizer(models.BPE({**vocab, ENDOFTEXT: eot}, merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's regex, no space prepended
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)  # as GPT-2's: no BOS/EOS added to an encoding
-    tok.decoder = decoders.ByteLevel()
-    # "special" keeps it out of decode(skip_special_tokens=True); normalized as in GPT-2's own files.
-    tok.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=True)])
-    tok.save(str(folder / TOKENIZER_JSON), pretty=False)  # compact: 1.5 MB for GPT-2, not 3.5
-    tok.model.save(str(folder))  # vocab.json and merges.txt: transformers' GPT2Tokenizer reads these
-
-
 def write_hf_tokenizer_files(tokenizer_description: Mapping[str, Any], folder: Path, model_max_length: int,
                              source: Path | None = None, tiktoken_file: str | None = None) -> None:
-    """Write the Hugging Face tokenizer files of the described tokenizer into ``folder``.
-
-    gpt2 and byte: GPT-2-style files made from the ranks (of ``tiktoken_file``, else :func:`find_gpt2_ranks`'s
-    places); hf: the model's tokenizer.json, copied from ``source`` (the checkpoint or export the model came
-    from) after checking its recorded sha256. A description without a name (a model made in Python) writes nothing.
-    """
+    """Write the Hugging Face tokenizer files of the described tokenizer into ``folder``: for gpt2 and byte a
+    GPT-2-style BPE from the ranks (:func:`find_gpt2_ranks`), for hf the tokenizer.json ``source`` carries (its
+    sha256 checked); nothing for a description without a name (a model made in Python)."""
     name, folder = tokenizer_description.get("name"), Path(folder)
     # Off, so that decode gives back exactly the text (the cleanup rewrites " n't" and " ,").
     common = {"model_max_length": int(model_max_length), "clean_up_tokenization_spaces": False}
@@ -286,12 +215,23 @@ def write_hf_tokenizer_files(tokenizer_description: Mapping[str, Any], folder: P
         vocab, merges, eot = {c: b for b, c in sorted(byte_to_char().items())}, [], ByteTokenizer.eot_id
     elif name == "gpt2":
         text, where = find_gpt2_ranks(tokenizer_description, source, tiktoken_file)
-        ranks = parse_ranks(text, where)
+        ranks = parse_ranks(text, where, _FIX)
         vocab = {_token_string(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])}
         merges, eot = [(_token_string(a), _token_string(b)) for a, b in recover_merges(ranks)], GPT2_EOT_ID
     else:
         raise UserError(f"unknown tokenizer '{name}' in the model's metadata; torchnlq knows gpt2, byte and hf")
-    _write_byte_level_bpe(folder, vocab, merges, eot)
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+    from tokenizers import Tokenizer as FastTokenizer
+
+    # A GPT-2-style byte-level BPE, saved by the tokenizers library.
+    tok = FastTokenizer(models.BPE({**vocab, ENDOFTEXT: eot}, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # GPT-2's regex, no space prepended
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)  # as GPT-2's: no BOS/EOS added to an encoding
+    tok.decoder = decoders.ByteLevel()
+    # "special" keeps it out of decode(skip_special_tokens=True); normalized as in GPT-2's own files.
+    tok.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=True)])
+    tok.save(str(folder / TOKENIZER_JSON), pretty=False)  # compact: 1.5 MB for GPT-2, not 3.5
+    tok.model.save(str(folder))  # vocab.json and merges.txt: transformers' GPT2Tokenizer reads these
     special = {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT}
     _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {
         "tokenizer_class": "GPT2Tokenizer", **common, **special, "add_prefix_space": False, "add_bos_token": False,
@@ -323,7 +263,7 @@ def ranks_from_vocab(path: Path, tokenizer_description: Mapping[str, Any] | None
         if not text or any(c not in table for c in text):
             raise UserError(f"'{path}' is corrupt (token {text[:20]!r} is not byte-level BPE); export the model again")
         ranks[bytes(table[c] for c in text)] = rank
-    check_bpe_bounds(ranks, path)
+    check_bpe_bounds(ranks, path, _FIX)
     recorded, size = (tokenizer_description or {}).get("vocab_size"), max(max(ranks.values()), GPT2_EOT_ID) + 1
     if isinstance(recorded, int) and recorded != size:
         raise UserError(f"'{path}' holds {size} ids but the model records vocab_size {recorded}; export the model "
@@ -339,7 +279,7 @@ class CarriedGPT2Tokenizer(GPT2Tokenizer):
         import tiktoken
 
         self.path, self.expected_hash, self.file_sha256, self._text = str(where), None, _sha256(text), text
-        self._enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=parse_ranks(text, where),
+        self._enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=parse_ranks(text, where, _FIX),
                                       special_tokens={ENDOFTEXT: GPT2_EOT_ID})
         self.vocab_size = self._enc.n_vocab
 
@@ -351,23 +291,19 @@ class CarriedGPT2Tokenizer(GPT2Tokenizer):
         self.__init__(state["text"], state["where"])  # type: ignore[misc]
 
 
-def _folder_eos_token(folder: Path) -> str | None:
-    """The eos_token of a Hugging Face folder's tokenizer_config.json (a string or {"content": ...}), or None."""
-    path = folder / HF_TOKENIZER_CONFIG_FILE
-    config = read_json(path, "a tokenizer_config.json", "repair or remove it") if path.is_file() else None
-    eos = config.get("eos_token") if isinstance(config, dict) else None
-    eos = eos.get("content") if isinstance(eos, dict) else eos
-    return eos if isinstance(eos, str) and eos else None
-
-
 def _checked_hf(data: bytes, path: Path, desc: Mapping[str, Any], eot_token: str | None) -> HFTokenizer:
     """The tokenizer of a tokenizer.json's ``data`` with the end-of-text the model records (else the folder's own
     eos_token, else the usual names), whose vocabulary size and eot id must be those ``desc`` records."""
     eot = eot_token or desc.get("eot_token")
     if eot is not None:
         tokenizer = HFTokenizer(data, path, eot)
-    else:  # a Hugging Face model folder: its own end-of-sequence, if the vocabulary holds it
-        eos = _folder_eos_token(path.parent)
+    else:  # a Hugging Face model folder: its tokenizer_config.json's eos_token (a string or {"content": ...})
+        file, config = path.parent / HF_TOKENIZER_CONFIG_FILE, None
+        if file.is_file():
+            config = read_json(file, "a tokenizer_config.json", "repair or remove it")
+        eos = config.get("eos_token") if isinstance(config, dict) else None
+        eos = eos.get("content") if isinstance(eos, dict) else eos
+        eos = eos if isinstance(eos, str) and eos else None
         try:
             tokenizer = HFTokenizer(data, path, eos)
         except UserError:
@@ -386,10 +322,8 @@ def tokenizer_from_folder(
 ) -> Tokenizer | None:
     """The torchnlq tokenizer a checkpoint, export or Hugging Face model folder carries (same ids), or None.
 
-    Without a description the folder's files decide: the carried GPT-2 ranks (tokenizer.tiktoken), a
-    GPT-2-style vocab.json (gpt2, or the byte tokenizer's), else a tokenizer.json (hf, e.g. a Llama
-    folder's), whose end-of-text is ``eot_token``, else its tokenizer_config.json's eos_token, else the
-    first of :data:`~torchnlq.data.tokenizer.DEFAULT_EOT_TOKENS` it holds.
+    Without a description the files decide: tokenizer.tiktoken, a vocab.json (gpt2 or byte), else a tokenizer.json
+    whose end-of-text is ``eot_token``, else its tokenizer_config.json's eos_token, else a usual name it holds.
     """
     folder, desc = Path(folder), dict(tokenizer_description or {})
     name = desc.get("name")

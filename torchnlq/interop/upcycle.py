@@ -1,12 +1,5 @@
-"""Start from a pretrained model: read a Hugging Face GPT-2 or Llama folder, and give a linear-query model the anchored query.
-
-:func:`read_hf_model` turns a ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` folder into torchnlq's
-ModelArgs and state dict (:mod:`torchnlq.interop.hf_gpt2`, :mod:`torchnlq.interop.hf_llama`; the
-logits are transformers' own). Weights are read with safetensors only: a pickle is refused.
-
-:func:`upcycle` gives the pretrained model the anchored query with f = 0 at the start, so it
-computes exactly the pretrained function until its first update.
-"""
+"""Start from a pretrained model: read a Hugging Face GPT-2 or Llama folder, and give a linear-query model the
+anchored query (:func:`upcycle`)."""
 
 from __future__ import annotations
 

@@ -2,12 +2,7 @@
 
 from .args import ModelArgs
 from .gpt import GPT
-from .query import (
-    QUERY_TYPES,
-    QueryProjection,
-    build_query,
-    register_query,
-)
+from .query import QUERY_TYPES, QueryProjection, build_query, register_query
 from .registry import FLAVORS, build_model, build_model_args
 
 __all__ = [

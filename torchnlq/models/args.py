@@ -7,7 +7,7 @@ from typing import Any
 
 from .config import REMOVED_QUERY_FIELDS, Query
 from .errors import ConfigError, unknown_choice
-from .query import query_num_params, query_params_in_model
+from .query import query_params_in_model
 
 POSITIONS = ("learned", "rope")
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
@@ -27,15 +27,10 @@ INIT_SCHEMES = ("torchnlq", "depth", "paper")
 class ModelArgs:
     """Everything :class:`torchnlq.models.gpt.GPT` needs to build itself.
 
-    ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` may be left ``None`` and are
-    then derived in ``__post_init__`` (n_heads, dim // n_heads, 4 * dim); after
-    construction they are always ints. The defaults describe a tiny model.
-
-    ``init`` says how the weights start, not what the model is: it is left out of
-    :meth:`to_dict` (checkpoints hold the weights themselves, and a run's resume
-    fingerprint stays what it was before the option existed). Fields added later
-    (:data:`LATER_FIELDS`) are written only when they differ from their default, for
-    the same reason: a model that does not use them keeps the dict it always had.
+    ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` left ``None`` are derived in ``__post_init__``
+    (n_heads, dim // n_heads, 4 * dim). ``init`` says how the weights start, not what the model is,
+    so :meth:`to_dict` leaves it out; fields added later (:data:`LATER_FIELDS`) are written only when
+    not at their default, so a model that does not use them keeps the dict (and resume fingerprint) it had.
     """
 
     n_layers: int = 2
@@ -65,7 +60,11 @@ class ModelArgs:
     def __post_init__(self) -> None:
         if self.head_dim is None:
             if self.n_heads < 1 or self.dim % self.n_heads:
-                raise ConfigError(divides_message(self.n_heads, self.dim))
+                divisors = [h for h in range(1, min(self.dim, 64) + 1) if self.dim % h == 0]
+                raise ConfigError(
+                    f"model.n_heads={self.n_heads} does not divide model.dim={self.dim}; set model.n_heads to a "
+                    f"divisor of {self.dim} (e.g. {', '.join(map(str, divisors[-6:]))}) or change model.dim"
+                )
             self.head_dim = self.dim // self.n_heads
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
@@ -113,13 +112,12 @@ class ModelArgs:
                 f"change model.n_heads or model.dim"
             )
         # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
-        query_num_params(self.query, self.dim, self.n_heads, self.head_dim, 0, self.n_layers)
+        query_params_in_model(self.query, self.dim, self.n_heads, self.head_dim, self.n_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field but ``init`` (``query`` as a nested dict); :meth:`from_dict` inverts it.
+        """A JSON-ready dict of every field but ``init`` (``query`` nested); :meth:`from_dict` inverts it.
 
-        Derived fields are stored resolved (ints, never None), so the dict
-        rebuilds exactly this model even if the derivation rules change later.
+        Derived fields are stored resolved, so the dict rebuilds this model even if the derivation rules change.
         """
         d = asdict(self)
         del d["init"]
@@ -135,10 +133,8 @@ class ModelArgs:
     def from_dict(cls, d: dict[str, Any]) -> ModelArgs:
         """Rebuild ModelArgs from :meth:`to_dict`'s output (e.g. a checkpoint's ``model_args``).
 
-        Unknown keys are a ConfigError rather than silently dropped: they mean
-        the dict came from a newer torchnlq whose model this one cannot build.
-        Keys of removed options that did not change the function (:data:`REMOVED_QUERY_FIELDS`)
-        are dropped. Missing keys take the field defaults; the result is validated.
+        Unknown keys are a ConfigError (a newer torchnlq's model); keys of :data:`REMOVED_QUERY_FIELDS`
+        are dropped; missing keys take the field defaults.
         """
         if not isinstance(d, dict):
             raise ConfigError(f"model_args must be a JSON object, got {type(d).__name__}")
@@ -175,19 +171,11 @@ class ModelArgs:
         """Width of all key (or all value) heads together: n_kv_heads * head_dim."""
         return self.n_kv_heads * self.head_dim
 
-    def block_params(self, layer: int = 0) -> int:
-        """Parameters of transformer block ``layer`` (they differ only for a query that differs by layer).
-
-        ln_1 and ln_2 gains (2·d) + query + fused K,V (d x 2·kv_dim) + out-projection (q_dim x d)
-        + MLP (d x hidden + hidden x d; SwiGLU adds the gate's d x hidden) + QK-norm gains
-        (2·head_dim); with ``bias`` also every bias: the LayerNorms' (2·d; an RMSNorm has none),
-        the query's (q_dim), K,V's (2·kv_dim), the out-projection's (d) and the MLP's (hidden,
-        twice for SwiGLU, + d).
-        """
+    def _block_params_but_query(self) -> int:
+        """Parameters of one transformer block less its query (the only part that may differ by block)."""
         d, hidden = self.dim, self.mlp_hidden
         gated = self.mlp_activation == "swiglu"
-        query = query_num_params(self.query, d, self.n_heads, self.head_dim, layer, self.n_layers)
-        attention = query + d * 2 * self.kv_dim + self.q_dim * d + (2 * self.head_dim if self.qk_norm else 0)
+        attention = d * 2 * self.kv_dim + self.q_dim * d + (2 * self.head_dim if self.qk_norm else 0)
         mlp = (3 if gated else 2) * d * hidden
         norm_biases = 2 * d if self.norm == "layer" else 0
         biases = norm_biases + self.q_dim + 2 * self.kv_dim + d + (2 if gated else 1) * hidden + d if self.bias else 0
@@ -196,19 +184,15 @@ class ModelArgs:
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count computed from the shapes (equal to ``sum(p.numel())`` of the built model).
 
-        total = token embedding (V·d) + position embedding (max_seq_len·d, learned
-        positions only) + the blocks + final norm gain (d; and bias) + LM head (V·d,
-        only when untied: a tied head is the token embedding).
-        ``non_embedding=True`` subtracts the token and position embeddings, as
-        GPT-2 / nanoGPT report; an untied LM head stays in, as in the paper's counts.
+        ``non_embedding=True`` subtracts the token and position embeddings, as GPT-2 / nanoGPT report;
+        an untied LM head stays in, as in the paper's counts.
         """
         d, vocab = self.dim, self.vocab_size
         token = vocab * d
         position = self.max_seq_len * d if self.positions == "learned" else 0
         head = 0 if self.tie_embeddings else vocab * d
-        query_0 = query_num_params(self.query, d, self.n_heads, self.head_dim, 0, self.n_layers)
-        all_queries = query_params_in_model(self.query, d, self.n_heads, self.head_dim, self.n_layers)
-        blocks = self.n_layers * (self.block_params(0) - query_0) + all_queries  # no loop over the blocks
+        queries = query_params_in_model(self.query, d, self.n_heads, self.head_dim, self.n_layers)
+        blocks = self.n_layers * self._block_params_but_query() + queries  # no loop over the blocks
         final_norm = 2 * d if self.bias and self.norm == "layer" else d
         total = token + position + blocks + final_norm + head
         return total - token - position if non_embedding else total
@@ -216,27 +200,13 @@ class ModelArgs:
     def flops_per_token(self, seq_len: int) -> int:
         """Training FLOPs per token (forward + backward) at context length ``seq_len``.
 
-        6·N + 12·n_layers·n_heads·head_dim·seq_len (Kaplan et al. / PaLM):
-        each parameter in a matmul costs 2 FLOPs forward and 4 backward, and
-        per layer the attention scores Q·Kᵀ and the weighted sum A·V each cost
-        2·seq_len·n_heads·head_dim forward, times 3 for training (no discount for
-        the causal mask). N = non-embedding parameters + the LM head matmul
-        (V·d): the embedding lookups do no FLOPs, but the head does, and a tied
-        head is not in the non-embedding count (an untied one already is, so it
-        is not added twice). The query MLP's W1, W2 enter through N like every
-        other weight; norm gains are in N too (a negligible overcount), and
-        the elementwise GELU/normalisation work is not counted.
+        6·N + 12·n_layers·n_heads·head_dim·seq_len (Kaplan et al. / PaLM; no discount for the causal
+        mask). N = non-embedding parameters + the LM head matmul (V·d): lookups do no FLOPs, but the
+        head does (a tied head is not in the non-embedding count; an untied one already is).
+        Norm gains are in N (a negligible overcount); elementwise work is not counted.
         """
         n = self.num_params(non_embedding=True)
         if self.tie_embeddings:
             n += self.vocab_size * self.dim
         return 6 * n + 12 * self.n_layers * self.n_heads * self.head_dim * seq_len
 
-
-def divides_message(n_heads: int, dim: int) -> str:
-    """The ConfigError text for n_heads not dividing dim, with the nearby valid choices."""
-    divisors = [h for h in range(1, min(dim, 64) + 1) if dim % h == 0]
-    return (
-        f"model.n_heads={n_heads} does not divide model.dim={dim}; "
-        f"set model.n_heads to a divisor of {dim} (e.g. {', '.join(map(str, divisors[-6:]))}) or change model.dim"
-    )

@@ -1,9 +1,7 @@
 """The errors a user can cause, defined at the bottom of the package.
 
-They live here, in the self-contained model package, so that the model's own checks raise
-the same classes everywhere: in torchnlq (``torchnlq.errors`` re-exports them, and every
-entry point prints a :class:`UserError` as one ``error:`` line) and inside a Hugging Face
-export, which ships this package's files without torchnlq.
+They live in the self-contained model package so that the model's own checks raise the same
+classes in torchnlq (``torchnlq.errors`` re-exports them) and inside a Hugging Face export.
 """
 
 from __future__ import annotations

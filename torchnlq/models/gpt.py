@@ -4,15 +4,12 @@ Pre-norm blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``. The defaults are th
 block: LayerNorms, a GELU MLP, learned absolute positions, no biases anywhere (``model.bias``
 adds GPT-2's, for imported GPT-2 weights). The options make it a Llama-style block: RMSNorm,
 the gated SwiGLU MLP, RoPE (with Llama 3's frequency scaling), QK-norm; one K,V projection
-with optional GQA/MQA; the LM head optionally tied to the token embedding. The model knows nothing of parallelism, logging or files: those are
-applied from outside, block by block, through ``model.layers``.
+with optional GQA/MQA; the LM head optionally tied to the token embedding. Parallelism, logging
+and files are applied from outside, block by block, through ``model.layers``.
 
-For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally: the
-cache keeps every layer's keys and values and the number of positions already
-seen, so a prompt is fed once and then one token per step. Without a cache
-(training, validation) the forward is the plain full-sequence one. The Hugging Face wrapper
-(``torchnlq/interop/modeling_torchnlq.py``) drives the same blocks with transformers' cache
-(anything with ``pos`` and ``update(k, v)`` serves as a layer's cache) and a padding mask.
+For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally (a prompt once, then one
+token per step). The Hugging Face wrapper (``torchnlq/interop/modeling_torchnlq.py``) drives the same
+blocks with transformers' cache (anything with ``pos`` and ``update(k, v)``) and a padding mask.
 """
 
 from __future__ import annotations
@@ -41,10 +38,9 @@ def build_norm(args: ModelArgs, width: int) -> nn.Module:
 class KVCache:
     """Keys and values of every layer for incremental decoding (inference only).
 
-    ``pos`` is the number of positions already written. Buffers of shape
-    ``[batch, n_kv_heads, max_len, head_dim]`` are allocated on the first write,
-    in the device and dtype of the keys (so bf16 autocast gets a bf16 cache).
-    :meth:`GPT.forward` advances ``pos`` after all layers have written.
+    ``pos`` is the number of positions already written (:meth:`GPT.forward` advances it). Buffers
+    ``[batch, n_kv_heads, max_len, head_dim]`` are allocated on the first write, in the keys' device
+    and dtype (so bf16 autocast gets a bf16 cache).
     """
 
     def __init__(self, n_layers: int, max_len: int) -> None:
@@ -238,22 +234,17 @@ class Block(nn.Module):
 
 
 def _uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
-    """An Embedding that skips its own init (init_weights sets it).
-
-    Embedding's own ``normal_`` on a meta tensor runs through torch._refs, which imports torch._dynamo:
-    seconds of start-up for a tool that only loads weights.
-    """
+    """An Embedding that skips its own init (init_weights sets it): its ``normal_`` on a meta tensor
+    imports torch._dynamo, seconds of start-up for a tool that only loads weights."""
     return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
 
 
 class GPT(nn.Module):
     """The decoder: ``forward(tokens [B, T]) -> logits [B, T, vocab_size]``.
 
-    Construction allocates on the current default device and runs
-    :meth:`init_weights`; under ``torch.device("meta")`` it allocates nothing
-    and leaves initialisation to the caller (``to_empty`` then ``init_weights``).
-    Either way :meth:`init_weights` is the only consumer of the RNG, so the
-    two paths give identical weights for the same seed.
+    Construction allocates on the default device and runs :meth:`init_weights`; under
+    ``torch.device("meta")`` the caller does (``to_empty`` then ``init_weights``). :meth:`init_weights`
+    is the only consumer of the RNG, so both paths give identical weights for the same seed.
     """
 
     def __init__(self, args: ModelArgs) -> None:
@@ -283,13 +274,10 @@ class GPT(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter and buffer in place from the global RNG, in a fixed order.
 
-        nanoGPT's scheme: every Linear and Embedding N(0, init_std); the attention
-        out-projection and the MLP down-projection of each block N(0, init_std / sqrt(2 n_layers))
-        so the residual stream's variance does not grow with depth; norm gains 1;
-        RoPE tables recomputed (they are not in checkpoints and are garbage after to_empty).
-        ``args.init = "paper"`` draws the same distributions in the order of the paper's
-        code (:mod:`torchnlq.models.paper_init`); the default draws each parameter once, in
-        module order.
+        nanoGPT's scheme: every Linear and Embedding N(0, init_std); the out-projections into the
+        residual stream N(0, init_std / sqrt(2 n_layers)) so its variance does not grow with depth;
+        norm gains 1; RoPE tables recomputed (not in checkpoints, garbage after to_empty).
+        ``args.init = "paper"`` draws the same in the paper's order (:mod:`torchnlq.models.paper_init`).
         """
         if self.args.init == "paper":
             init_like_paper(self)
@@ -313,14 +301,12 @@ class GPT(nn.Module):
     ) -> torch.Tensor:
         """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len.
 
-        With a ``cache``, ``tokens`` continue the cached sequence: they take positions
-        ``cache.pos .. cache.pos + T - 1`` (learned or RoPE), attend to every cached
-        position, and the cache advances by T. The training path passes no cache.
+        With a ``cache``, ``tokens`` continue the cached sequence from position ``cache.pos``, attend to
+        every cached position, and the cache advances by T.
 
-        With ``targets`` ([B, T] token ids), the mean cross-entropy instead (an fp32 scalar),
-        through the head ``loss_chunk_tokens`` tokens at a time so that the whole logits are
-        never held (``models/lm_loss.py``). It is computed here, in the model's own forward,
-        so that FSDP has gathered the head's weight when it runs.
+        With ``targets`` ([B, T] token ids), the mean cross-entropy instead (an fp32 scalar), through the
+        head ``loss_chunk_tokens`` tokens at a time (``models/lm_loss.py``); computed in the model's own
+        forward so that FSDP has gathered the head's weight when it runs.
         """
         seq_len = tokens.shape[1]
         start = 0 if cache is None else cache.pos

@@ -6,9 +6,8 @@ the attention module splits the result into heads afterwards, so f is never
 applied per head. Keys and values stay one linear projection in :mod:`torchnlq.models.gpt`.
 
 Adding a query type is one subclass of :class:`QueryProjection` with ``@register_query(name)``,
-in this file or in the user's own module (``[job] plugins``; docs/extending.md). Everything the
-rest of torchnlq asks of a query type is a class attribute or a method of the base class (its
-docstring lists them), never a type name or a query's submodules.
+in this file or in the user's own module (``[job] plugins``). The rest of torchnlq asks only for the
+base class's attributes and methods (docs/extending.md), never a type name or a query's submodules.
 
 The identity term (``model.query.half_scale``): every type whose query contains X
 itself (identity, residual, residual_mlp) halves its output when ``half_scale`` is
@@ -71,8 +70,7 @@ def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_ep
 def ignored_knobs(query_cfg: Query) -> list[str]:
     """Field names of ``[model.query]`` set to a non-default value that ``query_cfg.type`` does not read.
 
-    For a warning (``activation = "relu2"`` on a ``linear`` query does nothing); not an error,
-    since one config file may well serve several query types.
+    A warning, not an error: one config file may serve several query types.
     """
     read = get_query_class(query_cfg.type).knobs
     default = Query()
@@ -84,19 +82,10 @@ def identity_term_scale(query_cfg: Query) -> float:
     return 0.5 if query_cfg.half_scale else 1.0
 
 
-def query_num_params(query_cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int = 0, n_layers: int = 1) -> int:
-    """Parameter count of the query of block ``layer`` of ``n_layers``, without building a model (also validates the config)."""
-    cls = get_query_class(query_cfg.type)
-    cls.check_config(query_cfg, dim, n_heads * head_dim)
-    cls.check_layers(query_cfg, n_layers)
-    return cls.count_params_in_layer(query_cfg, dim, n_heads, head_dim, layer, n_layers)
-
-
 def query_params_in_model(query_cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
     """Parameters of the queries of all ``n_layers`` blocks, without a loop over the blocks (validates too)."""
     cls = get_query_class(query_cfg.type)
     cls.check_config(query_cfg, dim, n_heads * head_dim)
-    cls.check_layers(query_cfg, n_layers)
     return cls.count_params_in_model(query_cfg, dim, n_heads, head_dim, n_layers)
 
 
@@ -149,20 +138,9 @@ def parse_layers(spec: str, n_layers: int) -> LayerSet:
 class QueryProjection(nn.Module):
     """Base class and contract of a query type: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
 
-    What the rest of torchnlq asks of a query, and who asks:
-
-    - ``knobs``: the ``[model.query]`` fields the type reads; ``extra_repr`` shows their
-      values, :func:`ignored_knobs` names the ones set but not read (config warnings).
-    - ``requires_full_width``: the output contains X itself, so n_heads * head_dim must equal
-      dim; :meth:`check_config` makes a mismatch a ConfigError at build time, not a
-      broadcast error deep inside the first forward.
-    - ``linear_in_x`` and :meth:`linear_weight`: Q(X) = X·Wᵀ for one matrix W (GPT-2 export).
-    - ``has_residual_branch``, :meth:`residual_branch` and :meth:`norm_gains`: diagnostics.
-    - :meth:`fused_qkv_weight` and :meth:`paper_init_linears`: where the paper's code
-      draws the query's weights (``model.init = "paper"``, :mod:`torchnlq.models.paper_init`).
-
-    A type whose query contains X itself (``requires_full_width``) reads ``half_scale``
-    and multiplies its whole output by :func:`identity_term_scale` (see the module doc).
+    What the rest of torchnlq asks of a query type, and who asks, is the table in docs/extending.md
+    ("The query contract"). A type whose query contains X itself (``requires_full_width``) reads
+    ``half_scale`` and multiplies its whole output by :func:`identity_term_scale` (see the module doc).
     """
 
     type_name: ClassVar[str] = ""
@@ -182,6 +160,10 @@ class QueryProjection(nn.Module):
         unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
         if unknown:
             raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
+        retired = sorted({"check_layers", "count_params_in_layer"} & set(vars(cls)))
+        if retired:  # hooks of an earlier contract: ignored now, they would leave the counts wrong without a word
+            raise TypeError(f"{cls.__name__} defines {retired}, no longer called: count every block in "
+                            "count_params_in_model (and check per-block knobs there) instead")
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__()
@@ -210,22 +192,12 @@ class QueryProjection(nn.Module):
         return sum(p.numel() for p in module.parameters())
 
     @classmethod
-    def check_layers(cls, cfg: Query, n_layers: int) -> None:
-        """Raise ConfigError when the per-block knobs cannot serve ``n_layers`` blocks (default: none)."""
-
-    @classmethod
-    def count_params_in_layer(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int, n_layers: int) -> int:
-        """Parameters of the query of block ``layer``; the same in every block unless a type says otherwise."""
-        return cls.count_params(cfg, dim, n_heads, head_dim)
-
-    @classmethod
     def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
         """Parameters of the queries of all blocks; a type whose blocks differ overrides it (no loop over blocks)."""
-        return n_layers * cls.count_params_in_layer(cfg, dim, n_heads, head_dim, 0, n_layers)
+        return n_layers * cls.count_params(cfg, dim, n_heads, head_dim)
 
     def for_layer(self, layer: int, n_layers: int) -> None:
-        """Called once by the model after building the query of block ``layer``: a type whose
-        blocks differ (``anchored``'s ``layers`` knob) adapts itself here; default nothing."""
+        """Called after building block ``layer``'s query: a type whose blocks differ adapts itself here."""
 
     def init_weights(self, init_std: float) -> None:
         """Re-initialise in place: every Linear N(0, init_std), every norm reset (gain 1), in module order."""
@@ -251,19 +223,15 @@ class QueryProjection(nn.Module):
 
     def fused_qkv_weight(self) -> torch.Tensor | None:
         """W_Q ``[q_dim, dim]`` when the paper's code (as GPT-2) keeps it as the first rows of one
-        fused Q,K,V matrix (its ``c_attn``); None (the default) when the query has no such W_Q.
-
-        The paper init draws this weight and the K,V weight as one ``[q_dim + 2·kv_dim, dim]``
-        matrix, as the paper's code does (``linear``, ``residual``).
+        fused Q,K,V matrix (its ``c_attn``, drawn as one by the paper init); None (the default) when there is none.
         """
         return None
 
     def paper_init_linears(self) -> list[torch.Tensor]:
         """The query's other Linear weights, in the order the paper's code builds and initialises them.
 
-        In the paper's attention module they come after its out-projection (``residual_mlp``:
-        W1 then W2, its ``residual_in`` and ``residual_out``). Default: every ``nn.Linear`` of the
-        query in module order, less :meth:`fused_qkv_weight`.
+        They come after the paper's out-projection (``residual_mlp``: W1 then W2, its ``residual_in`` and
+        ``residual_out``). Default: every ``nn.Linear`` in module order, less :meth:`fused_qkv_weight`.
         """
         fused = self.fused_qkv_weight()
         return [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight is not fused]
@@ -391,11 +359,9 @@ def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
 class ResidualMLPQuery(QueryProjection):
     """The paper's nonlinear query: Q(X) = (X + f(X)) / 2 with a bottleneck MLP f.
 
-    f(X) = out_norm(act(in_norm(X)·W1)·W2), W1: d x r, W2: r x d,
-    r = round(bottleneck_ratio * d). With the defaults (rms, gelu, layer,
-    ratio 0.5, half_scale) this is the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2):
-    W1 + W2 hold exactly the d² parameters of the W_Q it replaces, plus two
-    norm gains. The 1/2 is ``half_scale``, as for every query containing X (module doc).
+    f(X) = out_norm(act(in_norm(X)·W1)·W2), W1: d x r, W2: r x d, r = round(bottleneck_ratio * d).
+    The defaults are the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2): W1 + W2 hold exactly the d²
+    parameters of the W_Q it replaces, plus two norm gains. The 1/2 is ``half_scale`` (module doc).
     """
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
@@ -457,16 +423,10 @@ class AnchoredQuery(QueryProjection):
     """A pretrained model's query with the paper's nonlinear branch added: Q(X) = X·W_Q + f(X).
 
     For upcycling (arXiv 2603.13381, future work: "one could anchor to existing projections:
-    Q = (X·W_Q + f(X))/2"). W_Q is the pretrained model's query matrix, kept as it is, and
-    f(X) = out_norm(act(in_norm(X)·W1)·W2) is the paper's bottleneck MLP (d -> r -> q_dim,
-    r = round(bottleneck_ratio·d)). The paper's ½ is not applied: at the pretrained model's
-    attention scale it would halve a query that was trained unhalved; (X·W_Q' + f'(X))/2 with
-    W_Q' = 2·W_Q, f' = 2·f is the same function. f starts at exactly zero (its output norm's
-    gain, or W2 without an output norm, is zero at init), so an upcycled model computes the
-    pretrained model's function until the first update, and f's parameters still get gradients.
-
-    Knobs: ``layers`` (the blocks that get f; the others keep X·W_Q alone), f's width
-    (``bottleneck_ratio``), its activation and norms, and ``train_anchor`` (false freezes W_Q).
+    Q = (X·W_Q + f(X))/2"). W_Q is the pretrained model's, f the paper's bottleneck MLP
+    (d -> r -> q_dim). The paper's ½ is not applied: it would halve a query trained unhalved
+    ((X·2W_Q + 2f(X))/2 is the same function). f starts at exactly zero (its last gain or W2 is
+    zeroed), so an upcycled model computes the pretrained function until the first update.
     """
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "layers", "train_anchor")
@@ -490,21 +450,11 @@ class AnchoredQuery(QueryProjection):
         ResidualMLPQuery.check_config(cfg, dim, dim)
 
     @classmethod
-    def check_layers(cls, cfg: Query, n_layers: int) -> None:
-        parse_layers(cfg.layers, n_layers)
-
-    @classmethod
     def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
         q_dim = n_heads * head_dim
         gains = (dim if cfg.input_norm != "none" else 0) + (q_dim if cfg.output_norm != "none" else 0)
         rank = ResidualMLPQuery.bottleneck_width(cfg, dim)
         return dim * q_dim + dim * rank + rank * q_dim + gains
-
-    @classmethod
-    def count_params_in_layer(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, layer: int, n_layers: int) -> int:
-        if layer in parse_layers(cfg.layers, n_layers):
-            return cls.count_params(cfg, dim, n_heads, head_dim)
-        return dim * n_heads * head_dim  # W_Q alone
 
     @classmethod
     def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from .args import ModelArgs, divides_message
+from .args import ModelArgs
 from .config import Model
 from .errors import ConfigError, unknown_choice
 from .gpt import GPT
@@ -65,13 +65,18 @@ def mlp_width(cfg: Model, flavor: Flavor, dim: int) -> int:
     return hidden
 
 
+#: The ``[model]`` fields that pass to ModelArgs unchanged.
+COPIED_FIELDS = (
+    "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init", "bias", "mlp_activation", "norm",
+    "qk_norm", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len",
+)
+
+
 def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     """Resolve the ``[model]`` section into ModelArgs: flavor sizes, then overrides, then validation.
 
-    ``vocab_size`` is the data side's vocabulary (see
-    :func:`torchnlq.data.tokenizer.padded_vocab_size`); a set ``cfg.vocab_size`` wins over it. The MLP width is ``cfg.mlp_hidden``,
-    else ``round(ratio * dim)`` with ``cfg.mlp_ratio`` or the flavor's ratio,
-    on the final dim (so overriding ``dim`` scales the MLP; :func:`mlp_width`). Raises ConfigError.
+    ``vocab_size`` is the data side's vocabulary (:func:`torchnlq.data.tokenizer.padded_vocab_size`);
+    a set ``cfg.vocab_size`` wins over it. The MLP width is :func:`mlp_width` of the final dim. Raises ConfigError.
     """
     if cfg.flavor not in FLAVORS:
         raise unknown_choice("model.flavor", cfg.flavor, list(FLAVORS))
@@ -83,32 +88,16 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     # A flavor's KV heads hold at its own head count only: overriding n_heads alone means multi-head.
     n_kv_heads = cfg.n_kv_heads if cfg.n_kv_heads is not None else (
         flavor.n_kv_heads if cfg.n_heads is None else None)
-    if n_heads < 1 or dim % n_heads:
-        raise ConfigError(divides_message(n_heads, dim))
-    # ModelArgs.__post_init__ validates the rest (n_kv_heads, positions, query type and shapes).
+    # ModelArgs.__post_init__ derives head_dim and validates the rest (n_heads | dim, n_kv_heads, query type...).
     return ModelArgs(
         n_layers=n_layers,
         dim=dim,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
-        head_dim=dim // n_heads,
         mlp_hidden=mlp_hidden,
         vocab_size=cfg.vocab_size if cfg.vocab_size is not None else vocab_size,
         max_seq_len=cfg.max_seq_len if cfg.max_seq_len is not None else flavor.max_seq_len,
-        tie_embeddings=cfg.tie_embeddings,
-        positions=cfg.positions,
-        rope_theta=cfg.rope_theta,
-        norm_eps=cfg.norm_eps,
-        init_std=cfg.init_std,
-        init=cfg.init,
-        bias=cfg.bias,
-        mlp_activation=cfg.mlp_activation,
-        norm=cfg.norm,
-        qk_norm=cfg.qk_norm,
-        rope_scaling_factor=cfg.rope_scaling_factor,
-        rope_low_freq_factor=cfg.rope_low_freq_factor,
-        rope_high_freq_factor=cfg.rope_high_freq_factor,
-        rope_original_max_seq_len=cfg.rope_original_max_seq_len,
+        **{name: getattr(cfg, name) for name in COPIED_FIELDS},
         query=copy.deepcopy(cfg.query),  # the model must not change if the config object is edited later
     )
 

@@ -13,9 +13,8 @@ Llama 3's frequency scaling (``model.rope_scaling_factor``) divides the low freq
 ones (below ``original_max_seq_len / high_freq_factor``) and interpolates between, as Meta's
 reference code computes them.
 
-The cos/sin tables are non-persistent buffers: not in checkpoints, and
-recomputed by :meth:`RotaryEmbedding.init_weights`, so a model built on the
-meta device and materialised with ``to_empty`` gets correct tables back.
+The cos/sin tables are non-persistent buffers (not in checkpoints), recomputed by
+:meth:`RotaryEmbedding.init_weights` so that a model materialised with ``to_empty`` gets them back.
 """
 
 from __future__ import annotations
@@ -60,27 +59,14 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
     return (1 - smooth) * inv_freq / factor + smooth * inv_freq
 
 
-def rope_tables(
-    head_dim: int,
-    max_seq_len: int,
-    theta: float,
-    device: torch.device | None = None,
-    dtype: torch.dtype = torch.float32,
-    scaling: RopeScaling | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables of shape [max_seq_len, head_dim] (computed in float64, returned in ``dtype``)."""
-    positions = torch.arange(max_seq_len, device=device)
-    return rope_at(positions, head_dim, theta, scaling, dtype)
-
-
 def rope_at(
     positions: torch.Tensor, head_dim: int, theta: float, scaling: RopeScaling | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape [*positions.shape, head_dim] for integer ``positions`` of any shape.
 
-    The tables of :func:`rope_tables` at those rows, bit for bit (for per-row positions of a
-    left-padded batch).
+    Computed in float64, returned in ``dtype``: the rows of :class:`RotaryEmbedding`'s tables, bit for bit
+    (for per-row positions of a left-padded batch).
     """
     inv_freq = inverse_frequencies(head_dim, theta, scaling, positions.device)
     angles = positions.to(torch.float64)[..., None] * inv_freq  # [..., head_dim/2]
@@ -89,18 +75,13 @@ def rope_at(
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """[x1, x2] -> [-x2, x1] along the last dimension."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x of shape [B, H, T, head_dim] by tables cos, sin of shape [T, head_dim]."""
     # Cast the tables, not x: under bf16 autocast q/k are bf16 and SDPA needs q, k, v of one dtype.
     cos = cos.to(x.dtype)
     sin = sin.to(x.dtype)
-    return x * cos + rotate_half(x) * sin
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # rotate_half: [x1, x2] -> [-x2, x1]
 
 
 class RotaryEmbedding(nn.Module):
@@ -119,8 +100,8 @@ class RotaryEmbedding(nn.Module):
 
     def init_weights(self) -> None:
         """(Re)compute the tables in place, on the buffers' device and in their dtype (no randomness)."""
-        cos, sin = rope_tables(self.head_dim, self.max_seq_len, self.theta, self.cos.device, self.cos.dtype,
-                               self.scaling)
+        positions = torch.arange(self.max_seq_len, device=self.cos.device)
+        cos, sin = rope_at(positions, self.head_dim, self.theta, self.scaling, self.cos.dtype)
         with torch.no_grad():
             self.cos.copy_(cos)
             self.sin.copy_(sin)

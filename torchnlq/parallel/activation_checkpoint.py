@@ -16,11 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    checkpoint,
-    create_selective_checkpoint_contexts,
-)
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from torchnlq.config.job_config import ActivationCheckpoint
 
@@ -41,15 +37,7 @@ _SAVED_OP_NAMES = (
 )
 
 
-def _saved_ops() -> frozenset[Any]:
-    ops = set()
-    for name in _SAVED_OP_NAMES:
-        if hasattr(aten, name):
-            ops.add(getattr(aten, name).default)
-    return frozenset(ops)
-
-
-SAVED_OPS: frozenset[Any] = _saved_ops()
+SAVED_OPS: frozenset[Any] = frozenset(getattr(aten, name).default for name in _SAVED_OP_NAMES if hasattr(aten, name))
 
 
 def _op_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -64,9 +52,10 @@ def op_context_fn() -> tuple[Any, Any]:
 
 def checkpoint_block(block: nn.Module, context_fn: Callable[[], tuple[Any, Any]] | None = None) -> None:
     """Make ``block`` recompute its forward in backward, in place; ``context_fn`` selects what is saved anyway."""
-    if "forward" in vars(block):
+    if is_checkpointed(block):
         raise RuntimeError(f"{type(block).__name__} already has an instance forward (checkpointed twice?)")
     inner = block.forward  # the class's forward, bound to this block
+    # context_fn only when given: passing torch's own default explicitly breaks dynamo's tracing of checkpoint.
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if context_fn is not None:
         kwargs["context_fn"] = context_fn

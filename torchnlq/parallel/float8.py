@@ -1,8 +1,4 @@
-"""float8 training of the linear layers through torchao.
-
-:func:`convert_to_float8` swaps eligible ``nn.Linear`` modules (anywhere, so tests run on CPU);
-:func:`apply_float8` adds the hardware check. torchao is imported lazily and quietly.
-"""
+"""float8 training of the linear layers through torchao (imported lazily and quietly)."""
 
 from __future__ import annotations
 
@@ -25,33 +21,22 @@ FLOAT8_MULTIPLE = 16
 
 @contextlib.contextmanager
 def quiet_torchao_import() -> Iterator[None]:
-    """Silence what torchao prints on import: "Failed to load ..." for its CUDA-only .so files
-    (logger ``torchao``) and torch's pytree deprecation notice about its enums."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in loggers]
+    """Silence torchao's import noise: "Failed to load ..." for its CUDA-only .so files and pytree deprecations."""
+    levels = {logger: logger.level for logger in map(logging.getLogger, ("torchao", "torch.utils._pytree"))}
     try:
-        for logger in loggers:
+        for logger in levels:
             logger.setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for logger, level in zip(loggers, levels):
+        for logger, level in levels.items():
             logger.setLevel(level)
-
-
-def float8_linear_class() -> type[nn.Module]:
-    """torchao's ``Float8Linear`` (imported quietly)."""
-    with quiet_torchao_import():
-        from torchao.float8.float8_linear import Float8Linear
-    return Float8Linear
 
 
 def is_float8_eligible(module: nn.Module, fqn: str) -> bool:
     """The module filter: an ``nn.Linear`` with both sizes multiples of 16, not the (precision-sensitive) LM head."""
-    if not isinstance(module, nn.Linear):
-        return False
-    if fqn == "lm_head" or fqn.endswith(".lm_head"):
+    if not isinstance(module, nn.Linear) or fqn.rsplit(".", 1)[-1] == "lm_head":
         return False
     return module.in_features % FLOAT8_MULTIPLE == 0 and module.out_features % FLOAT8_MULTIPLE == 0
 

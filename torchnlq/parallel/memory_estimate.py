@@ -1,10 +1,8 @@
 """How much memory one process of a run needs, estimated without allocating it.
 
-The estimate runs one eager training step of the real model (the config's checkpointing, loss
-path and optimizer) on fake tensors and counts the bytes a real allocator would hold, so the
-figure follows the code, not a hand-written activation formula. bf16 on CUDA is simulated with
-the CPU autocast; FSDP divides the state by N and adds two all-gathered blocks; allocator
-caching is not modelled (compare with the peak *allocated*). See docs/performance.md.
+One eager training step of the real model runs on fake tensors, counting the bytes an allocator would hold,
+so the figure follows the code. Allocator caching is not modelled (compare with the peak *allocated*);
+docs/performance.md has the details.
 """
 
 from __future__ import annotations
@@ -156,14 +154,10 @@ def _fake_model(model: nn.Module, fake: Any, dtype: torch.dtype | None) -> None:
 
 
 def _optimizer_state_bytes(cfg: JobConfig, named: list[tuple[str, nn.Parameter]]) -> int:
-    """AdamW: two fp32 states per element; 8-bit AdamW: two bytes plus a scale per block; Muon: one fp32
-    momentum buffer per element of the blocks' matrices (its default groups; AdamW for the rest)."""
+    """AdamW: 8 bytes per element; 8-bit AdamW: 2 plus a scale per block; Muon: 4 for the blocks' matrices."""
     if cfg.optimizer.name == "adamw8bit":
-        total = 0
-        for _, p in named:
-            n = p.numel()
-            total += 2 * (n + 4 * math.ceil(n / ADAMW8BIT_BLOCK)) if n >= MIN_8BIT_NUMEL else 8 * n
-        return total
+        sizes = [p.numel() for _, p in named]
+        return sum(2 * (n + 4 * math.ceil(n / ADAMW8BIT_BLOCK)) if n >= MIN_8BIT_NUMEL else 8 * n for n in sizes)
     muon = cfg.optimizer.name == "muon"
     return sum((4 if muon and p.dim() == 2 and name.startswith("layers.") else 8) * p.numel() for name, p in named)
 
@@ -172,8 +166,7 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
                    drop_grads: bool) -> tuple[int, int]:
     """(bytes of the parameters, peak bytes one step allocates above the state held before it).
 
-    ``drop_grads``: every gradient is freed as soon as it is complete (FSDP reduce-scatters it into
-    a shard, counted separately); otherwise gradients accumulate over the micro-batches as in one process.
+    ``drop_grads``: free each gradient when complete (FSDP reduce-scatters it into a shard, counted apart).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 

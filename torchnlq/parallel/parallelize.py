@@ -1,9 +1,7 @@
 """Apply parallelism to a GPT from outside: float8 -> activation checkpointing -> compile -> FSDP2.
 
-The order matters: float8 swaps ``nn.Linear`` modules, so everything after must see the final
-ones; compile traces the checkpointed forward (its partitioner applies the recompute policy);
-compile before FSDP keeps each compiled block compute only; FSDP2 shards block by block, then the
-root. None of these changes a parameter name or a ``state_dict`` key.
+The order matters: float8 swaps ``nn.Linear`` modules first; compile traces the checkpointed forward and,
+before FSDP, keeps each compiled block compute only. None of these changes a parameter name or state_dict key.
 """
 
 from __future__ import annotations
@@ -13,58 +11,27 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    set_model_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from torchnlq.config.job_config import (
-    ActivationCheckpoint,
-    Float8,
-    Parallelism,
-    Training,
-)
+from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
 from torchnlq.models.gpt import GPT
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
-from torchnlq.parallel.float8 import apply_float8, convert_to_float8
-
-__all__ = [
-    "apply_activation_checkpointing",
-    "apply_compile",
-    "apply_float8",
-    "apply_fsdp",
-    "clip_grad_norm",
-    "convert_to_float8",
-    "materialize_and_init",
-    "mixed_precision_dtypes",
-    "parallelize_model",
-    "reference_state_dict",
-    "set_gradient_sync",
-]
+from torchnlq.parallel.float8 import apply_float8
 
 
 def apply_compile(model: nn.Module, fullgraph: bool = True, backend: str = "inductor") -> nn.Module:
-    """``torch.compile`` each block of ``model.layers`` in place.
-
-    ``Module.compile`` adds no ``OptimizedModule`` wrapper (whose ``_orig_mod.`` would change every
-    key). ``backend``: inductor for training; the graph-break tests trace with a cheaper one.
-    """
+    """``torch.compile`` each block of ``model.layers`` in place (no ``_orig_mod.`` wrapper to change the keys)."""
     for block in model.layers:
         block.compile(fullgraph=fullgraph, backend=backend)
     return model
 
 
-def apply_fsdp(
-    model: nn.Module,
-    mesh: DeviceMesh,
-    param_dtype: torch.dtype,
-    reduce_dtype: torch.dtype,
-    reshard_after_forward: bool,
-) -> nn.Module:
+def apply_fsdp(model: nn.Module, mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype,
+               reshard_after_forward: bool) -> nn.Module:
     """FSDP2 ``fully_shard`` each block, then the root; a 2-D mesh (replicate, shard) gives HSDP."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     last = len(model.layers) - 1
@@ -74,31 +41,18 @@ def apply_fsdp(
     return model
 
 
-def mixed_precision_dtypes(training: Training, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
-    """(param_dtype, reduce_dtype): bf16 compute with fp32 reductions on CUDA with bf16; else fp32/fp32."""
-    if device.type == "cuda" and training.mixed_precision == "bf16":
-        return torch.bfloat16, torch.float32
-    return torch.float32, torch.float32
-
-
-def parallelize_model(
-    model: nn.Module,
-    *,
-    training: Training,
-    ac: ActivationCheckpoint,
-    float8: Float8,
-    parallelism: Parallelism,
-    mesh: DeviceMesh | None,
-    device: torch.device,
-) -> nn.Module:
+def parallelize_model(model: nn.Module, *, training: Training, ac: ActivationCheckpoint, float8: Float8,
+                      parallelism: Parallelism, mesh: DeviceMesh | None, device: torch.device) -> nn.Module:
     """Apply float8, activation checkpointing, compile and (with a mesh) FSDP2, in that order (see module doc)."""
     apply_float8(model, float8, device)
     apply_activation_checkpointing(model, ac)
     if training.compile:
         apply_compile(model, fullgraph=True)
     if mesh is not None:
-        param_dtype, reduce_dtype = mixed_precision_dtypes(training, device)
-        apply_fsdp(model, mesh, param_dtype, reduce_dtype, parallelism.reshard_after_forward)
+        # bf16 compute with fp32 reductions on CUDA with bf16; else fp32 throughout.
+        bf16 = device.type == "cuda" and training.mixed_precision == "bf16"
+        apply_fsdp(model, mesh, torch.bfloat16 if bf16 else torch.float32, torch.float32,
+                   parallelism.reshard_after_forward)
     return model
 
 
@@ -110,20 +64,12 @@ def reference_state_dict(args: object, seed: int) -> dict[str, torch.Tensor]:
             return GPT(args).state_dict()
 
 
-def _recompute_buffers(model: nn.Module) -> None:
-    """Non-persistent buffers (the RoPE tables) are in no state dict: recompute them on this rank."""
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding):
-            module.init_weights()
-
-
 @torch.no_grad()
 def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh: DeviceMesh | None) -> nn.Module:
-    """Allocate a meta-built (and possibly sharded) model on ``device`` and initialise it.
+    """Allocate a meta-built (possibly sharded) model on ``device`` and initialise it, leaving the global RNG alone.
 
-    The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for bit, whatever the
-    device and world size (CUDA's generator draws other numbers); the global RNG is left untouched.
-    With a mesh, rank 0 builds one full fp32 copy in CPU memory and broadcasts it tensor by tensor.
+    The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for bit, on any device and world
+    size (CUDA's generator draws other numbers); with a mesh, rank 0 builds them and broadcasts them.
     """
     model.to_empty(device=device)
     if mesh is None and device.type == "cpu":
@@ -137,13 +83,14 @@ def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh
         full = reference_state_dict(model.args, seed) if dist.get_rank() == 0 else {}
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         set_model_state_dict(model, full, options=options)
-    _recompute_buffers(model)
+    for module in model.modules():  # non-persistent buffers (the RoPE tables) are in no state dict
+        if isinstance(module, RotaryEmbedding):
+            module.init_weights()
     return model
 
 
 def clip_grad_norm(model_params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only); the norm before clipping, on the device
-    (reading it is a wait for the device: the trainer does that only on log steps)."""
+    """Clip the gradients' global L2 norm to ``max_norm`` (0: measure only); return the unclipped norm (on device)."""
     params = [p for p in model_params if p.grad is not None]
     grads = [p.grad for p in params]
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)

@@ -22,10 +22,10 @@ def preflight(args: list[str]) -> int:
 
     cfg = load_job_config(args)
     model_args = check_job_config(cfg)
-    check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
+    run_dir = Path(cfg.job.dump_folder) / cfg.job.name
+    check_run_folder(run_dir)
     _, _, meta = open_token_files(cfg.data, cfg.training.seq_len)
     check_data_fits_model(meta, model_args)
-    run_dir = Path(cfg.job.dump_folder) / cfg.job.name
     if run_dir.is_dir():  # another trainer on this run: one line here, not a torchrun report
         RunLock(run_dir).check_free()
     return 0

@@ -1,9 +1,7 @@
 """On a CPU, keep freed memory in the process instead of handing it back to the kernel every step.
 
-glibc mmaps large allocations and munmaps them when freed, so a step that re-allocates the same
-buffers page-faults them back in, zero-filled, every step. ``mallopt(M_MMAP_MAX, 0)`` and a maximal
-trim threshold keep them in the heap (see docs/performance.md).
-``TORCHNLQ_CPU_ALLOCATOR=default`` leaves glibc as it is.
+glibc munmaps large freed allocations, so each step page-faults its buffers back in, zero-filled
+(docs/performance.md). ``TORCHNLQ_CPU_ALLOCATOR=default`` leaves glibc as it is.
 """
 
 from __future__ import annotations

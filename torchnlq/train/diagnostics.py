@@ -1,16 +1,12 @@
 """Per-layer statistics of residual queries Q(X) = X + f(X) (scaled), on one batch.
 
-Per layer with a residual branch: ``f_ratio`` (mean over tokens of ‖f(x_t)‖ / ‖x_t‖), ``cos_q_x``
-(mean cos(Q(x_t), x_t)) and the query's norm gains, plus their means (docs/monitoring.md).
-They are computed in forward hooks inside the real forward, so they work whatever wraps the blocks
-(FSDP's parameters are only whole during their block's forward); compiled code runs eagerly here.
+``f_ratio``, ``cos_q_x`` and the norm gains per layer, plus their means (docs/monitoring.md). Forward hooks
+inside the real forward (run eagerly) see the weights whatever wraps the blocks (FSDP: only during the forward).
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
@@ -18,28 +14,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.models.query import QueryProjection
-
-_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+from torchnlq.train.weight_dynamics import whole_fp32, with_means
 
 
 def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
-    """(layer index, query) for every query with a residual branch, in layer order (index from ``layers.<i>.``)."""
-    found: list[tuple[int, QueryProjection]] = []
-    queries = [(n, m) for n, m in model.named_modules() if isinstance(m, QueryProjection)]
-    for position, (name, module) in enumerate(queries):
-        if not module.has_residual_branch:
-            continue  # no f(X): linear, identity
-        match = _LAYER_INDEX.search(name)
-        found.append((int(match.group(1)) if match else position, module))
-    return sorted(found, key=lambda item: item[0])
-
-
-def _gain(norm: nn.Module) -> float:
-    """Mean of a norm's gain vector."""
-    weight = norm.weight
-    if hasattr(weight, "full_tensor"):  # a DTensor shard outside FSDP's unsharded window
-        weight = weight.full_tensor()
-    return weight.detach().float().mean().item()
+    """(layer index, query) for every query with a residual branch (not linear, identity: no f(X)), in layer order."""
+    queries = [m for m in model.modules() if isinstance(m, QueryProjection)]  # one per block, in block order
+    return [(index, query) for index, query in enumerate(queries) if query.has_residual_branch]
 
 
 def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
@@ -53,7 +34,7 @@ def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dic
         "cos_q_x": F.cosine_similarity(q, x, dim=-1).mean().item(),
     }
     for key, norm in query.norm_gains().items():
-        stats[key] = _gain(norm)
+        stats[key] = whole_fp32(norm.weight).mean().item()  # a DTensor shard outside FSDP's unsharded window
     return stats
 
 
@@ -67,11 +48,6 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
     finally:
         for module, training in flags:
             module.training = training
-
-
-def _eager() -> contextlib.AbstractContextManager:
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -89,21 +65,12 @@ def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float
 
     handles = [query.register_forward_hook(hook_for(index)) for index, query in queries]
     try:
-        with _eval_mode(model), _eager():
+        with _eval_mode(model), torch.compiler.set_stance("force_eager"):
             model(tokens)
     finally:
         for handle in handles:
             handle.remove()
-
-    out: dict[str, float] = {}
-    collected: dict[str, list[float]] = defaultdict(list)
-    for index in sorted(per_layer):
-        for stat, value in per_layer[index].items():
-            out[f"query/layer{index}/{stat}"] = value
-            collected[stat].append(value)
-    for stat, values in collected.items():
-        out[f"query/mean/{stat}"] = sum(values) / len(values)
-    return out
+    return with_means("query", [(i, stat, value) for i in sorted(per_layer) for stat, value in per_layer[i].items()])
 
 
 class QueryDiagnostics:

@@ -1,11 +1,8 @@
 """``python -m torchnlq.train.launch [torchrun options] -m torchnlq.train ...``: torchrun, with one-line endings.
 
-It runs torchrun's own launcher and changes only how a run ends:
-
-- a user mistake a worker finds is one ``error:`` line and exit code 2 (workers leave their line in
-  a private folder, ``torchnlq.cli.tell_launcher``; the earliest is the root cause);
-- SIGTERM/SIGINT: the workers save, the launcher prints the resume hint and exits 0;
-- anything else ends with the first worker's traceback and torchrun's report, exit code 1.
+Only how a run ends changes: a worker's user mistake is one ``error:`` line, exit code 2 (the earliest line
+left by ``torchnlq.cli.tell_launcher``); after SIGTERM/SIGINT the workers save and the resume hint is printed,
+exit code 0; anything else shows the first worker's traceback and torchrun's report, exit code 1.
 """
 
 from __future__ import annotations
@@ -28,14 +25,6 @@ def _messages(folder: Path, kind: str) -> list[str]:
     return [p.read_text().rstrip() for p in files]
 
 
-def _quiet_agent_logs() -> None:
-    """The agent logs every worker it stops and every exit code; the launcher says what matters once."""
-    agent = "torch.distributed.elastic.agent.server"
-    for name in ("torch.distributed.elastic", "torch.distributed.elastic.multiprocessing.api",
-                 f"{agent}.api", f"{agent}.local_elastic_agent"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
 def main(argv: list[str]) -> int:
     """Run torchrun's launcher with ``argv`` (torchrun's own command line) and translate how it ends."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -48,7 +37,11 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="torchnlq-launch-") as tmp:
         folder = Path(tmp)
         os.environ[LAUNCH_DIR_ENV] = tmp  # the workers inherit the launcher's environment
-        _quiet_agent_logs()
+        # The agent logs every worker it stops and every exit code; the launcher says what matters once.
+        agent = "torch.distributed.elastic.agent.server"
+        for name in ("torch.distributed.elastic", "torch.distributed.elastic.multiprocessing.api",
+                     f"{agent}.api", f"{agent}.local_elastic_agent"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             run(args)
         except ChildFailedError as e:

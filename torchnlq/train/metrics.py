@@ -1,15 +1,14 @@
 """Console lines, the train.log file, TensorBoard (scalars, the resolved config, hparams); throughput, MFU, memory.
 
-Every tag written here (and by the trainer through :meth:`MetricsLogger.scalar`) is listed,
-with its unit, in docs/monitoring.md; a test fails when a short run writes a tag that table
-lacks. An optional second sink (:mod:`torchnlq.train.wandb_logger`) receives the same
-scalars, at the same steps.
+Every tag written here or through :meth:`MetricsLogger.scalar` is listed, with its unit, in docs/monitoring.md
+(a test checks it). The optional W&B sink (:mod:`torchnlq.train.wandb_logger`) gets the same scalars.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import operator
 import os
 import resource
 import sys
@@ -17,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -25,6 +24,9 @@ from torchnlq.config.job_config import JobConfig
 from torchnlq.files import open_append
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.query import get_query_class
+
+if TYPE_CHECKING:
+    from torchnlq.train.wandb_logger import WandbLogger
 
 #: The TensorBoard text tag of the resolved config (the run's config.toml, in a Markdown code block).
 CONFIG_TEXT_TAG = "config/toml"
@@ -55,10 +57,7 @@ def peak_tflops(device: torch.device, configured: float | None) -> float | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    for key, value in PEAK_BF16_TFLOPS:
-        if key in name:
-            return value
-    return None
+    return next((value for key, value in PEAK_BF16_TFLOPS if key in name), None)
 
 
 def memory_label(device: torch.device) -> str:
@@ -113,43 +112,21 @@ def run_hparams(
 ) -> dict[str, HParam]:
     """The settings runs are compared on, as flat ``{name: value}`` (TensorBoard's HParams tab, W&B).
 
-    Names are the config's dotted option names; ``run.*`` are derived on this machine. Only the
-    query knobs its type reads appear. Unset options are left out (TensorBoard takes only bools,
-    numbers and strings); seeds are strings (TensorBoard's float64 is exact only up to 2**53).
+    Dotted option names (``run.*``: derived), unset ones left out; seeds as strings (float64 is exact only to 2**53).
     """
-    t, o, s = cfg.training, cfg.optimizer, cfg.lr_schedule
-    q = cfg.model.query
+    read = lambda names: {name: operator.attrgetter(name)(cfg) for name in names}  # noqa: E731
+    s, q = cfg.lr_schedule, cfg.model.query
     hparams: dict[str, HParam | None] = {
-        "job.name": cfg.job.name,
-        "model.flavor": cfg.model.flavor,
-        "model.query.type": q.type,
+        **read(("job.name", "model.flavor", "model.query.type")),
         **{f"model.query.{knob}": getattr(q, knob) for knob in get_query_class(q.type).knobs},
-        "model.n_layers": model_args.n_layers,
-        "model.dim": model_args.dim,
-        "model.n_heads": model_args.n_heads,
-        "model.n_kv_heads": model_args.n_kv_heads,
-        "model.positions": model_args.positions,
-        "model.init": cfg.model.init,
-        "optimizer.name": o.name,
-        "optimizer.lr": o.lr,
-        "optimizer.weight_decay": o.weight_decay,
-        "optimizer.beta1": o.beta1,
-        "optimizer.beta2": o.beta2,
-        "lr_schedule.warmup_steps": s.warmup_steps,
-        "lr_schedule.min_lr": s.min_lr,
-        "lr_schedule.decay_steps": s.decay_steps if s.decay_steps is not None else t.steps,
-        "training.steps": t.steps,
-        "training.micro_batch_size": t.micro_batch_size,
-        "training.grad_accum_steps": t.grad_accum_steps,
-        "training.seq_len": t.seq_len,
-        "training.max_norm": t.max_norm,
-        "training.seed": str(t.seed),
-        "training.mixed_precision": t.mixed_precision,
-        "data.seed": str(cfg.data.seed),
-        "data.path": cfg.data.path,
-        "validation.seed": str(cfg.validation.seed),
-        "validation.protocol": cfg.validation.protocol,
-        "float8.enabled": cfg.float8.enabled,
+        **{f"model.{key}": getattr(model_args, key)  # the resolved flavor's
+           for key in ("n_layers", "dim", "n_heads", "n_kv_heads", "positions")},
+        **read(("model.init", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
+                "optimizer.beta2", "lr_schedule.warmup_steps", "lr_schedule.min_lr")),
+        "lr_schedule.decay_steps": s.decay_steps if s.decay_steps is not None else cfg.training.steps,
+        **read(("training.steps", "training.micro_batch_size", "training.grad_accum_steps", "training.seq_len",
+                "training.max_norm", "training.mixed_precision", "data.path", "validation.protocol", "float8.enabled")),
+        **{name: str(value) for name, value in read(("training.seed", "data.seed", "validation.seed")).items()},
         "run.world_size": world_size,
         "run.global_batch": global_batch,
         "run.tokens_per_step": tokens_per_step,
@@ -159,31 +136,17 @@ def run_hparams(
     return {name: value for name, value in hparams.items() if value is not None}
 
 
-def config_markdown(toml: str) -> str:
-    """The resolved config as TensorBoard's text plugin shows it: one TOML code block."""
-    body = toml.rstrip("\n")
-    return f"```toml\n{body}\n```"
-
-
-def hparams_summary(
-    hparams: dict[str, HParam] | None = None, *, end_status: RunEnd | None = None, time_secs: float | None = None,
-) -> Any:
+def hparams_summary(hparams: dict[str, HParam] | None = None, *, end_status: RunEnd | None = None) -> Any:
     """A TensorBoard HParams-plugin summary: the session's start (its ``hparams``), or its end (``end_status``)."""
     # Built from the plugin's protos: TensorBoard's ready-made summary functions import TensorFlow.
-    from google.protobuf import struct_pb2
+    from google.protobuf import json_format, struct_pb2
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-    now = time.time() if time_secs is None else time_secs
+    now = time.time()
     if hparams is not None:
-        values = {}
-        for name, value in hparams.items():
-            if isinstance(value, bool):  # before numbers: a bool is an int to Python
-                values[name] = struct_pb2.Value(bool_value=value)
-            elif isinstance(value, (int, float)):
-                values[name] = struct_pb2.Value(number_value=value)
-            else:
-                values[name] = struct_pb2.Value(string_value=str(value))
+        # bool_value, number_value or string_value, by the value's type (a bool is a bool, not a number).
+        values = {name: json_format.ParseDict(value, struct_pb2.Value()) for name, value in hparams.items()}
         data = plugin_data_pb2.HParamsPluginData(
             session_start_info=plugin_data_pb2.SessionStartInfo(hparams=values, start_time_secs=now))
         tag = metadata.SESSION_START_INFO_TAG
@@ -206,25 +169,6 @@ def text_summary(tag: str, markdown: str) -> Any:
 
     tensor = TensorProto(dtype=DT_STRING, string_val=[markdown.encode("utf-8")], tensor_shape=TensorShapeProto())
     return Summary(value=[Summary.Value(tag=tag, metadata=create_summary_metadata(tag, ""), tensor=tensor)])
-
-
-class ScalarSink(Protocol):
-    """Another destination of every scalar (Weights & Biases); built on rank 0 only."""
-
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        """Record ``value`` under ``tag`` at ``step`` (steps never decrease within one process)."""
-        ...
-
-    def close(self, end: RunEnd | None) -> None:
-        """Flush and finish; ``end`` says how the run ended (None: unknown)."""
-        ...
-
-
-def _fmt_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 @dataclass(frozen=True)
@@ -256,7 +200,7 @@ class MetricsLogger:
         total_steps: int,
         start_step: int = 0,
         log_interval: int = 1,
-        sink: ScalarSink | None = None,
+        sink: WandbLogger | None = None,
     ) -> None:
         self.logger = logger
         self.log_interval = log_interval
@@ -297,23 +241,18 @@ class MetricsLogger:
             self.sink.scalar(tag, value, step)
 
     def log_config(self, toml: str, hparams: dict[str, HParam], changes: Sequence[str] = ()) -> None:
-        """The resolved config as text and the run's hparams, at the start step.
-
-        Written on a run's first start (or at step 0); a resume writes the config text again, with the
-        changed options, only when ``changes`` is not empty. TensorBoard ignores all but a run's first hparams.
-        """
+        """The resolved config (Markdown TOML) and the hparams on a first start; a resume adds its ``changes``."""
         if self.writer is None:
             return
-        step = self.start_step
+        step, add = self.start_step, self.writer.file_writer.add_summary
+        if self.first_start or changes:
+            add(text_summary(CONFIG_TEXT_TAG, "```toml\n" + toml.rstrip("\n") + "\n```"), step)
         if self.first_start:
-            self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
             # Only the session start: an experiment summary in each run would make TensorBoard's HParams
             # table pick one run's list of hparams instead of joining every run's.
-            self.writer.file_writer.add_summary(hparams_summary(hparams), step)
+            add(hparams_summary(hparams), step)
         elif changes:
-            self.writer.file_writer.add_summary(text_summary(CONFIG_TEXT_TAG, config_markdown(toml)), step)
-            changed = "\n".join(f"- {line}" for line in changes)
-            self.writer.file_writer.add_summary(text_summary(RESUME_CHANGES_TAG, changed), step)
+            add(text_summary(RESUME_CHANGES_TAG, "\n".join(f"- {line}" for line in changes)), step)
         self.writer.flush()  # a run that dies early still shows what it was
 
     def count_tokens(self, tokens: int) -> None:
@@ -322,10 +261,7 @@ class MetricsLogger:
 
     def log_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens_seen: int,
                  group_lrs: dict[str, float] | None = None) -> dict[str, float]:
-        """Write the console line and the TensorBoard scalars for ``step``; return the figures.
-
-        ``group_lrs``: each optimizer group's LR (``[[optimizer.groups]]``, Muon), as ``lr/<name>``.
-        """
+        """Write the console line and scalars of ``step`` (``group_lrs`` as ``lr/<name>``); return the figures."""
         now = time.perf_counter()
         elapsed = max(now - self._last_time, 1e-9)
         tps = self._tokens_since / elapsed
@@ -336,7 +272,8 @@ class MetricsLogger:
         if self.peak is not None:
             figures["mfu"] = self.flops_per_token * tps / (self.peak * 1e12)
             mfu_text = f"  mfu {100 * figures['mfu']:.1f}%"
-        eta = _fmt_duration(self.seconds_left(step, now))
+        h, s = divmod(int(self.seconds_left(step, now)), 3600)
+        eta = f"{h}h{s // 60:02d}m" if h else f"{s // 60}m{s % 60:02d}s"
         self.logger.info(
             f"step {step:>6}/{self.total_steps}  loss {loss:.4f}  lr {lr:.3e}  grad_norm {grad_norm:.3f}"
             f"  tok/s {tps:,.0f}{mfu_text}  {memory_label(self.device)} {format_memory(mem * 2**30)}  eta {eta}"

@@ -1,14 +1,6 @@
 """The optimizer: parameter groups by pattern and kind, AdamW / AdamW8bit / Muon, and the LR schedules.
 
-Groups. Without ``[[optimizer.groups]]`` the groups are the paper's: tensors with two or more
-dimensions decayed, norm gains and biases not (and with ``optimizer.name = "muon"`` the hidden
-matrices split off to Muon, as modded-nanogpt does). Each ``[[optimizer.groups]]`` entry claims
-the parameters its name patterns and/or kind select and sets their optimizer, LR multiplier and
-weight decay; what no entry claims stays in those default groups. A pattern that matches nothing,
-or a parameter two entries claim, is one ConfigError.
-
-``optimizer.name = "adamw8bit"`` swaps torch's AdamW for torchao's ``AdamW8bit`` (both moments
-in 8 bits: ~2 bytes of state per parameter instead of 8; see docs/performance.md).
+Groups: docs/training.md; ``adamw8bit`` is torchao's ``AdamW8bit`` (~2 bytes of state per parameter instead of 8).
 """
 
 from __future__ import annotations
@@ -33,8 +25,7 @@ _QUERY_MLP = re.compile(r"layers\.\d+\.attn\.query\.w[12]\.weight")
 
 
 def parameter_kinds(name: str, param: torch.Tensor) -> set[str]:
-    """The kinds of one parameter: exactly one of hidden / embedding / head / gain_bias, plus
-    query_mlp for the query MLP's W1, W2 (which are also hidden matrices)."""
+    """The kinds of one parameter: one of hidden / embedding / head / gain_bias, plus query_mlp for W1, W2."""
     if param.dim() < 2:
         kinds = {"gain_bias"}
     elif name in ("tok_emb.weight", "pos_emb.weight"):
@@ -74,9 +65,8 @@ def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor) -> bool:
 def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     """The parameter groups of ``model`` under ``cfg`` (trainable parameters only; a tied weight once).
 
-    Default groups first, in the order the paper's code builds them (decay, then no decay), so that
-    a config without groups builds exactly today's optimizer; then one group per ``[[optimizer.groups]]``
-    entry. Empty default groups are dropped unless they are the paper's two.
+    Default groups first, in the paper's order (decay, no decay: a config without groups builds its optimizer
+    exactly), then one per ``[[optimizer.groups]]`` entry. Empty default groups are dropped, but the paper's two.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     default_hidden = "muon" if cfg.name == "muon" else "adamw"
@@ -130,8 +120,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
 class OptimizerSet:
     """Several torch optimizers stepped as one (Muon for the hidden matrices, AdamW for the rest).
 
-    Iterable, so torch.distributed.checkpoint's ``get_state_dict(model, optimizers)`` saves and
-    loads them all (their parameters are disjoint) in the checkpoint's one optimizer entry.
+    Iterable: DCP's ``get_state_dict(model, optimizers)`` keeps them all in the checkpoint's optimizer entry.
     """
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -156,8 +145,6 @@ class OptimizerSet:
 
 def group_names(plans: list[GroupPlan]) -> list[str]:
     """The plans' names in the order of :func:`build_optimizer`'s ``param_groups`` (AdamW's, then Muon's)."""
-    if not any(plan.optimizer == "muon" for plan in plans):
-        return [plan.name for plan in plans]
     return [p.name for p in plans if p.optimizer == "adamw"] + [p.name for p in plans if p.optimizer == "muon"]
 
 
@@ -188,9 +175,8 @@ def _adamw(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.
 
 def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str,
                     plans: list[GroupPlan] | None = None) -> torch.optim.Optimizer | OptimizerSet:
-    """The optimizer over ``plans`` (default :func:`plan_groups`): torch's AdamW (fused on CUDA unless
-    ``cfg.fused`` says otherwise) or torchao's AdamW8bit; with any Muon group, torch's Muon for those and
-    AdamW for the rest, stepped together (:class:`OptimizerSet`)."""
+    """The optimizer over ``plans`` (default :func:`plan_groups`): AdamW (fused on CUDA by default) or AdamW8bit;
+    with a Muon group, torch's Muon for it and AdamW for the rest (:class:`OptimizerSet`)."""
     plans = plan_groups(cfg, model) if plans is None else plans
     adam_plans = [p for p in plans if p.optimizer == "adamw"]
     muon_plans = [p for p in plans if p.optimizer == "muon"]
@@ -221,10 +207,8 @@ def _is_sharded(param: torch.Tensor) -> bool:
 def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
     """Learning rate of iteration ``it`` (0-based), before a group's multiplier.
 
-    Both schedules warm up linearly (nanoGPT's ``peak·(it + 1)/(warmup + 1)``) and reach ``min_lr``
-    at ``decay_steps`` (unset: the run's steps). ``cosine`` (the paper's) decays from the end of the
-    warmup; ``wsd`` holds the peak and decays over its last ``decay_length`` steps, linearly, by a
-    cosine, or as 1 - sqrt(progress).
+    Both warm up linearly (nanoGPT's ``peak·(it + 1)/(warmup + 1)``) and reach ``min_lr`` at ``decay_steps``
+    (unset: the run's steps); ``cosine`` (the paper's) decays from the warmup's end, ``wsd`` over its last steps.
     """
     warmup = cfg.warmup_steps
     end = cfg.decay_steps if cfg.decay_steps is not None else total_steps

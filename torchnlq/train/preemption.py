@@ -1,8 +1,7 @@
 """SIGTERM/SIGINT: finish the current step, save, exit cleanly.
 
-The handler only sets a flag; the trainer checks it between steps (agreeing across ranks). A
-second signal falls back to the default behaviour, so a stuck run can still be killed; not under
-torchrun, whose agent echoes the first signal to every worker and kills them itself on a timeout.
+The handler only sets a flag, checked between steps. A second signal kills a stuck run (not under torchrun:
+its agent echoes the first signal to every worker and kills them itself on a timeout).
 """
 
 from __future__ import annotations

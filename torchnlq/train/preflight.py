@@ -1,13 +1,12 @@
 """Preflight checks used by the trainer, the suite runner and the tools, before any run folder or file exists.
 
-:mod:`torchnlq.config.manager` checks each value on its own; what needs several sections or the
-model and data registries is checked here (so it lives in ``train``), with the warnings a run logs
-before it starts and the options changed on a resume.
+What needs several config sections or the registries (the manager checks single values), run warnings, resume changes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import operator
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -27,13 +26,6 @@ from torchnlq.models.registry import build_model_args
 from torchnlq.train.optim import decay_length, lr_at, plan_groups
 
 
-def _option_value(cfg: JobConfig, dotted: str) -> Any:
-    value: Any = cfg
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def check_job_config(cfg: JobConfig) -> ModelArgs:
     """Raise a one-line ConfigError for a config that cannot run; return the model's ModelArgs. Touches no file."""
     run_name = cfg.job.name
@@ -43,7 +35,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             "use a name without '/', '\\' or '..', and set job.dump_folder for the location"
         )
     for name, choices in registry_choices().items():
-        value = _option_value(cfg, name)
+        value = operator.attrgetter(name)(cfg)
         if value not in choices:
             raise unknown_choice(name, value, choices)
     if cfg.data.synthetic and cfg.data.tokenizer != "byte":
@@ -111,13 +103,6 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
     return args
 
 
-def package_installed(name: str) -> bool:
-    """Whether ``import name`` would find the package, without importing it (wandb takes seconds to import)."""
-    if name in sys.modules:
-        return sys.modules[name] is not None
-    return importlib.util.find_spec(name) is not None
-
-
 # Characters W&B refuses in a project name (its server answers with an error once the run has started).
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
@@ -126,7 +111,9 @@ def check_wandb(metrics: Metrics) -> None:
     """``metrics.wandb = true``: the package is installed and the project name is one W&B accepts."""
     if not metrics.wandb:
         return
-    if not package_installed("wandb"):
+    # Whether `import wandb` would find it, without importing it (wandb takes seconds to import).
+    installed = sys.modules["wandb"] is not None if "wandb" in sys.modules else importlib.util.find_spec("wandb")
+    if not installed:
         raise ConfigError(
             "metrics.wandb = true needs the wandb package: pip install 'torchnlq[wandb]' (or set metrics.wandb = false)"
         )
@@ -144,10 +131,15 @@ def check_wandb(metrics: Metrics) -> None:
 FORWARD_SHARE_OF_A_STEP = 1 / 3
 
 
-def schedule_warnings(cfg: JobConfig) -> list[str]:
-    """Runs that cannot do what they look like: a warmup as long as the run, validation dwarfing training."""
-    t, s, v = cfg.training, cfg.lr_schedule, cfg.validation
+def config_warnings(cfg: JobConfig) -> list[str]:
+    """Settings that are legal but do nothing, or not what they look like, in this run."""
     warnings = []
+    ignored = ignored_knobs(cfg.model.query)
+    if ignored:
+        keys = ", ".join(f"model.query.{k}" for k in ignored)
+        warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
+    # Runs that cannot do what they look like: a warmup as long as the run, validation dwarfing training.
+    t, s, v = cfg.training, cfg.lr_schedule, cfg.validation
     if s.warmup_steps >= t.steps:
         peak = cfg.optimizer.lr * t.steps / (s.warmup_steps + 1)
         warnings.append(
@@ -169,17 +161,6 @@ def schedule_warnings(cfg: JobConfig) -> list[str]:
                 f"steps before it ({between} sequences per process); lower validation.sequences or raise "
                 "validation.interval"
             )
-    return warnings
-
-
-def config_warnings(cfg: JobConfig) -> list[str]:
-    """Settings that are legal but do nothing in this run (logged by the trainer, printed by the summary)."""
-    warnings = []
-    ignored = ignored_knobs(cfg.model.query)
-    if ignored:
-        keys = ", ".join(f"model.query.{k}" for k in ignored)
-        warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
-    warnings += schedule_warnings(cfg)
     if cfg.data.tiktoken_file and cfg.data.tokenizer != "gpt2":
         warnings.append(f"data.tiktoken_file set but data.tokenizer = {cfg.data.tokenizer!r} reads no ranks; it has no effect")
     for key in ("tokenizer_file", "eot_token"):

@@ -1,10 +1,7 @@
 """torch.profiler traces of the steps ``[profiling]`` picks, and CUDA memory snapshots, in ``<run>/profiler/``.
 
-The loop asks four things: :meth:`Profiler.start` before its first step, :meth:`Profiler.step_done` after
-each step, :meth:`Profiler.out_of_memory` when a step runs out of memory, :meth:`Profiler.stop` at the end.
-Steps are counted as the logs count them (from 1, across resumes): ``ProfilerStep#N`` in a trace is the
-step logged as N, and ``steps-A-B/`` holds the traces (one per rank) of steps A to B. How to read them:
-docs/performance.md, "Profiling".
+Steps count as the logs do (from 1, across resumes): ``ProfilerStep#N`` is the step logged as N, and
+``steps-A-B/`` holds the traces (one per rank) of steps A to B. How to read them: docs/performance.md, "Profiling".
 """
 
 from __future__ import annotations

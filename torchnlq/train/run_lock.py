@@ -1,12 +1,9 @@
 """One trainer per run folder: an exclusive ``flock`` on ``<run_dir>/.lock``.
 
-Rank 0 takes it right after creating the run folder, before writing anything into it, and holds
-it until ``Trainer.train()`` ends. The kernel releases a ``flock`` however the process exits, so
-there is no stale lock to clean up. The ``.lock`` file itself stays (deleting it on release would
-let two processes lock two different files of the same name); its pid/host line only names the holder.
-
-On some shared filesystems flock is node-local or refused: a refusal is a warning, not an error
-(:attr:`RunLock.warning`). A ``fork``ed child that outlives the trainer holds the lock until it exits.
+Rank 0 takes it before writing anything into the run folder and holds it until ``Trainer.train()`` ends;
+the kernel releases a ``flock`` however the process exits (no stale lock). The ``.lock`` file stays: deleting
+it on release would let two processes lock two different files of the same name. A filesystem that refuses
+flock is a warning (:attr:`RunLock.warning`); a ``fork``ed child that outlives the trainer holds the lock.
 """
 
 from __future__ import annotations
@@ -26,18 +23,14 @@ LOCK_FILE = ".lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 
-# What a run folder holds: these names must be plain files, or folders, for the trainer to use them.
-RUN_FILES = ("config.toml", "train.log", "run_info.json", LOCK_FILE)
-RUN_FOLDERS = ("checkpoints", "tb")
+# What a run folder holds, and the kind each entry must be (a plain file, or a folder) for the trainer to use it.
+RUN_ENTRIES = {"config.toml": "file", "train.log": "file", "run_info.json": "file", LOCK_FILE: "file",
+               "checkpoints": "folder", "tb": "folder"}
 
 
 def check_run_folder(run_dir: Path | str) -> None:
-    """UserError (one line), before anything is created, when ``run_dir`` cannot hold a run.
-
-    It, or a folder above it, is a file; it is not writable; or one of its entries has the wrong
-    kind (a file where the trainer keeps a folder, or the reverse) or is a symbolic link, which the
-    trainer would otherwise write through into someone else's file.
-    """
+    """UserError (one line), before anything is created, when ``run_dir`` cannot hold a run: a file on its
+    path, not writable, or an entry of the wrong kind or a symbolic link (never written through)."""
     run_dir = Path(run_dir)
     for path in (run_dir, *run_dir.parents):
         if path.exists():
@@ -52,25 +45,19 @@ def check_run_folder(run_dir: Path | str) -> None:
                     "set job.dump_folder to a folder you can write"
                 )
             break
-    for name in RUN_FILES:
+    for name, kind in RUN_ENTRIES.items():
         entry = run_dir / name
+        # Through a link, saves and prunes (checkpoints), event files (tb), the log would land in its target.
         if entry.is_symlink():
             raise UserError(f"{entry} is a symbolic link, and torchnlq never writes through links; remove the link")
-        if entry.exists() and not entry.is_file():
-            raise UserError(f"{entry} is a folder where the run keeps a file; move it away or use a new --job.name")
-    for name in RUN_FOLDERS:
-        entry = run_dir / name
-        if entry.is_symlink():  # saves and prunes (checkpoints), event files (tb) would land in the link's target
-            raise UserError(f"{entry} is a symbolic link, and torchnlq never writes through links; remove the link")
-        if entry.exists() and not entry.is_dir():
-            raise UserError(f"{entry} is a file where the run keeps a folder; move it away or use a new --job.name")
+        if entry.exists() and not (entry.is_file() if kind == "file" else entry.is_dir()):
+            other = "folder" if kind == "file" else "file"
+            raise UserError(f"{entry} is a {other} where the run keeps a {kind}; move it away or use a new --job.name")
 
 
 class RunLock:
-    """The exclusive lock of one run folder; ``acquire()`` (or ``with RunLock(d):``), then ``release()``.
-
-    ``release()`` also runs on garbage collection: a Trainer built but never trained frees its folder.
-    """
+    """The exclusive lock of one run folder; ``acquire()`` (or ``with RunLock(d):``), then ``release()``
+    (also on garbage collection: a Trainer built but never trained frees its folder)."""
 
     def __init__(self, run_dir: Path | str) -> None:
         self.run_dir = Path(run_dir)
@@ -90,18 +77,10 @@ class RunLock:
             return self
         # Never through a link (its target is someone else's file); not inherited by exec'd children.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise self._in_use(holder) from None
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in _UNSUPPORTED:
-                raise
+        refused = self._flock(fd, fcntl.LOCK_EX)
+        if refused:
             self.warning = (
-                f"could not lock {self.path} ({os.strerror(e.errno)}): the filesystem does not support flock, "
+                f"could not lock {self.path} ({refused}): the filesystem does not support flock, "
                 "so a second trainer on this run folder would not be stopped"
             )
             return self
@@ -117,27 +96,31 @@ class RunLock:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return
+        if not self._flock(fd, fcntl.LOCK_SH):
+            os.close(fd)
+
+    def _flock(self, fd: int, operation: int) -> str | None:
+        """``flock`` without waiting: None when taken; else ``fd`` is closed, and the reason when the filesystem
+        refuses locks, a UserError naming the holder when another process has it."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return None
         except BlockingIOError:
-            raise self._in_use(_read_holder(fd)) from None
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise UserError(f"run folder {self.run_dir} is in use by {holder}; wait for it to finish or stop it, "
+                            "or use another --job.name") from None
         except OSError as e:
+            os.close(fd)
             if e.errno not in _UNSUPPORTED:
                 raise
-        finally:
-            os.close(fd)
+            return os.strerror(e.errno)
 
     def release(self) -> None:
         """Give the lock back (closing the descriptor releases it); safe to call more than once."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-
-    def _in_use(self, holder: str) -> UserError:
-        return UserError(
-            f"run folder {self.run_dir} is in use by {holder}; wait for it to finish or stop it, "
-            "or use another --job.name"
-        )
 
     def __enter__(self) -> RunLock:
         return self.acquire()
@@ -150,9 +133,6 @@ class RunLock:
             self.release()
         except Exception:  # at interpreter exit os may be gone; the kernel releases the lock anyway
             pass
-
-    def __repr__(self) -> str:
-        return f"RunLock({str(self.run_dir)!r}, held={self.held})"
 
 
 def _read_holder(fd: int, attempts: int = 20, pause_s: float = 0.05) -> str:

@@ -1,9 +1,7 @@
 """Where a run starts, decided and loaded in one place: :func:`start_run`.
 
-In order: **resume** this run's own checkpoint (bit for bit); an **initial load**
-(``checkpoint.initial_load_path``: another run's DCP checkpoint, or the weights of an export or
-a Hugging Face GPT-2 folder, which an ``anchored`` run upcycles); else **fresh**. It lives in
-``train`` because it needs both :mod:`torchnlq.checkpoint` and :mod:`torchnlq.interop`.
+**Resume** this run's own checkpoint (bit for bit), else an **initial load** (``checkpoint.initial_load_path``:
+a DCP checkpoint, an export or a Hugging Face folder), else **fresh**. In ``train``: it needs checkpoint and interop.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from torchnlq.checkpoint.record import RUN_INFO_FILE, RunRecord, read_run_info
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
-from torchnlq.files import move_into_new_folder
 from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_JSON, TOKENIZER_RANKS_FILE, find_gpt2_ranks, find_tokenizer_json
 from torchnlq.interop.hf_folder import hf_model_type
@@ -69,16 +66,31 @@ def start_run(
     cfg: Checkpoint, checkpointer: Checkpointer, model: nn.Module, optimizer: Optimizers,
     record: RunRecord,
 ) -> RunStart:
-    """Decide where the run starts (resume, initial load or fresh) and load it into ``model`` and ``optimizer``.
-
-    ``record`` (this run's, at step 0) refuses, by its fingerprint, a checkpoint of another model shape
-    (or, for a resume, another data order), and takes over the progress of a run it continues.
-    """
+    """Decide where the run starts and load it into ``model`` and ``optimizer``; ``record`` (at step 0) refuses,
+    by its fingerprint, another model shape (or data order, for a resume) and takes over a continued run's progress."""
     fingerprint = record.resume_fingerprint()
-    _refuse_starting_over(cfg, checkpointer.folder)
+    # A run folder with checkpoints is never trained from step 0 beside them: new saves would mix two runs
+    # and keep_latest_k would prune the old run's checkpoints.
+    steps = [] if cfg.enabled and cfg.resume else step_folders(checkpointer.folder)
+    if steps:
+        why = "checkpoint.resume = false" if cfg.enabled else "checkpoint.enabled = false"
+        raise UserError(
+            f"{checkpointer.folder} already holds checkpoints (step-{steps[-1]} the latest) and {why} would train "
+            "from step 0 beside them; use a new --job.name to start over (or move that folder away), or resume them"
+        )
     path = checkpointer.resume_path() if cfg.enabled else None
     if path is not None:
-        _continue(record, _resume(cfg, checkpointer, path, model, optimizer, fingerprint))
+        try:
+            saved = checkpointer.load(path, model, optimizer, fingerprint)
+        except CorruptCheckpoint as e:  # a damaged latest checkpoint: name the previous complete one
+            earlier = [s for s in list_checkpoints(checkpointer.folder) if f"step-{s}" != path.name]
+            if cfg.load_step >= 0 or not earlier:
+                raise
+            raise UserError(
+                f"{e}; resume from the previous complete checkpoint with --checkpoint.load_step={earlier[-1]} "
+                f"(or move {path} away)"
+            ) from None
+        _continue(record, saved)
         record.resumed_from = str(path)
         line = f"resumed from {path} (step {record.step}, {record.tokens_seen:,} tokens seen)"
         if cfg.initial_load_path:
@@ -97,27 +109,10 @@ def start_run(
         record.initialized_from = str(src)
         return RunStart("initial", f"initialised from {src} (step {record.step})", record.step, weights_from=Path(src))
     model_fingerprint = {"model": fingerprint["model"]}  # the shapes must match, the data may differ
-    if is_pretrained(src):
-        note = _load_pretrained(src, model, model_fingerprint)
-    else:
-        note = _load_weights(src, model, model_fingerprint)
+    note = (_load_pretrained if is_pretrained(src) else _load_weights)(src, model, model_fingerprint)
     record.initialized_from = str(src)
     line = f"initialised from {src} (step 0{'; ' + note if note else ''})"
     return RunStart("initial", line, 0, weights_from=Path(src))
-
-
-def _refuse_starting_over(cfg: Checkpoint, folder: Path) -> None:
-    """A run folder with checkpoints is never trained from step 0 beside them: new saves would mix two runs
-    and ``keep_latest_k`` would prune the old run's checkpoints."""
-    if cfg.enabled and cfg.resume:
-        return
-    steps = step_folders(folder)
-    if steps:
-        why = "checkpoint.resume = false" if cfg.enabled else "checkpoint.enabled = false"
-        raise UserError(
-            f"{folder} already holds checkpoints (step-{steps[-1]} the latest) and {why} would train from step 0 "
-            "beside them; use a new --job.name to start over (or move that folder away), or resume them"
-        )
 
 
 #: What a start writes into its run folder besides checkpoints, set aside by ``job.rerun``. run_info.json moves last:
@@ -126,12 +121,8 @@ EARLIER_RUN_ENTRIES = ("train.log", "config.toml", "tb", "wandb", "export", "pro
 
 
 def must_set_aside(run_dir: Path, start: RunStart, rerun: bool) -> bool:
-    """Whether ``start`` must first move an earlier run of ``run_dir`` aside (:data:`EARLIER_RUN_ENTRIES`).
-
-    A run started there (the trainer writes run_info.json before its first step) and left no checkpoint to
-    resume from: a start from step 0 would append a second run to its train.log and tb/. Refused (UserError)
-    unless ``rerun`` (``job.rerun``); a resume continues that run and sets nothing aside.
-    """
+    """Whether ``start`` must first move aside (:data:`EARLIER_RUN_ENTRIES`) an earlier run that left no checkpoint
+    (a start from step 0 would append to its train.log and tb/); a UserError unless ``rerun`` (``job.rerun``)."""
     if start.kind == "resume" or not (run_dir / RUN_INFO_FILE).exists():
         return False
     if rerun:
@@ -148,33 +139,11 @@ def must_set_aside(run_dir: Path, start: RunStart, rerun: bool) -> bool:
     )
 
 
-def set_aside_earlier_run(run_dir: Path) -> Path | None:
-    """Move the earlier run's files into ``run_dir/previous-N/`` (the lowest free N); returns that folder."""
-    return move_into_new_folder(run_dir, EARLIER_RUN_ENTRIES, "previous")
-
-
 def _continue(record: RunRecord, saved: RunRecord) -> None:
     """Take over the progress of the checkpoint the run continues (its data position is a function of the step)."""
     record.step, record.tokens_seen = saved.step, saved.tokens_seen
     record.skipped_steps = saved.skipped_steps
     record.initialized_from = saved.initialized_from  # the lineage goes on with the run
-
-
-def _resume(
-    cfg: Checkpoint, checkpointer: Checkpointer, path: Path, model: nn.Module, optimizer: Optimizers,
-    fingerprint: dict[str, Any],
-) -> RunRecord:
-    """Load this run's checkpoint ``path``; a damaged latest one names the previous complete one."""
-    try:
-        return checkpointer.load(path, model, optimizer, fingerprint)
-    except CorruptCheckpoint as e:
-        earlier = [s for s in list_checkpoints(checkpointer.folder) if f"step-{s}" != path.name]
-        if cfg.load_step >= 0 or not earlier:
-            raise
-        raise UserError(
-            f"{e}; resume from the previous complete checkpoint with --checkpoint.load_step={earlier[-1]} "
-            f"(or move {path} away)"
-        ) from None
 
 
 def _load_weights(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
@@ -208,11 +177,8 @@ def _load_pretrained(path: str, model: nn.Module, model_fingerprint: dict[str, A
 def initial_query_weights(
     cfg: Checkpoint, args: ModelArgs, seed: int
 ) -> dict[tuple[int, str], torch.Tensor] | None:
-    """The query matrices at this run's step 0, the reference of the weight-dynamics ``drift``.
-
-    Rebuilt rather than remembered, so that a resumed run measures from the same point: the seeded
-    CPU init with the run's initial load on top. None for a run started from a DCP checkpoint.
-    """
+    """The query matrices at this run's step 0 (the ``drift`` reference; None after a DCP load), rebuilt from the
+    seeded CPU init and the initial load so that a resumed run measures from the same point."""
     source = cfg.initial_load_path
     if source and not is_pretrained(source):
         return None
@@ -232,9 +198,8 @@ def checkpoint_files(
 ) -> dict[str, bytes]:
     """The tokenizer files every checkpoint of the run carries, so generate.py and exports need no --tiktoken-file.
 
-    For a gpt2 run, its ranks, found offline (:func:`find_gpt2_ranks`); for an hf run, its tokenizer.json
-    (data.tokenizer_file, else the copy where the weights came from; the recorded sha256 either way).
-    Training never fails for them: files found nowhere are a warning, and checkpoints are saved without.
+    A gpt2 run's ranks (found offline), an hf run's tokenizer.json (checked against the recorded sha256).
+    Files found nowhere are a warning, never a failure: checkpoints are saved without them.
     """
     if tokenizer.get("name") == "hf":
         try:

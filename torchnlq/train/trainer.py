@@ -1,9 +1,7 @@
 """The training loop, readable top to bottom.
 
-``Trainer(cfg)`` checks the config, builds everything from its sections and resumes from the
-latest checkpoint when there is one; ``Trainer.train()`` runs step -> log -> validate ->
-diagnostics -> checkpoint until the last step or a preemption signal. Each piece decides for
-itself when it runs (``due(step, last)``). Nothing is written before the run is known to start.
+``Trainer(cfg)`` builds everything and resumes when it can (writing nothing before the run is known to start);
+``Trainer.train()`` runs step -> log -> validate -> diagnostics -> checkpoint, each on its ``due(step, last)``.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,23 +26,17 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.errors import UserError
-from torchnlq.files import make_folder, replace_file
+from torchnlq.files import make_folder, move_into_new_folder, replace_file
 from torchnlq.models import GPT
 from torchnlq.parallel.dist import build_mesh, init_distributed
-from torchnlq.parallel.memory_estimate import check_fits_device, estimate_memory, fit_warning
-from torchnlq.parallel.parallelize import (
-    clip_grad_norm,
-    materialize_and_init,
-    parallelize_model,
-    set_gradient_sync,
-)
+from torchnlq.parallel.memory_estimate import check_fits_device, device_memory_bytes, estimate_memory, fit_warning
+from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
 from torchnlq.train.cpu_allocator import keep_freed_memory
 from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import (
     HParam,
     MetricsLogger,
     RunEnd,
-    ScalarSink,
     ValidationPlan,
     format_memory,
     memory_label,
@@ -58,26 +51,22 @@ from torchnlq.train.preflight import check_data_fits_model, check_job_config, co
 from torchnlq.train.profiling import Profiler
 from torchnlq.train.run_lock import RunLock, check_run_folder
 from torchnlq.train.run_start import (
+    EARLIER_RUN_ENTRIES,
     RunStart,
     checkpoint_files,
     initial_query_weights,
     must_set_aside,
-    set_aside_earlier_run,
     start_run,
 )
 from torchnlq.train.validate import Validator, cross_entropy
 from torchnlq.train.weight_dynamics import WeightDynamics
 
+if TYPE_CHECKING:
+    from torchnlq.train.wandb_logger import WandbLogger
+
 
 class TrainingDiverged(UserError):
     """A non-finite loss or gradient norm with ``training.on_nonfinite = "stop"``."""
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) from one number."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def make_deterministic(device: torch.device) -> None:
@@ -91,12 +80,6 @@ def make_deterministic(device: torch.device) -> None:
     inductor_config.deterministic = True
 
 
-def _sum_across_ranks(value: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(value)  # gloo has no AVG: callers divide by the world size
-    return value
-
-
 class Trainer:
     """Owns the run: its folder, data, model, optimizer, checkpoints and metrics."""
 
@@ -104,7 +87,8 @@ class Trainer:
         self.cfg = cfg
         tcfg = cfg.training
         self.model_args = check_job_config(cfg)  # before anything is created
-        check_run_folder(Path(cfg.job.dump_folder) / cfg.job.name)
+        self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
+        check_run_folder(self.run_dir)
         self.dist = init_distributed(tcfg.device)
         self.device, self.rank, self.world_size = self.dist.device, self.dist.rank, self.dist.world_size
         check_fits_device(self.model_args, self.device, self.world_size)  # before anything is allocated
@@ -132,7 +116,6 @@ class Trainer:
         self._consecutive_skips = 0
         self._first_nonfinite = torch.zeros((), dtype=torch.long, device=self.device)  # 0: none (stop mode)
 
-        self.run_dir = Path(cfg.job.dump_folder) / cfg.job.name
         self.checkpointer = Checkpointer(cfg.checkpoint, self.run_dir, self.rank, logging.getLogger("torchnlq"),
                                          extra_files=self._checkpoint_files)
         self.start: RunStart = start_run(cfg.checkpoint, self.checkpointer, self.model, self.optimizer, self.record)
@@ -147,7 +130,8 @@ class Trainer:
             make_folder(self.run_dir)
             self.run_lock = RunLock(self.run_dir).acquire()
             self._check_resume_point_unchanged()
-            self.earlier_run = set_aside_earlier_run(self.run_dir) if set_aside else None
+            if set_aside:  # the earlier run's files go into run_dir/previous-N/ (the lowest free N)
+                self.earlier_run = move_into_new_folder(self.run_dir, EARLIER_RUN_ENTRIES, "previous")
             replace_file(self.run_dir / "config.toml", to_toml(cfg))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
@@ -196,7 +180,9 @@ class Trainer:
     def _build_model(self) -> None:
         cfg, tcfg = self.cfg, self.cfg.training
         self.mesh = build_mesh(self.dist, cfg.parallelism)
-        seed_everything(tcfg.seed)
+        random.seed(tcfg.seed)
+        np.random.seed(tcfg.seed % 2**32)
+        torch.manual_seed(tcfg.seed)
         # Built on meta, wrapped, then materialised: a sharded model never exists whole on one device,
         # and materialize_and_init gives the same weights as GPT(args) on one device with this seed.
         with torch.device("meta"):
@@ -211,7 +197,7 @@ class Trainer:
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
         self.loss_fn = torch.compile(cross_entropy) if tcfg.compile and tcfg.compile_loss else cross_entropy
 
-    def _start_wandb(self, hparams: dict[str, HParam]) -> ScalarSink | None:
+    def _start_wandb(self, hparams: dict[str, HParam]) -> WandbLogger | None:
         """The Weights & Biases sink of the metrics (rank 0, ``metrics.wandb = true``), else None."""
         if not (self.cfg.metrics.wandb and self.is_main) or self.step >= self.cfg.training.steps:
             return None  # a finished run trains nothing: no W&B run to resume for it
@@ -232,9 +218,8 @@ class Trainer:
         info = meta.get("tokenizer_info") or {}
         # Which .tiktoken ranks or tokenizer.json the data was made with (checkpoints carry that file), and an hf
         # tokenizer's end-of-text text (its id alone does not say which token it is).
-        for key in ("tiktoken_sha256", "tokenizer_sha256", "eot_token"):
-            if isinstance(info.get(key), str):
-                tokenizer[key] = info[key]
+        tokenizer |= {key: info[key] for key in ("tiktoken_sha256", "tokenizer_sha256", "eot_token")
+                      if isinstance(info.get(key), str)}
         # What the model computes in: bf16 on CUDA (autocast, or FSDP's bf16 parameters), fp32 on a CPU.
         precision = "bf16" if self.device.type == "cuda" and tcfg.mixed_precision == "bf16" else "fp32"
         return RunRecord(
@@ -284,9 +269,8 @@ class Trainer:
         """With the run lock held: refuse a resume point that another trainer moved on while this one was building."""
         try:
             now = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
-            read_point = self.start.resume_point
-            if now != read_point:
-                read = read_point.name if read_point else "no checkpoint"
+            if now != self.start.resume_point:
+                read = self.start.resume_point.name if self.start.resume_point else "no checkpoint"
                 raise UserError(
                     f"run folder {self.run_dir} changed while this trainer was starting (it read {read}, now the "
                     f"latest is {now.name if now else 'none'}): another trainer used it; run the command again"
@@ -311,15 +295,30 @@ class Trainer:
             return [f"could not compare with the saved {saved} ({e})"]
 
     def _log_header(self) -> None:
-        a, schedule = self.model_args, self.data.schedule
+        a, cfg, t, s = self.model_args, self.cfg, self.cfg.training, self.cfg.lr_schedule
         self.logger.info(
-            f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {self.cfg.model.flavor} "
+            f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {cfg.model.flavor} "
             f"(query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, positions {a.positions}) "
             f"| params {a.num_params():,} (non-embedding {a.num_params(non_embedding=True):,}) "
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
-            f"batch fingerprint {schedule.fingerprint()}"
+            f"batch fingerprint {self.data.schedule.fingerprint()}"
         )
-        self.logger.info(self._settings_line())
+        # The settings that decide whether a run can work: schedule, precision, compile, checkpointing.
+        compiled = "per block" if t.compile else "off"
+        if t.compile and t.compile_loss:
+            compiled += " + loss"
+        validation = (f"every {cfg.validation.interval} steps ({self.validator.describe()})"
+                      if cfg.validation.enabled else "off")
+        end = s.decay_steps if s.decay_steps is not None else t.steps
+        schedule = (f"wsd ({s.decay_shape} decay over steps {end - decay_length(s, end):,}..{end:,})" if s.name == "wsd"
+                    else f"cosine to step {end:,}")
+        self.logger.info(
+            f"steps {t.steps:,} | lr {cfg.optimizer.lr:g} -> {s.min_lr:g}, warmup "
+            f"{s.warmup_steps:,} steps, {schedule} | {cfg.optimizer.name} wd "
+            f"{cfg.optimizer.weight_decay:g} | "
+            f"precision {t.mixed_precision if self.device.type == 'cuda' else 'fp32 (cpu)'} | compile {compiled} | "
+            f"activation checkpointing {cfg.activation_checkpoint.mode} | validation {validation}"
+        )
         groups = " | ".join(plan.describe() for plan in self.group_plans)
         self.logger.info(f"optimizer groups: {groups}")
         self._log_memory_estimate()
@@ -338,34 +337,9 @@ class Trainer:
         self.logger.info(f"memory estimate {estimate.describe()} for the training step; "
                          f"the step lines' \"{memory_label(self.device)}\" is {measured}")
         if self.device.type == "cuda":
-            capacity = torch.cuda.get_device_properties(self.device).total_memory
-            warning = fit_warning(estimate, capacity, torch.cuda.get_device_name(self.device))
+            warning = fit_warning(estimate, device_memory_bytes(self.device), torch.cuda.get_device_name(self.device))
             if warning:
                 self.logger.warning(f"warning: {warning}")
-
-    def _settings_line(self) -> str:
-        """The settings that decide whether a run can work: schedule, precision, compile, checkpointing."""
-        cfg, t = self.cfg, self.cfg.training
-        ac = cfg.activation_checkpoint.mode
-        compiled = "per block" if t.compile else "off"
-        if t.compile and t.compile_loss:
-            compiled += " + loss"
-        validation = (f"every {cfg.validation.interval} steps ({self.validator.describe()})"
-                      if cfg.validation.enabled else "off")
-        return (
-            f"steps {t.steps:,} | lr {cfg.optimizer.lr:g} -> {cfg.lr_schedule.min_lr:g}, warmup "
-            f"{cfg.lr_schedule.warmup_steps:,} steps, {self._schedule_shape()} | {cfg.optimizer.name} wd "
-            f"{cfg.optimizer.weight_decay:g} | "
-            f"precision {t.mixed_precision if self.device.type == 'cuda' else 'fp32 (cpu)'} | compile {compiled} | "
-            f"activation checkpointing {ac} | validation {validation}"
-        )
-
-    def _schedule_shape(self) -> str:
-        s = self.cfg.lr_schedule
-        end = s.decay_steps if s.decay_steps is not None else self.cfg.training.steps
-        if s.name == "wsd":
-            return f"wsd ({s.decay_shape} decay over steps {end - decay_length(s, end):,}..{end:,})"
-        return f"cosine to step {end:,}"
 
     def _group_lrs(self) -> dict[str, float] | None:
         """Each named group's LR when the groups differ from the paper's two (whose LR is the one ``lr``)."""
@@ -390,10 +364,8 @@ class Trainer:
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm) as device scalars.
 
-        Each micro-batch loss is its token mean / the accumulation steps, and FSDP averages over
-        ranks: with equal token counts everywhere, the gradient is the global batch's mean. Nothing
-        here waits for the device unless ``on_nonfinite = skip`` (deciding to skip needs the values):
-        the loop reads the values only on log steps (:meth:`_raise_if_diverged`).
+        Each micro-batch loss is its token mean / the accumulation steps and FSDP averages over ranks: the
+        global batch's mean. Only ``on_nonfinite = skip`` waits for the device here (:meth:`_raise_if_diverged`).
         """
         tcfg, record = self.cfg.training, self.record
         set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
@@ -406,7 +378,9 @@ class Trainer:
             loss.backward()
             loss_sum += loss.detach()
         grad_norm = clip_grad_norm(self.model.parameters(), tcfg.max_norm)  # 0: measure only
-        loss = _sum_across_ranks(loss_sum) / self.world_size
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(loss_sum)  # gloo has no AVG: divided by the world size below
+        loss = loss_sum / self.world_size
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
         if tcfg.on_nonfinite == "skip":
             self._skip_or_update(bool(finite.item()))
@@ -437,10 +411,7 @@ class Trainer:
         self.logger.warning(f"step {step}: non-finite loss/grad norm, update skipped")
 
     def _raise_if_diverged(self) -> None:
-        """on_nonfinite = stop: raise for a non-finite loss or grad norm since the start (one wait for the device).
-
-        Called before every log line, evaluation and save, so nothing computed from the bad state is logged or saved.
-        """
+        """on_nonfinite = stop: raise for a non-finite loss or grad norm so far, before anything logs or saves it."""
         bad_step = int(self._first_nonfinite.item())
         if bad_step:
             raise TrainingDiverged(
@@ -472,8 +443,12 @@ class Trainer:
         for tag, value in self.weight_dynamics.run(self.model).items():
             self.metrics.scalar(tag, value, self.step)
 
-    def _check_weights_finite(self) -> None:
-        """Refuse to save weights an update made non-finite (a finite loss does not guarantee finite weights)."""
+    def save_checkpoint(self) -> None:
+        """Save ``step-N`` (if checkpoints are enabled), after checking the weights are finite."""
+        if not self.cfg.checkpoint.enabled:
+            return
+        self._raise_if_diverged()
+        # Never save weights an update made non-finite (a finite loss does not guarantee finite weights).
         finite = torch.ones((), device=self.device)
         for p in self.model.parameters():
             local = p.to_local() if hasattr(p, "to_local") else p  # an FSDP shard: each rank checks its own
@@ -485,14 +460,8 @@ class Trainer:
                 f"the weights are non-finite after step {self.step}; not saved (the last checkpoint is intact): "
                 "lower optimizer.lr or tighten training.max_norm"
             )
-
-    def save_checkpoint(self) -> None:
-        """Save ``step-N`` (if checkpoints are enabled), after checking the weights are finite."""
-        if self.cfg.checkpoint.enabled:
-            self._raise_if_diverged()
-            self._check_weights_finite()
-            self.checkpointer.save(self.record, self.model, self.optimizer)
-            self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
+        self.checkpointer.save(self.record, self.model, self.optimizer)
+        self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
 
     def export_final(self) -> None:
         """Write ``<run>/export`` (safetensors, checkpoint.export_dtype) from the final checkpoint."""

@@ -8,7 +8,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -16,11 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchnlq.config.job_config import Validation
+from torchnlq.data.batches import PaperValidationRows, ValidationSet
 from torchnlq.pause_points import pause_point
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-# A validation longer than this reports its progress at this interval (seconds).
-PROGRESS_EVERY_S = 10.0
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -38,11 +36,10 @@ def evaluate(
     world_size: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[float, float]:
-    """Mean and standard deviation of the micro-batch losses (the paper's report).
+    """Mean and standard deviation of the micro-batch losses (the paper's report), as one process would get them.
 
-    Rank r evaluates the r-th contiguous chunk and the losses are gathered, so the figures are
-    those of one process. Every rank runs the same number of forwards (FSDP needs every rank in
-    each all-gather): a short chunk repeats its first batch and drops that result.
+    Rank r evaluates the r-th contiguous chunk. Every rank runs as many forwards (FSDP's all-gathers need
+    them all): a short chunk repeats its first batch and drops that result.
     """
     per_rank = math.ceil(len(batches) / world_size)
     mine = list(range(rank * per_rank, min((rank + 1) * per_rank, len(batches))))
@@ -71,17 +68,6 @@ def evaluate(
     return values.mean().item(), std
 
 
-class ValidationSource(Protocol):
-    """What to evaluate after a step: a fixed set, or the paper's row of that step (torchnlq.data.batches).
-
-    A source with ``train_batches_at(step)`` (the paper's eval_train rows) also gets a train-split estimate.
-    """
-
-    def batches_at(self, step: int) -> Sequence[Batch]:
-        """The (x, y) micro-batches to evaluate after ``step``."""
-        ...
-
-
 @dataclass(frozen=True)
 class ValidationResult:
     """One validation: the mean and std of the micro-batch losses, its seconds, and the paper's train estimate."""
@@ -97,15 +83,13 @@ class Validator:
     """The run's validation batches, when to evaluate them, and the last result (all ranks :meth:`run` together)."""
 
     def __init__(
-        self, cfg: Validation, source: ValidationSource, device: torch.device,
+        self, cfg: Validation, source: ValidationSet | PaperValidationRows, device: torch.device,
         autocast: Callable[[], contextlib.AbstractContextManager], rank: int = 0, world_size: int = 1,
     ) -> None:
         self.cfg, self.source, self.device = cfg, source, device
         self.autocast, self.rank, self.world_size = autocast, rank, world_size
-        self.last_loss: float | None = None
-        self.last_seconds: float | None = None  # how long the last validation took (for the ETA)
         self.report: Callable[[str], None] | None = None  # progress lines of a long validation (rank 0)
-        self.report_every = PROGRESS_EVERY_S
+        self.report_every = 10.0  # seconds: a validation longer than this reports its progress at this interval
 
     def describe(self) -> str:
         """What one validation evaluates, for the run's header."""
@@ -119,12 +103,11 @@ class Validator:
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
     def due_before_training(self, step: int) -> bool:
-        """Whether to validate the initial model, before the first update: the paper's protocol evaluates at
-        iteration 0. Only at step 0 (a fresh start), so a resumed run logs what an uninterrupted one did."""
+        """Whether to validate before the first update (the paper's protocol, at step 0 only: not on a resume)."""
         return self.cfg.enabled and self.cfg.protocol == "paper" and step == 0
 
     def run(self, model: nn.Module, step: int) -> ValidationResult:
-        """Evaluate ``model`` after ``step`` (and, under the paper's protocol, its eval_train row)."""
+        """Evaluate ``model`` on ``batches_at(step)`` (and the paper protocol's eval_train row of ``step``)."""
         start = time.perf_counter()
         pause_point("validation", step)
         progress = self._progress_reporter(start)
@@ -133,8 +116,7 @@ class Validator:
         mean, std = evaluate_at(self.source.batches_at(step))
         train_rows = getattr(self.source, "train_batches_at", None)
         eval_train = evaluate_at(train_rows(step)) if train_rows is not None else None
-        self.last_loss, self.last_seconds = mean, time.perf_counter() - start
-        return ValidationResult(mean, std, self.last_seconds, eval_train)
+        return ValidationResult(mean, std, time.perf_counter() - start, eval_train)
 
     def _progress_reporter(self, start: float) -> Callable[[int, int], None] | None:
         """A callback that reports every ``report_every`` seconds, so a long validation is not silence."""

@@ -1,9 +1,7 @@
 """Weights & Biases logging (``[metrics] wandb = true``): the TensorBoard scalars and the resolved config.
 
-A :class:`WandbLogger` (rank 0) is the MetricsLogger's sink. This module is imported only when the
-option is on (wandb is optional). The W&B files live in ``<run>/wandb/`` whatever ``WANDB_DIR``
-says, so a run folder holds all of its records. One W&B run per run folder: its id is kept in
-``<run>/wandb/run_id`` and every resume continues it.
+A :class:`WandbLogger` (rank 0) is the MetricsLogger's sink, imported only when the option is on. Its files live in
+``<run>/wandb/`` whatever ``WANDB_DIR`` says, its id in ``<run>/wandb/run_id``: every resume continues the W&B run.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def _run_id(folder: Path, new: bool) -> str:
 
 
 class WandbLogger:
-    """One W&B run: scalars with :meth:`scalar`, ended by :meth:`close` (a :class:`~torchnlq.train.metrics.ScalarSink`)."""
+    """One W&B run: scalars with :meth:`scalar`, ended by :meth:`close` (the MetricsLogger's sink)."""
 
     def __init__(self, run: Any, logger: logging.Logger) -> None:
         self.run, self.logger = run, logger

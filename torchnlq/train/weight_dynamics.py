@@ -1,9 +1,7 @@
 """Weight dynamics of the query (the paper's future work: "weight dynamics analysis"), per layer.
 
-For every block's query matrices (W_Q, W1, W2): σ_max, the effective rank exp(H(σ/Σσ)) (Roy &
-Vetterli, 2007), the stable rank ‖W‖_F² / σ_1² and the drift ‖W − W_0‖_F / ‖W_0‖_F, plus their
-means (docs/monitoring.md). Under FSDP each matrix is all-gathered: every rank must call
-:func:`weight_stats` together.
+For every block's query matrices (W_Q, W1, W2): σ_max, effective rank (Roy & Vetterli, 2007), stable rank and
+drift, plus their means (docs/monitoring.md). Under FSDP every rank calls :func:`weight_stats` together.
 """
 
 from __future__ import annotations
@@ -20,11 +18,21 @@ from torchnlq.models.query import QueryProjection
 MATRICES = ("w_q", "w1", "w2")
 
 
-def _full(weight: torch.Tensor) -> torch.Tensor:
-    """The whole matrix in fp32 (a DTensor shard is all-gathered: a collective on every rank)."""
+def whole_fp32(weight: torch.Tensor) -> torch.Tensor:
+    """The whole tensor in fp32 (a DTensor shard is all-gathered: a collective on every rank)."""
     if hasattr(weight, "full_tensor"):
         weight = weight.full_tensor()
     return weight.detach().float()
+
+
+def with_means(prefix: str, rows: list[tuple[int, str, float]]) -> dict[str, float]:
+    """``{prefix}/layer{i}/{key}`` for each (i, key, value) row, then ``{prefix}/mean/{key}``: the mean over layers."""
+    out: dict[str, float] = {}
+    collected: dict[str, list[float]] = defaultdict(list)
+    for index, key, value in rows:
+        out[f"{prefix}/layer{index}/{key}"] = value
+        collected[key].append(value)
+    return out | {f"{prefix}/mean/{key}": sum(values) / len(values) for key, values in collected.items()}
 
 
 def spectrum_stats(weight: torch.Tensor) -> dict[str, float]:
@@ -58,29 +66,25 @@ def query_matrices(model: nn.Module) -> list[tuple[int, dict[str, torch.Tensor]]
 
 def initial_matrices(model: nn.Module) -> dict[tuple[int, str], torch.Tensor]:
     """A CPU fp32 copy of every query matrix (the reference of ``drift``), keyed by (block, name)."""
-    return {(i, name): _full(w).cpu().clone() for i, weights in query_matrices(model) for name, w in weights.items()}
+    return {(i, name): whole_fp32(w).cpu().clone()
+            for i, weights in query_matrices(model) for name, w in weights.items()}
 
 
 @torch.no_grad()
 def weight_stats(model: nn.Module, initial: dict[tuple[int, str], torch.Tensor] | None = None) -> dict[str, float]:
     """``{"weights/layer{i}/{w}/{stat}": value, "weights/mean/{w}/{stat}": value}`` for the query matrices."""
-    out: dict[str, float] = {}
-    collected: dict[str, list[float]] = defaultdict(list)
+    rows = []
     for index, weights in query_matrices(model):
         for name, param in weights.items():
-            weight = _full(param)
+            weight = whole_fp32(param)
             stats = spectrum_stats(weight)
             reference = (initial or {}).get((index, name))
             if reference is not None:
                 base = reference.norm().item()
                 change = (weight.cpu() - reference).norm().item()
                 stats["drift"] = change / base if base > 0 else change
-            for stat, value in stats.items():
-                out[f"weights/layer{index}/{name}/{stat}"] = value
-                collected[f"{name}/{stat}"].append(value)
-    for key, values in collected.items():
-        out[f"weights/mean/{key}"] = sum(values) / len(values)
-    return out
+            rows += [(index, f"{name}/{stat}", value) for stat, value in stats.items()]
+    return with_means("weights", rows)
 
 
 class WeightDynamics:

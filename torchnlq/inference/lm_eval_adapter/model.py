@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import lm_eval.models  # noqa: F401  (lm-eval imports its own models only into an empty registry)
-import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -20,8 +19,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.errors import UserError
 from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, model_tokenizer, score_continuations
-from torchnlq.inference.sampling import sample_next
-from torchnlq.models.gpt import KVCache
+from torchnlq.inference.sampling import generate_tokens
 
 MODEL_NAME = "torchnlq"
 DEFAULT_MAX_GEN_TOKS = 256
@@ -55,11 +53,7 @@ def _batch_size(value: Any, max_batch_size: Any) -> int:
 
 @register_model(MODEL_NAME)
 class TorchnlqLM(LM):
-    """Any torchnlq checkpoint or export (every query type) behind lm-eval's ``LM`` interface.
-
-    ``path`` is a checkpoint or export folder (or a :class:`~torchnlq.interop.load.LoadedModel`);
-    ``batch_size`` ``auto`` takes the default, 16; ``max_gen_toks`` and ``seed`` are for ``generate_until``.
-    """
+    """Any torchnlq checkpoint or export (every query type) behind lm-eval's ``LM`` interface."""
 
     def __init__(
         self,
@@ -86,7 +80,6 @@ class TorchnlqLM(LM):
         self.loaded = as_loaded(source, "cpu" if device is None else str(device))
         self.model = self.loaded.model
         self.tokenizer = model_tokenizer(self.loaded, tiktoken_file)
-        self._device = self.model.tok_emb.weight.device
 
     @property
     def max_length(self) -> int:
@@ -124,11 +117,9 @@ class TorchnlqLM(LM):
         """(log P(continuation | context), is greedy) of each ``(context, continuation)`` request."""
         pairs = [self.encode_pair(*req.args) for req in requests]
         scores = score_continuations(self.model, pairs, self.batch_size, vocab_limit=self.tokenizer.vocab_size)
-        results = []
-        for req, score in zip(requests, scores):
-            result = (score.logprob, score.greedy)
+        results = [(score.logprob, score.greedy) for score in scores]
+        for req, result in zip(requests, results):
             self.cache_hook.add_partial("loglikelihood", req.args, result)
-            results.append(result)
         return results
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
@@ -152,44 +143,23 @@ class TorchnlqLM(LM):
         """The continuation of each ``(context, gen_kwargs)`` request (greedy unless ``do_sample``)."""
         results = []
         for req in requests:
-            context, gen_kwargs = req.args
-            text = self._generate(context, dict(gen_kwargs or {}))
+            context, kwargs = req.args[0], dict(req.args[1] or {})
+            until = kwargs.pop("until", None)
+            until = [until] if isinstance(until, str) else [u for u in (until or []) if isinstance(u, str) and u]
+            max_gen = _int_arg("max_gen_toks", kwargs.pop("max_gen_toks", self.max_gen_toks), 1)
+            do_sample = bool(kwargs.pop("do_sample", False))
+            temperature = float(kwargs.pop("temperature", 1.0))
+            top_k = kwargs.pop("top_k", None)
+            top_k = None if top_k in (None, 0, -1) else _int_arg("top_k", top_k, 1)
+            if kwargs:
+                log.debug("torchnlq generate_until ignores %s", sorted(kwargs))
+            keep = self.max_length - min(max_gen, self.max_length // 2)
+            ids = (self.tokenizer.encode(context) or [self.eot_token_id])[-keep:]
+            new = generate_tokens(self.model, ids, max_gen, temperature if do_sample else 0.0, top_k, self.seed,
+                                  eot_id=self.eot_token_id, vocab_limit=self.tokenizer.vocab_size,
+                                  stop_when=lambda new: any(u in self.tokenizer.decode(new) for u in until)).new_tokens
+            text = self.tokenizer.decode(new)
+            text = text[:min((text.find(u) for u in until if u in text), default=len(text))]
             self.cache_hook.add_partial("generate_until", req.args, text)
             results.append(text)
         return results
-
-    @torch.inference_mode()
-    def _generate(self, context: str, kwargs: dict[str, Any]) -> str:
-        until = kwargs.pop("until", None)
-        until = [until] if isinstance(until, str) else [u for u in (until or []) if isinstance(u, str) and u]
-        max_gen = _int_arg("max_gen_toks", kwargs.pop("max_gen_toks", self.max_gen_toks), 1)
-        do_sample = bool(kwargs.pop("do_sample", False))
-        temperature = float(kwargs.pop("temperature", 1.0 if do_sample else 0.0))
-        top_k = kwargs.pop("top_k", None)
-        top_k = None if top_k in (None, 0, -1) else _int_arg("top_k", top_k, 1)
-        if kwargs:
-            log.debug("torchnlq generate_until ignores %s", sorted(kwargs))
-        if not do_sample:
-            temperature = 0.0
-        max_len = self.max_length
-        keep = max_len - min(max_gen, max_len // 2)
-        ids = (self.tokenizer.encode(context) or [self.eot_token_id])[-keep:]
-        generator = torch.Generator(device=self._device).manual_seed(self.seed)
-        cache = KVCache.for_model(self.model)
-        vocab = self.tokenizer.vocab_size
-        new: list[int] = []
-        logits = self.model(torch.tensor([ids], device=self._device), cache)[:, -1].float()
-        while True:
-            logits[:, vocab:] = float("-inf")  # padded rows decode to nothing
-            token = int(sample_next(logits, temperature, top_k, generator)[0])
-            if token == self.eot_token_id:
-                break
-            new.append(token)
-            if len(new) >= max_gen or cache.pos >= max_len:
-                break
-            if until and any(u in self.tokenizer.decode(new) for u in until):
-                break
-            logits = self.model(torch.tensor([[token]], device=self._device), cache)[:, -1].float()
-        text = self.tokenizer.decode(new)
-        cut = min((text.find(u) for u in until if u in text), default=len(text))
-        return text[:cut]
