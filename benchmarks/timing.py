@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from torchnlq.errors import UserError
+
 
 class DeviceTimer:
     """Seconds taken by ``fn()`` on ``device``: CUDA events on GPU, ``perf_counter`` on CPU."""
@@ -111,3 +113,17 @@ def children_cpu_seconds() -> float:
     """User + system CPU seconds of this process's finished children (a subprocess's cost, read before and after)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def long_short_steps(steps: str, rounds: int, example: str) -> tuple[int, int]:
+    """The ``--steps LONG,SHORT`` of a whole-program benchmark (per iteration = (LONG run − SHORT run) /
+    (LONG − SHORT), so start-up cancels), with its ``--rounds`` checked; a mistake is one UserError line."""
+    try:
+        long, short = (int(s) for s in steps.split(","))
+    except ValueError:
+        raise UserError(f"--steps {steps!r}: expected LONG,SHORT such as {example}") from None
+    if not 1 <= short < long:
+        raise UserError(f"--steps {steps!r}: need 1 <= SHORT < LONG")
+    if rounds < 1:
+        raise UserError(f"--rounds must be at least 1, got {rounds}")
+    return long, short

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import children_cpu_seconds, markdown_table, median
+from benchmarks.timing import children_cpu_seconds, long_short_steps, markdown_table, median
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
@@ -83,14 +83,7 @@ def main(argv: list[str]) -> int:
     if not all((nanogpt / name).is_file() for name in ("train.py", "model.py", "configurator.py")):
         raise UserError(f"--nanogpt {args.nanogpt!r} lacks train.py, model.py or configurator.py; clone "
                         "https://github.com/karpathy/nanoGPT and pass its folder")
-    try:
-        long, short = (int(s) for s in args.steps.split(","))
-    except ValueError:
-        raise UserError(f"--steps {args.steps!r}: expected LONG,SHORT such as 60,10") from None
-    if not 1 <= short < long:
-        raise UserError(f"--steps {args.steps!r}: need 1 <= SHORT < LONG")
-    if args.rounds < 1:
-        raise UserError(f"--rounds must be at least 1, got {args.rounds}")
+    long, short = long_short_steps(args.steps, args.rounds, "60,10")
     with tempfile.TemporaryDirectory(prefix="torchnlq-vs-nanogpt-") as tmp_name:
         tmp = Path(tmp_name)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}

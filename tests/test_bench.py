@@ -196,3 +196,47 @@ def test_bench_overhead_splits_a_trainer_step(capsys):
     named = {r[0]: float(r[1]) for r in parts[1:]}
     assert set(trainer_overhead.PARTS) < set(named)
     assert named["forward + loss"] > 0 and named["optimizer"] > 0 and named["data"] >= 0
+
+
+def _fake_torchtitan(folder):
+    """A folder that looks like a torchtitan install (the files the benchmark checks) but cannot train."""
+    for name in ("torchtitan/__init__.py", "torchtitan/train.py", "torchtitan/models/llama3/config_registry.py"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("")
+    return folder
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--torchtitan", "{tmp}/nowhere"],
+     "--torchtitan '{tmp}/nowhere' holds no torchtitan package (torchtitan/train.py)"),
+    (["--torchtitan", "{tmp}"], "holds no torchtitan package (torchtitan/train.py)"),
+    (["--torchtitan", "{tt}", "--steps", "8"], "--steps '8': expected LONG,SHORT such as 8,2"),
+    (["--torchtitan", "{tt}", "--steps", "2,8"], "--steps '2,8': need 1 <= SHORT < LONG"),
+    (["--torchtitan", "{tt}", "--steps", "0,0"], "need 1 <= SHORT < LONG"),
+    (["--torchtitan", "{tt}", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    ([], "the following arguments are required: --torchtitan"),
+])
+def test_bench_torchtitan_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    from benchmarks import versus_torchtitan
+
+    tt = _fake_torchtitan(tmp_path / "tt")
+    places = {"{tmp}": str(tmp_path), "{tt}": str(tt)}
+    for key, value in places.items():
+        argv, message = [a.replace(key, value) for a in argv], message.replace(key, value)
+    assert run_cli(versus_torchtitan.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+def test_bench_torchtitan_unimportable_folder_is_one_line_and_left_alone(tmp_path, capsys, monkeypatch):
+    """A torchtitan folder whose trainer does not import (its dependencies missing): one line, nothing written there."""
+    from benchmarks import versus_torchtitan
+
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # Python would write torchtitan/__pycache__/ here
+    tt = _fake_torchtitan(tmp_path / "tt")
+    before = sorted(p.relative_to(tt) for p in tt.rglob("*"))
+    assert run_cli(versus_torchtitan.main, ["--torchtitan", str(tt), "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "'import torchtitan.trainer' failed" in err and "No module named 'torchtitan.trainer'" in err
+    assert sorted(p.relative_to(tt) for p in tt.rglob("*")) == before  # no __pycache__ written into the folder

@@ -300,6 +300,9 @@ SUITE = 'config = "{config}"\n'
 #: Two text documents for prepare_data.py, enough for a train and a validation split.
 DOCS = {"src/a.txt": "the first document", "src/b.txt": "the second document"}
 NANO = {"nano/train.bin": bytes(100), "nano/val.bin": bytes(100)}  # a nanoGPT folder: uint16 zeros, no meta.json
+#: A folder with the files bench_torchtitan.py looks for, whose trainer does not import.
+TORCHTITAN = {"tt/torchtitan/__init__.py": "", "tt/torchtitan/train.py": "",
+              "tt/torchtitan/models/llama3/config_registry.py": ""}
 #: prepare_data.py into a new folder with the byte tokenizer (no download, no tiktoken file).
 PREPARE = ("--out", "{tmp}/tokens", "--tokenizer", "byte")
 
@@ -1181,6 +1184,18 @@ IN_PROCESS = [
         setup=write({"ng/train.py": "", "ng/model.py": "", "ng/configurator.py": ""})),
     row("bench_nanogpt.py", "short-not-below-long", ["--nanogpt", "{tmp}/ng", "--steps", "10,60"],
         "need 1 <= SHORT < LONG", setup=write({"ng/train.py": "", "ng/model.py": "", "ng/configurator.py": ""})),
+    # ---------------------------------------------------------------- bench_torchtitan.py
+    row("bench_torchtitan.py", "no-torchtitan-folder", [], "the following arguments are required: --torchtitan"),
+    row("bench_torchtitan.py", "folder-without-torchtitan", ["--torchtitan", "{tmp}"],
+        "holds no torchtitan package (torchtitan/train.py)"),
+    row("bench_torchtitan.py", "steps-not-a-pair", ["--torchtitan", "{tmp}/tt", "--steps", "8"],
+        "--steps '8': expected LONG,SHORT such as 8,2", setup=write(TORCHTITAN)),
+    row("bench_torchtitan.py", "short-not-below-long", ["--torchtitan", "{tmp}/tt", "--steps", "2,8"],
+        "need 1 <= SHORT < LONG", setup=write(TORCHTITAN)),
+    row("bench_torchtitan.py", "zero-rounds", ["--torchtitan", "{tmp}/tt", "--rounds", "0"],
+        "--rounds must be at least 1, got 0", setup=write(TORCHTITAN)),
+    row("bench_torchtitan.py", "torchtitan-dependencies-missing", ["--torchtitan", "{tmp}/tt"],
+        "'import torchtitan.trainer' failed", setup=write(TORCHTITAN)),
     # ---------------------------------------------------------------- bench_loader.py
     row("bench_loader.py", "shapes-not-pairs", ["--shapes", "12by1024"], "--shapes: expected pairs like 12x1024,1x1024"),
     row("bench_loader.py", "zero-in-a-shape", ["--shapes", "0x64", "--tokens", "1000"], "every --shapes size must be at least 1"),
@@ -1259,6 +1274,8 @@ SUBPROCESS = [
     row("bench_overhead.py", "negative-rounds", ["--rounds", "-1"], "--rounds must be at least 1, got -1"),
     row("bench_nanogpt.py", "nanogpt-folder-missing", ["--nanogpt", "{tmp}/nowhere"],
         "lacks train.py, model.py or configurator.py"),
+    row("bench_torchtitan.py", "torchtitan-folder-missing", ["--torchtitan", "{tmp}/nowhere"],
+        "holds no torchtitan package (torchtitan/train.py)"),
     row("bench_parallel.py", "negative-batch", ["--batch", "-1"], "--batch must be at least 1, got -1"),
     row("gen_config_docs.py", "unknown-option", ["--write"], "--write"),
     row("upcycle.py", "source-is-a-file", ["{tmp}/notes.txt", "{tmp}/out"], "does not exist or is not a folder",
@@ -1338,6 +1355,7 @@ ENTRIES: dict[str, EntryPoint] = {
     "bench_startup.py": EntryPoint("scripts/bench_startup.py", _attr("benchmarks.startup")),
     "bench_overhead.py": EntryPoint("scripts/bench_overhead.py", _attr("benchmarks.trainer_overhead")),
     "bench_nanogpt.py": EntryPoint("scripts/bench_nanogpt.py", _attr("benchmarks.versus_nanogpt")),
+    "bench_torchtitan.py": EntryPoint("scripts/bench_torchtitan.py", _attr("benchmarks.versus_torchtitan")),
     "bench_checkpoint.py": EntryPoint("scripts/bench_checkpoint.py", _attr("benchmarks.checkpoint_io")),
     "bench_parallel.py": EntryPoint("scripts/bench_parallel.py", _script("bench_parallel")),
     "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
