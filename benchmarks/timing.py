@@ -45,18 +45,24 @@ class DeviceTimer:
         return start_event.elapsed_time(end_event) / 1000.0
 
 
-def interleave(runs: Sequence[Callable[[], float]], rounds: int, seed: int = 0) -> list[list[float]]:
+def interleave(
+    runs: Sequence[Callable[[], float]], rounds: int, seed: int = 0,
+    after_round: Callable[[int, list[list[float]]], None] | None = None,
+) -> list[list[float]]:
     """Call every run (one timed unit of work each) once per round, in a seeded random order; each run's results.
 
     Interleaving lets a load change hit every variant alike; shuffling matters because what ran
-    just before shows in a step's time (docs/performance.md, "Tools").
+    just before shows in a step's time (docs/performance.md, "Tools"). ``after_round(round, results)``
+    is called after each round (a progress line for long benchmarks).
     """
     results: list[list[float]] = [[] for _ in runs]
     order, rng = list(range(len(runs))), random.Random(seed)
-    for _ in range(rounds):
+    for index in range(rounds):
         rng.shuffle(order)
         for i in order:
             results[i].append(runs[i]())
+        if after_round is not None:
+            after_round(index, results)
     return results
 
 

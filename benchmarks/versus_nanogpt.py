@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import children_cpu_seconds, long_short_steps, markdown_table, median
+from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps, markdown_table, median
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
 
@@ -98,7 +97,8 @@ def main(argv: list[str]) -> int:
 
         def nanogpt_run(steps: int) -> list[str]:
             flags = {**SHAPE, "dataset": "rand", "device": "cpu", "compile": False, "dtype": "float32",
-                     "max_iters": steps, "lr_decay_iters": steps, "warmup_iters": 1, "eval_interval": 10**9,
+                     # lr_decay_iters > warmup_iters even for 1 step: nanoGPT divides by their difference.
+                     "max_iters": steps, "lr_decay_iters": steps + 1, "warmup_iters": 1, "eval_interval": 10**9,
                      "eval_iters": 1, "log_interval": 10**9, "dropout": 0.0, "always_save_checkpoint": False,
                      "gradient_accumulation_steps": 1, "out_dir": str(tmp / "nanogpt_out")}
             return [sys.executable, "train.py", *[f"--{k}={v}" for k, v in flags.items()]]
@@ -117,14 +117,9 @@ def main(argv: list[str]) -> int:
 
         programs = {("nanoGPT", s): (nanogpt_run, work) for s in (long, short)}
         programs |= {("torchnlq", s): (torchnlq_run, ROOT) for s in (long, short)}
-        cpu: dict[tuple[str, int], list[float]] = {k: [] for k in programs}
-        rng = random.Random(0)
-        for _ in range(args.rounds):
-            order = list(programs)
-            rng.shuffle(order)
-            for key in order:
-                make, cwd = programs[key]
-                cpu[key].append(_run(make(key[1]), cwd, env))
+        keys = list(programs)
+        runs = [lambda key=key: _run(programs[key][0](key[1]), programs[key][1], env) for key in keys]
+        cpu = dict(zip(keys, interleave(runs, args.rounds)))
     per_iter = {name: [(a - b) / (long - short) for a, b in zip(cpu[(name, long)], cpu[(name, short)])]
                 for name in ("nanoGPT", "torchnlq")}
     ratios = [t / n for t, n in zip(per_iter["torchnlq"], per_iter["nanoGPT"])]

@@ -60,7 +60,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.timing import children_cpu_seconds, long_short_steps, markdown_table, median
+from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps, markdown_table, median
 from benchmarks.train_step_support import write_random_corpus
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
@@ -222,19 +222,21 @@ def main(argv: list[str]) -> int:
         _, tt_out = _run(argv_tt, tt_work, env_tt)
         argv_nlq, env_nlq = torchnlq_run(short)
         _, nlq_out = _run(argv_nlq, ROOT, env_nlq)
-        cpu: dict[tuple[str, int], list[float]] = {k: [] for k in programs}
-        rng = random.Random(0)
-        for index in range(args.rounds):
-            order = list(programs)
-            rng.shuffle(order)
-            for key in order:
-                make, cwd = programs[key]
-                run_argv, run_env = make(key[1])
-                cpu[key].append(_run(run_argv, cwd, run_env)[0])
-            ms = {name: 1000 * (cpu[(name, long)][-1] - cpu[(name, short)][-1]) / (long - short)
+        keys = list(programs)
+
+        def run(key: tuple[str, int]) -> float:
+            run_argv, run_env = programs[key][0](key[1])
+            return _run(run_argv, programs[key][1], run_env)[0]
+
+        def progress(index: int, results: list[list[float]]) -> None:
+            last = dict(zip(keys, (r[-1] for r in results)))
+            ms = {name: 1000 * (last[(name, long)] - last[(name, short)]) / (long - short)
                   for name in ("torchtitan", "torchnlq")}
             print(f"round {index + 1}/{args.rounds}: CPU ms per iteration torchtitan {ms['torchtitan']:.1f}, "
                   f"torchnlq {ms['torchnlq']:.1f}", file=sys.stderr, flush=True)
+
+        cpu = dict(zip(keys, interleave([lambda key=key: run(key) for key in keys], args.rounds,
+                                        after_round=progress)))
     per_iter = {name: [(a - b) / (long - short) for a, b in zip(cpu[(name, long)], cpu[(name, short)])]
                 for name in ("torchtitan", "torchnlq")}
     ratios = [t / n for t, n in zip(per_iter["torchnlq"], per_iter["torchtitan"])]

@@ -9,12 +9,15 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchnlq.cli import run_cli
+from torchnlq.errors import UserError
 from benchmarks import attention_block as bench_attention
 from benchmarks import train_step as bench
 from benchmarks.train_step_args import parse_variant
-from benchmarks.timing import interleave
+from benchmarks.timing import interleave, long_short_steps
 
 TINY = [
     "--model.flavor=debug", "--model.n_layers=1", "--model.dim=32", "--model.n_heads=2",
@@ -116,6 +119,13 @@ def test_user_errors_are_one_line(capsys, extra, message):
 )
 def test_parse_variant(spec, expected):
     assert parse_variant(spec, "config") == expected
+
+
+def test_interleave_reports_after_each_round_with_that_round_done():
+    seen: list[tuple[int, list[int]]] = []
+    runs = [lambda i=i: float(i) for i in range(3)]
+    interleave(runs, 4, after_round=lambda index, results: seen.append((index, [len(r) for r in results])))
+    assert seen == [(k, [k + 1] * 3) for k in range(4)]
 
 
 def test_interleave_shuffles_the_order_every_round():
@@ -240,3 +250,25 @@ def test_bench_torchtitan_unimportable_folder_is_one_line_and_left_alone(tmp_pat
     assert err.count("\n") == 1
     assert "'import torchtitan.trainer' failed" in err and "No module named 'torchtitan.trainer'" in err
     assert sorted(p.relative_to(tt) for p in tt.rglob("*")) == before  # no __pycache__ written into the folder
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.one_of(st.text(max_size=12), st.tuples(st.integers(-3, 40), st.integers(-3, 40)).map(
+    lambda pair: f"{pair[0]},{pair[1]}")), rounds=st.integers(-2, 20))
+def test_long_short_steps_is_the_pair_or_one_line(steps, rounds):
+    """Any --steps text and --rounds of the whole-program benchmarks: the two counts with 1 <= SHORT < LONG, or one
+    UserError line (never a traceback); the rule is written out here from the docs, not taken from the code."""
+    parts = steps.split(",")
+    numbers = None
+    if len(parts) == 2:
+        try:
+            numbers = int(parts[0]), int(parts[1])
+        except ValueError:
+            pass
+    valid = numbers is not None and 1 <= numbers[1] < numbers[0] and rounds >= 1
+    if valid:
+        assert long_short_steps(steps, rounds, "8,2") == numbers
+    else:
+        with pytest.raises(UserError) as refused:
+            long_short_steps(steps, rounds, "8,2")
+        assert "\n" not in str(refused.value) and str(refused.value)
