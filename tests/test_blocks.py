@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError

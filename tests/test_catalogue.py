@@ -299,7 +299,11 @@ ATTENTION = ("--dim", "32", "--heads", "4", "--seq", "8", "--steps", "1", "--war
 SUITE = 'config = "{config}"\n'
 #: Two text documents for prepare_data.py, enough for a train and a validation split.
 DOCS = {"src/a.txt": "the first document", "src/b.txt": "the second document"}
-NANO = {"nano/train.bin": bytes(100), "nano/val.bin": bytes(100)}  # a nanoGPT folder: uint16 zeros, no meta.json
+NANO = {"nano/train.bin": bytes(100), "nano/val.bin": bytes(100)}
+#: A folder that passes bench_nanogpt.py's checkout check, and its two modes on the CPU.
+NANOGPT = {"ng/train.py": "", "ng/model.py": "", "ng/configurator.py": ""}
+NANO_CPU = ("--nanogpt", "{tmp}/ng", "--mode", "cpu-seconds")
+NANO_PROFILE = ("--nanogpt", "{tmp}/ng", "--mode", "profile", "--device", "cpu")  # a nanoGPT folder: uint16 zeros, no meta.json
 #: A folder with the files bench_torchtitan.py looks for, whose trainer does not import.
 TORCHTITAN = {"tt/torchtitan/__init__.py": "", "tt/torchtitan/train.py": "",
               "tt/torchtitan/models/llama3/config_registry.py": ""}
@@ -352,6 +356,7 @@ IN_PROCESS = [
     # ---------------------------------------------------------------- run_train.sh: the TOML file
     row(T, "config-file-missing", ["missing.toml", *TRAIN], "config file 'missing.toml' not found"),
     row(T, "loss-chunk-negative", [*TRAIN, "--training.loss_chunk_tokens=-1"], "training.loss_chunk_tokens"),
+    row(T, "compile-loss-removed", [*TRAIN, "--training.compile_loss=true"], "training.compile_loss was removed"),
     row(T, "validation-protocol-unknown", [*TRAIN, "--validation.protocol=papr"], "paper"),
     row(T, "model-init-unknown", [*TRAIN, "--model.init=nanogpt"], "model.init"),
     row(T, "paper-rows-too-few-for-the-run", [*TRAIN, "--validation.protocol=paper", "--validation.interval=1",
@@ -1179,11 +1184,25 @@ IN_PROCESS = [
     row("bench_nanogpt.py", "no-nanogpt-checkout", [], "the following arguments are required: --nanogpt"),
     row("bench_nanogpt.py", "nanogpt-folder-without-train-py", ["--nanogpt", "{tmp}"],
         "lacks train.py, model.py or configurator.py"),
-    row("bench_nanogpt.py", "steps-not-a-pair", ["--nanogpt", "{tmp}/ng", "--steps", "60"],
-        "--steps '60': expected LONG,SHORT such as 60,10",
-        setup=write({"ng/train.py": "", "ng/model.py": "", "ng/configurator.py": ""})),
-    row("bench_nanogpt.py", "short-not-below-long", ["--nanogpt", "{tmp}/ng", "--steps", "10,60"],
-        "need 1 <= SHORT < LONG", setup=write({"ng/train.py": "", "ng/model.py": "", "ng/configurator.py": ""})),
+    row("bench_nanogpt.py", "steps-not-a-pair", [*NANO_CPU, "--steps", "60"],
+        "--steps '60': expected LONG,SHORT such as 60,10", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "short-not-below-long", [*NANO_CPU, "--steps", "10,60"],
+        "need 1 <= SHORT < LONG", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "cpu-seconds-with-a-config", [*NANO_CPU, "{config}"],
+        "--mode cpu-seconds runs its own toy shape; it takes no config", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "profile-of-a-llama-block", [*NANO_PROFILE, "{config}", "--model.norm=rms"],
+        "nanoGPT's model is GPT-2's block", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "profile-steps-all-warm-up", [*NANO_PROFILE, "{config}", "--steps", "2"],
+        "--steps must be more than the 2 warm-up steps, got 2", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "profile-steps-a-pair", [*NANO_PROFILE, "{config}", "--steps", "60,10"],
+        "--mode profile takes one number of steps", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "profile-configs-of-two-shapes", [*NANO_PROFILE, "{config}", "{tmp}/short.toml"],
+        "training.seq_len = 16, but {config} (nanoGPT's shape) has 32",
+        setup=write({**NANOGPT, "short.toml": 'extends = "{config}"\n[training]\nseq_len = 16\n'})),
+    row("bench_nanogpt.py", "profile-json-in-a-missing-folder", [*NANO_PROFILE, "{config}", "--json", "{tmp}/no/x.json"],
+        "folder '{tmp}/no' does not exist", setup=write(NANOGPT)),
+    row("bench_nanogpt.py", "profile-stray-word", [*NANO_PROFILE, "{config}", "-x"], "unrecognized argument '-x'",
+        setup=write(NANOGPT)),
     # ---------------------------------------------------------------- bench_torchtitan.py
     row("bench_torchtitan.py", "no-torchtitan-folder", [], "the following arguments are required: --torchtitan"),
     row("bench_torchtitan.py", "folder-without-torchtitan", ["--torchtitan", "{tmp}"],

@@ -18,7 +18,8 @@ from helpers.train import run_train, scalars, tiny_args, tiny_config
 
 from torchnlq.config.job_config import Query
 from torchnlq.models import GPT, ModelArgs
-from torchnlq.models.lm_loss import linear_cross_entropy
+from torchnlq.config.job_config import loss_chunk_tokens
+from torchnlq.models.lm_loss import DEFAULT_CHUNK_TOKENS, HeadLoss, linear_cross_entropy
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -96,9 +97,32 @@ def test_fsdp_and_compile_take_the_same_steps_with_either_loss(tmp_path: Path) -
         assert losses["chunked"][step] == pytest.approx(value, rel=1e-6), step
 
 
-def test_compile_loss_with_the_chunked_loss_is_a_warning(tmp_path: Path) -> None:
-    from torchnlq.train.preflight import config_warnings
+@pytest.mark.integration  # inductor compiles two graphs on the CPU
+@pytest.mark.parametrize("chunk", [0, 7])
+def test_the_compiled_head_loss_equals_the_full_logits(chunk: int, tmp_path: Path, monkeypatch) -> None:
+    """What training.compile runs (HeadLoss under torch.compile, fullgraph) against the reference written out here."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 12, 16, generator=g, requires_grad=True)
+    weight = torch.randn(40, 16, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (2, 12), generator=g)
+    head_loss = HeadLoss()
+    head_loss.compile(fullgraph=True)
+    ours = head_loss(hidden, weight, targets, chunk)
+    (ours * 0.37).backward()
+    ours_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
 
-    warned = config_warnings(tiny_config(tmp_path, training__compile_loss=True))
-    assert any("training.compile_loss" in w and "no effect" in w for w in warned)
-    assert config_warnings(tiny_config(tmp_path, training__compile_loss=True, training__loss_chunk_tokens=0)) == []
+    reference = F.cross_entropy((hidden @ weight.T).float().view(-1, 40), targets.view(-1))
+    (reference * 0.37).backward()
+    assert abs(ours.item() - reference.item()) <= 1e-6 * abs(reference.item())
+    assert rel(ours_grads[0], hidden.grad) <= 1e-5 and rel(ours_grads[1], weight.grad) <= 1e-5
+
+
+def test_the_loss_path_follows_the_device_and_compile_unless_set(tmp_path: Path) -> None:
+    """Unset: full logits only where they are compiled on CUDA (docs/performance.md); a set value always holds."""
+    cases = {("cuda", True, None): 0, ("cuda", False, None): DEFAULT_CHUNK_TOKENS,
+             ("cpu", True, None): DEFAULT_CHUNK_TOKENS, ("cuda", True, 256): 256, ("cpu", False, 0): 0}
+    for (device, compiled, value), expected in cases.items():
+        cfg = tiny_config(tmp_path, training__compile=compiled, training__loss_chunk_tokens=value)
+        assert loss_chunk_tokens(cfg.training, device) == expected, (device, compiled, value)

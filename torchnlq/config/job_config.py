@@ -14,6 +14,7 @@ from typing import Any
 
 # The [model] sections are the model package's own (it is self-contained and exported as is).
 from torchnlq.models.config import Model, Query, option  # noqa: F401 - Model, Query: importable from here too
+from torchnlq.models.lm_loss import DEFAULT_CHUNK_TOKENS
 
 
 # torch's generators take seeds up to 2**64 - 1 (a larger one overflows deep inside the first draw).
@@ -89,16 +90,27 @@ class Training:
         "a run that cannot take a finite step is diverged, not unlucky.",
         min=1,
     )
-    compile_loss: bool = option(
-        False, "Also torch.compile the LM head + cross-entropy (only with compile = true and loss_chunk_tokens = 0)."
-    )
-    loss_chunk_tokens: int = option(
-        4096,
-        "LM head + cross-entropy this many tokens at a time, never holding the full [tokens, vocab] logits in training "
-        "(same loss and gradients); smaller chunks hold less (256 when memory limits the micro-batch: "
-        "docs/performance.md); 0 computes the full logits, then the loss.",
+    loss_chunk_tokens: int | None = option(
+        None,
+        "LM head + cross-entropy this many tokens at a time, never holding the full [tokens, vocab] logits (same loss "
+        "and gradients; 256 when memory limits the micro-batch: docs/performance.md); 0 forms the full logits. Unset: "
+        "0 when training compiles on CUDA (the fastest path there, and no more memory), else 4096. With compile = "
+        "true the head and loss are compiled on either path.",
         min=0,
     )
+
+
+#: Options that no longer exist: a config or flag that sets one gets this reason and "delete it".
+REMOVED_OPTIONS = {
+    "training.compile_loss": "with training.compile = true the LM head and the loss are always compiled",
+}
+
+
+def loss_chunk_tokens(training: Training, device_type: str) -> int:
+    """The chunk size of the LM head's loss on ``device_type`` (0: full logits), resolving an unset option."""
+    if training.loss_chunk_tokens is not None:
+        return training.loss_chunk_tokens
+    return 0 if device_type == "cuda" and training.compile else DEFAULT_CHUNK_TOKENS
 
 
 @dataclass

@@ -17,7 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from torchnlq.config.job_config import JobConfig, entry_type
+from torchnlq.config.job_config import REMOVED_OPTIONS, JobConfig, entry_type
 from torchnlq.config.plugins import import_plugins
 from torchnlq.config.render import iter_options
 from torchnlq.models.config import REMOVED_QUERY_FIELDS
@@ -177,6 +177,8 @@ def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field]:
     """Find the section object and field for ``a.b.c``; unknown parts are errors."""
     if dotted.startswith("model.query.") and dotted.split(".", 2)[2] in REMOVED_QUERY_FIELDS:
         raise ConfigError(f"{dotted} was removed: {REMOVED_QUERY_FIELDS[dotted.split('.', 2)[2]]}; delete it")
+    if dotted in REMOVED_OPTIONS:
+        raise ConfigError(f"{dotted} was removed: {REMOVED_OPTIONS[dotted]}; delete it")
     parts = dotted.split(".")
     if len(parts) < 2:
         raise ConfigError(f"option '--{dotted}' must be --section.key (e.g. --training.steps)")

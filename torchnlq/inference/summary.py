@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT, Block
@@ -54,8 +54,12 @@ def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int,
             f"the model needs at least {floor / GIB:,.1f} GiB per process, far beyond {where}; "
             "make it smaller or shard it over more processes")
     estimate = estimate_memory(cfg, args, processes, device)
+    chunk = loss_chunk_tokens(cfg.training, device)
+    head = f"head loss in {chunk}-token chunks" if chunk else "full-logits head loss"
+    if cfg.training.compile:
+        head = f"compiled {head}"
     lines = [
-        f"memory_estimate: {estimate.describe()} (eager step on {device.upper()}: {why}; micro-batch "
+        f"memory_estimate: {estimate.describe()} (eager blocks, {head}, on {device.upper()}: {why}; micro-batch "
         f"{cfg.training.micro_batch_size} x {cfg.training.seq_len}, activation checkpointing "
         f"{cfg.activation_checkpoint.mode}, optimizer {cfg.optimizer.name})",
         f"memory_estimate_gib: {estimate.total / GIB:.2f}",

@@ -168,7 +168,7 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
             x = x + gpt.pos_emb(positions)
         else:
             cos, sin = rope_at(positions, args.head_dim, args.rope_theta, rope_scaling(args))
-            rope = (cos[:, None], sin[:, None])  # [B, 1, T, head_dim]: per row, shared by the heads
+            rope = (cos, sin)  # [B, T, head_dim]: per row
         if attention_mask is not None:
             mask = attention_mask_4d(attention_mask, past, seq_len)
         elif past > 0 and seq_len > 1:  # new tokens after cached ones: causal in absolute positions

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .args import ModelArgs
-from .lm_loss import DEFAULT_CHUNK_TOKENS, linear_cross_entropy
+from .lm_loss import HeadLoss
 from .paper_init import init_like_paper
 from .query import QueryProjection, build_query
 from .rope import RotaryEmbedding, apply_rotary, rope_scaling
@@ -131,19 +131,21 @@ class Attention(nn.Module):
         """``mask`` (boolean, broadcastable to [B, H, T, past + T], True = may attend) replaces the
         causal rule, for padded batches; it is applied after the cache has added this step's keys."""
         batch, seq_len, _ = x.shape
-        # The query sees the whole d-dim vector; only its output is split into heads.
-        q = self.query(x)
+        q, kv = self._project(x, fuse=cache is None)
         if self.q_bias is not None:
             q = q + self.q_bias
-        k, v = self.kv(x).split(self.n_kv_heads * self.head_dim, dim=-1)
-        q = q.view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
-        k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        k, v = kv.split(self.n_kv_heads * self.head_dim, dim=-1)
+        # Heads as [B, T, H, hd]: the norms and the rotation run on this contiguous layout, then
+        # [B, H, T, hd] for SDPA and the cache.
+        q = q.view(batch, seq_len, self.n_heads, self.head_dim)
+        k = k.view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        v = v.view(batch, seq_len, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q = apply_rotary(q, *rope)
             k = apply_rotary(k, *rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         # Default scale 1/sqrt(head_dim) on q as produced by the query (already halved by the
         # queries that contain X, under model.query.half_scale: the paper's 1/(2 sqrt(head_dim))).
         # enable_gqa lets query head h read kv head h // (n_heads / n_kv_heads), the same
@@ -158,6 +160,27 @@ class Attention(nn.Module):
         else:
             y = self._attend_cached(q, k, v, cache, gqa)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
+
+    def _project(self, x: torch.Tensor, fuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the query ``[B, T, q_dim]``, K and V ``[B, T, 2 kv_dim]``) of X.
+
+        With ``fuse``, a query whose :meth:`~QueryProjection.fused_projection` is a plain Linear shares the K,V
+        matmul: X·[W | W_K | W_V] once (nanoGPT's ``c_attn``), the parameters staying where they are. Not when
+        decoding (``fuse`` false with a cache): there the copy of the weights would cost more than one matmul saves.
+        Measured: docs/performance.md, "Around the model".
+        """
+        projection = self.query.fused_projection() if fuse else None
+        # Exactly nn.Linear: a replaced module (float8's Float8Linear) must run its own forward; so must a query
+        # with hooks (the training diagnostics read its input and output through one).
+        hooked = bool(self.query._forward_hooks or self.query._forward_pre_hooks)
+        if projection is None or hooked or type(projection) is not nn.Linear or type(self.kv) is not nn.Linear:
+            return self.query(x), self.kv(x)
+        # split, not slicing: its backward is one cat of the two gradients, where slices' zero-fill a full copy each.
+        projected, kv = F.linear(x, torch.cat((projection.weight, self.kv.weight))).split(
+            [projection.out_features, self.kv.out_features], dim=-1)
+        if self.kv.bias is not None:
+            kv = kv + self.kv.bias
+        return self.query.from_projection(x, projected), kv
 
     @staticmethod
     def _attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKV, gqa: bool) -> torch.Tensor:
@@ -266,6 +289,8 @@ class GPT(nn.Module):
             # A tied head is no module at all: forward reuses tok_emb.weight, so the weight is
             # one tensor in state_dict and stays shared through to_empty and sharding.
             self.lm_head = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
+        # The head's cross-entropy, given targets; no parameters (compiled from outside, like the blocks).
+        self.head_loss = HeadLoss()
         if device.type != "meta":
             self.to_empty(device=device)
             self.init_weights()
@@ -297,16 +322,16 @@ class GPT(nn.Module):
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, targets: torch.Tensor | None = None,
-        loss_chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        loss_chunk_tokens: int = 0,
     ) -> torch.Tensor:
         """Logits [B, T, vocab_size] for token ids [B, T]; T may not exceed max_seq_len.
 
         With a ``cache``, ``tokens`` continue the cached sequence from position ``cache.pos``, attend to
         every cached position, and the cache advances by T.
 
-        With ``targets`` ([B, T] token ids), the mean cross-entropy instead (an fp32 scalar), through the
-        head ``loss_chunk_tokens`` tokens at a time (``models/lm_loss.py``); computed in the model's own
-        forward so that FSDP has gathered the head's weight when it runs.
+        With ``targets`` ([B, T] token ids), the mean cross-entropy instead (an fp32 scalar): from the full
+        logits, or through the head ``loss_chunk_tokens`` tokens at a time (``models/lm_loss.py``); computed
+        in the model's own forward so that FSDP has gathered the head's weight when it runs.
         """
         seq_len = tokens.shape[1]
         start = 0 if cache is None else cache.pos
@@ -330,7 +355,7 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         weight = self.head_weight()
         if targets is not None:
-            return linear_cross_entropy(x, weight, targets, chunk_tokens=loss_chunk_tokens)
+            return self.head_loss(x, weight, targets, loss_chunk_tokens)
         return F.linear(x, weight)
 
     def head_weight(self) -> torch.Tensor:

@@ -1,4 +1,9 @@
-"""The LM head and the cross-entropy in one step, a chunk of tokens at a time.
+"""The LM head and the cross-entropy: from full logits, or a chunk of tokens at a time.
+
+:class:`HeadLoss` is the model's loss (``GPT.forward(tokens, targets=...)``): with ``chunk_tokens = 0`` the
+full logits and ``F.cross_entropy``; with ``chunk_tokens > 0`` :func:`linear_cross_entropy`, described below.
+It is a module without parameters so that ``torch.compile`` is applied to it from outside, as to the blocks
+(``parallel/parallelize.py``); both paths compile whole (dynamo traces the autograd.Function below).
 
 At 12 x 1024 tokens and a 50,304-token vocabulary the logits are the largest activation of a
 training step: the head's output, its fp32 copy for the loss, the softmax kept for backward and
@@ -19,6 +24,8 @@ input dtype, as ``F.cross_entropy(logits.float(), targets)``; gradients come bac
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 #: Rows of logits formed at a time: 4096 x 50,304 fp32 is 0.8 GB on a GPU, a few percent of the plain path's.
 DEFAULT_CHUNK_TOKENS = 4096
@@ -83,3 +90,22 @@ def linear_cross_entropy(
         raise ValueError(f"chunk_tokens={chunk_tokens} must be at least 1")
     return _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, targets.reshape(-1),
                                      chunk_tokens, ignore_index)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy in float32, whatever the autocast dtype (``[..., vocab]`` logits)."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
+
+
+class HeadLoss(nn.Module):
+    """``forward(hidden, weight, targets, chunk_tokens)``: the mean cross-entropy of ``hidden @ weight.T``.
+
+    ``chunk_tokens = 0`` forms the full logits; more computes them that many tokens at a time
+    (:func:`linear_cross_entropy`: the same loss and gradients, holding one chunk of logits).
+    """
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                chunk_tokens: int) -> torch.Tensor:
+        if chunk_tokens:
+            return linear_cross_entropy(hidden, weight, targets, chunk_tokens)
+        return cross_entropy(F.linear(hidden, weight), targets)

@@ -157,6 +157,8 @@ class QueryProjection(nn.Module):
         super().__init_subclass__(**kwargs)
         if "forward" in vars(cls) and "linear_in_x" not in vars(cls):
             cls.linear_in_x = False  # the inherited claim described the parent's forward, not this one
+        if "forward" in vars(cls) and "fused_projection" not in vars(cls):
+            cls.fused_projection = QueryProjection.fused_projection  # the fused path would skip this forward
         unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
         if unknown:
             raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
@@ -221,6 +223,15 @@ class QueryProjection(nn.Module):
         """W ``[q_dim, dim]`` (fp32, detached) with forward(x) = x·Wᵀ for ``linear_in_x`` types; else None."""
         return None
 
+    def fused_projection(self) -> nn.Linear | None:
+        """A Linear of X that the attention may compute in the same matmul as K and V, then hand to
+        :meth:`from_projection` instead of calling :meth:`forward`; None (the default): forward is called."""
+        return None
+
+    def from_projection(self, x: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """Q(X) given ``projected`` = fused_projection()(x); equal to forward(x) (types with a fused_projection)."""
+        raise NotImplementedError(f"query type {self.type_name!r} has no fused projection")
+
     def fused_qkv_weight(self) -> torch.Tensor | None:
         """W_Q ``[q_dim, dim]`` when the paper's code (as GPT-2) keeps it as the first rows of one
         fused Q,K,V matrix (its ``c_attn``, drawn as one by the paper init); None (the default) when there is none.
@@ -262,6 +273,13 @@ class LinearQuery(QueryProjection):
     def fused_qkv_weight(self) -> torch.Tensor:
         """W_Q: the paper's ``c_attn`` holds it above W_K, W_V."""
         return self.w_q.weight
+
+    def fused_projection(self) -> nn.Linear:
+        """W_Q, computed with W_K and W_V in one matmul."""
+        return self.w_q
+
+    def from_projection(self, x: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return projected
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_q(x)
@@ -322,9 +340,16 @@ class ResidualQuery(QueryProjection):
         """W_Q: the paper's ``c_attn`` holds it above W_K, W_V, as for the linear query."""
         return self.w_q.weight
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = x + self.residual_branch(x)
+    def fused_projection(self) -> nn.Linear:
+        """W_Q, computed with W_K and W_V in one matmul."""
+        return self.w_q
+
+    def from_projection(self, x: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        q = x + projected
         return q * self.scale if self.scale != 1.0 else q
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.from_projection(x, self.residual_branch(x))
 
 
 def _relu_squared(x: torch.Tensor) -> torch.Tensor:

@@ -76,12 +76,19 @@ def rope_at(
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x of shape [B, H, T, head_dim] by tables cos, sin of shape [T, head_dim]."""
+    """Rotate x of shape [B, T, H, head_dim] by tables cos, sin of shape [T, head_dim] (or [B, T, head_dim]: per row).
+
+    Applied before the heads are transposed for attention: elementwise work on the contiguous layout
+    (torchtitan's order) is cheaper than on the transposed view.
+    """
     # Cast the tables, not x: under bf16 autocast q/k are bf16 and SDPA needs q, k, v of one dtype.
-    cos = cos.to(x.dtype)
-    sin = sin.to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # rotate_half: [x1, x2] -> [-x2, x1]
+    cos = cos.to(x.dtype).unsqueeze(-2)  # shared by the heads
+    sin = sin.to(x.dtype).unsqueeze(-2)
+    half = x.shape[-1] // 2
+    # x·cos + [-x2, x1]·sin, written as x·cos + roll(x)·[-sin1, sin2] (the same products): roll is one op
+    # forward and backward where chunk + cat + neg are several, and addcmul adds the product in place.
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return torch.addcmul(x * cos, x.roll(half, dims=-1), signed)
 
 
 class RotaryEmbedding(nn.Module):

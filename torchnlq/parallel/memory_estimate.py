@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
@@ -162,8 +161,37 @@ def _optimizer_state_bytes(cfg: JobConfig, named: list[tuple[str, nn.Parameter]]
     return sum((4 if muon and p.dim() == 2 and name.startswith("layers.") else 8) * p.numel() for name, p in named)
 
 
+class _FusedCrossEntropy(torch.autograd.Function):
+    """What the compiled full-logits loss holds, for the estimate: inductor fuses the fp32 upcast, the softmax and
+    its gradient into kernels that read the logits, and the backward writes the gradient over the saved logits
+    (AOTAutograd donates saved activations to the backward: ``torch._functorch.config.donated_buffer``), so the
+    step holds one [tokens, vocab] tensor in the matmul's dtype and no fp32 copy (no value is computed: the
+    estimate runs on fake tensors)."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        logits = hidden @ weight.T
+        ctx.save_for_backward(hidden, weight, logits)
+        return logits.new_empty((), dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        hidden, weight, grad_logits = ctx.saved_tensors  # the logits' buffer, reused for their gradient
+        return grad_logits @ weight, (grad_logits.T @ hidden).to(weight.dtype)
+
+
+class _CompiledHeadLoss(nn.Module):
+    """The model's :class:`~torchnlq.models.lm_loss.HeadLoss` as compiled with full logits (memory only)."""
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                chunk_tokens: int) -> torch.Tensor:
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        return _FusedCrossEntropy.apply(flat.to(dtype), weight.to(dtype))
+
+
 def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, param_dtype: torch.dtype | None,
-                   drop_grads: bool) -> tuple[int, int]:
+                   drop_grads: bool, device_type: str) -> tuple[int, int]:
     """(bytes of the parameters, peak bytes one step allocates above the state held before it).
 
     ``drop_grads``: free each gradient when complete (FSDP reduce-scatters it into a shard, counted apart).
@@ -174,6 +202,9 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
     with torch.device("meta"):
         model = GPT(args)
     apply_activation_checkpointing(model, cfg.activation_checkpoint)
+    chunk = loss_chunk_tokens(t, device_type)
+    if chunk == 0 and t.compile:
+        model.head_loss = _CompiledHeadLoss()
     fake = FakeTensorMode()
     _fake_model(model, fake, param_dtype)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -194,10 +225,7 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
     with fake, counter:
         for _ in range(min(t.grad_accum_steps, 2)):  # the second micro-batch runs with gradients held
             with autocast():
-                if t.loss_chunk_tokens:
-                    loss = model(tokens, targets=tokens, loss_chunk_tokens=t.loss_chunk_tokens)
-                else:
-                    loss = F.cross_entropy(model(tokens).float().flatten(0, 1), tokens.flatten())
+                loss = model(tokens, targets=tokens, loss_chunk_tokens=chunk)
             loss.backward()
             del loss
         if optimizer is not None:
@@ -217,11 +245,13 @@ def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device
     master = sum(4 * p.numel() for _, p in named)  # fp32 weights and gradients in every mode
     optimizer = _optimizer_state_bytes(cfg, named)
     if world_size == 1:
-        _, peak = _simulate_step(cfg, args, autocast_bf16=bf16, param_dtype=None, drop_grads=False)
+        _, peak = _simulate_step(cfg, args, autocast_bf16=bf16, param_dtype=None, drop_grads=False,
+                                 device_type=device_type)
         # The simulated peak includes the gradients (allocated during backward): report them apart.
         return MemoryEstimate(master, master, optimizer, max(peak - master, 0), world_size, precision)
     compute_dtype = torch.bfloat16 if bf16 else torch.float32
-    compute_bytes, peak = _simulate_step(cfg, args, autocast_bf16=False, param_dtype=compute_dtype, drop_grads=True)
+    compute_bytes, peak = _simulate_step(cfg, args, autocast_bf16=False, param_dtype=compute_dtype, drop_grads=True,
+                                         device_type=device_type)
     # FSDP holds the all-gathered weights of about two blocks at a time (the current one and the prefetched one).
     gathered = 2 * compute_bytes // max(args.n_layers, 1)
     shard = lambda n: math.ceil(n / world_size)  # noqa: E731

@@ -24,9 +24,11 @@ from torchnlq.parallel.float8 import apply_float8
 
 
 def apply_compile(model: nn.Module, fullgraph: bool = True, backend: str = "inductor") -> nn.Module:
-    """``torch.compile`` each block of ``model.layers`` in place (no ``_orig_mod.`` wrapper to change the keys)."""
+    """``torch.compile`` each block of ``model.layers`` and the head's loss (``model.head_loss``) in place (no
+    ``_orig_mod.`` wrapper to change the keys)."""
     for block in model.layers:
         block.compile(fullgraph=fullgraph, backend=backend)
+    model.head_loss.compile(fullgraph=fullgraph, backend=backend)
     return model
 
 

@@ -174,12 +174,6 @@ def config_warnings(cfg: JobConfig) -> list[str]:
         if unused:
             keys = ", ".join(f"metrics.{k}" for k in unused)
             warnings.append(f"{keys} set but metrics.wandb = false; it has no effect (set metrics.wandb = true)")
-    if cfg.training.compile_loss and cfg.training.loss_chunk_tokens:
-        warnings.append(
-            "training.compile_loss compiles the full-logits loss, but training.loss_chunk_tokens="
-            f"{cfg.training.loss_chunk_tokens} computes it in chunks; it has no effect "
-            "(set loss_chunk_tokens = 0 to use it)"
-        )
     return warnings
 
 

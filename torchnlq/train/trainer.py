@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import DataRecord, RunRecord, ValidationRecord
 from torchnlq.cli import tell_launcher
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
@@ -58,7 +58,7 @@ from torchnlq.train.run_start import (
     must_set_aside,
     start_run,
 )
-from torchnlq.train.validate import Validator, cross_entropy
+from torchnlq.train.validate import Validator
 from torchnlq.train.weight_dynamics import WeightDynamics
 
 if TYPE_CHECKING:
@@ -195,7 +195,8 @@ class Trainer:
         # Under FSDP its MixedPrecisionPolicy casts; autocast is for the unsharded CUDA model.
         use_autocast = self.device.type == "cuda" and tcfg.mixed_precision == "bf16" and self.mesh is None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
-        self.loss_fn = torch.compile(cross_entropy) if tcfg.compile and tcfg.compile_loss else cross_entropy
+        #: Tokens of logits the head's loss forms at a time (0: all of them); the model computes the loss.
+        self.loss_chunk_tokens = loss_chunk_tokens(tcfg, self.device.type)
 
     def _start_wandb(self, hparams: dict[str, HParam]) -> WandbLogger | None:
         """The Weights & Biases sink of the metrics (rank 0, ``metrics.wandb = true``), else None."""
@@ -304,9 +305,8 @@ class Trainer:
             f"batch fingerprint {self.data.schedule.fingerprint()}"
         )
         # The settings that decide whether a run can work: schedule, precision, compile, checkpointing.
-        compiled = "per block" if t.compile else "off"
-        if t.compile and t.compile_loss:
-            compiled += " + loss"
+        compiled = "per block + head loss" if t.compile else "off"
+        head = (f"{self.loss_chunk_tokens}-token chunks" if self.loss_chunk_tokens else "full logits")
         validation = (f"every {cfg.validation.interval} steps ({self.validator.describe()})"
                       if cfg.validation.enabled else "off")
         end = s.decay_steps if s.decay_steps is not None else t.steps
@@ -317,6 +317,7 @@ class Trainer:
             f"{s.warmup_steps:,} steps, {schedule} | {cfg.optimizer.name} wd "
             f"{cfg.optimizer.weight_decay:g} | "
             f"precision {t.mixed_precision if self.device.type == 'cuda' else 'fp32 (cpu)'} | compile {compiled} | "
+            f"head loss {head} | "
             f"activation checkpointing {cfg.activation_checkpoint.mode} | validation {validation}"
         )
         groups = " | ".join(plan.describe() for plan in self.group_plans)
@@ -356,10 +357,7 @@ class Trainer:
 
     def micro_batch_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The token-mean cross-entropy of one micro-batch (the seam tests use to inject a loss)."""
-        chunk = self.cfg.training.loss_chunk_tokens
-        if chunk:  # head + loss a chunk at a time, inside the model's forward
-            return self.model(x, targets=y, loss_chunk_tokens=chunk)
-        return self.loss_fn(self.model(x), y)
+        return self.model(x, targets=y, loss_chunk_tokens=self.loss_chunk_tokens)
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer update over ``grad_accum_steps`` micro-batches; returns (loss, grad_norm) as device scalars.

@@ -11,19 +11,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from torchnlq.config.job_config import Validation
 from torchnlq.data.batches import PaperValidationRows, ValidationSet
+from torchnlq.models.lm_loss import cross_entropy
 from torchnlq.pause_points import pause_point
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy in float32, whatever the autocast dtype."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 @torch.no_grad()
