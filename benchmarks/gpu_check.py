@@ -2,7 +2,8 @@
 
     python scripts/gpu_check.py [CONFIG] [--section.key=value ...] [--steps N] [--warmup N]
                                 [--query-types linear,residual_mlp | all] [--device cuda|cpu]
-                                [--compile-backend inductor|aot_eager|eager] [--no-float8] [--json OUT]
+                                [--compile-backend inductor|aot_eager|eager] [--no-float8]
+                                [--variants model-compile,cudnn-attention,max-autotune] [--json OUT]
 
 CONFIG defaults to train_configs/gpt_small_res_gelu.toml (the default profile: gpt_small, bf16 autocast,
 compile, micro-batch 12 x 1024) on CUDA, and to train_configs/debug_model.toml with --device cpu (the
@@ -26,6 +27,14 @@ The compiled blocks are traced as the trainer traces them, but with ``fullgraph=
 break then shows up as a count with its reason (the trainer, compiling with ``fullgraph=True``,
 would stop at the first one). ``--compile-backend aot_eager`` (or ``eager``) traces without
 inductor: the tests' cheap mode; graph breaks and recompilations are dynamo's and do not depend on it.
+
+``--variants`` adds, per query type, a row for each candidate way of running the same step (bf16, the
+config's compile), with its tokens/s against the query type's plain row: ``model-compile`` compiles the
+whole model as one graph (nanoGPT's way) instead of each block and the head's loss; ``cudnn-attention``
+restricts SDPA to cuDNN's attention (CUDA only); ``max-autotune`` lets inductor benchmark Triton matmul
+templates while compiling (inductor's ``max_autotune``, torch.compile's mode ``max-autotune-no-cudagraphs``:
+minutes of compilation). They measure what
+docs/performance.md lists as candidates; none is a training option.
 
 --json OUT writes every figure (each step time, each loss), the device and the thresholds.
 The verdict thresholds are the named constants below; docs/performance.md, "The first GPU run",
@@ -55,7 +64,7 @@ from benchmarks.timing import machine_info, markdown_table
 from benchmarks.train_step import Variant
 from benchmarks.train_step_args import BenchOptions
 from torchnlq.cli import ArgumentParser
-from torchnlq.config.job_config import JobConfig
+from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, script_command, unknown_choice
 from torchnlq.models import QUERY_TYPES
@@ -65,7 +74,6 @@ from torchnlq.parallel.parallelize import apply_compile
 from torchnlq.train.metrics import PEAK_BF16_TFLOPS, peak_tflops
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import TrainingDiverged
-from torchnlq.train.validate import cross_entropy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The default profile (the paper's best run): gpt_small, bf16 autocast, compile, micro-batch 12 x 1024.
@@ -75,6 +83,10 @@ CPU_SMOKE_CONFIG = "train_configs/debug_model.toml"
 #: The query types every check runs (the config's own is added when it is another).
 DEFAULT_QUERY_TYPES = ("linear", "residual_mlp")
 DEVICES = ("cuda", "cpu")
+#: --variants: candidate ways of running the same step, measured beside the plain row (see the module doc).
+VARIANTS = ("model-compile", "cudnn-attention", "max-autotune")
+#: Variants that need a GPU (cuDNN has no CPU attention kernel).
+CUDA_VARIANTS = ("cudnn-attention",)
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 # ----- verdict thresholds: references and project rules (docs/performance.md, "The first GPU run") ---
@@ -107,6 +119,7 @@ class CheckOptions:
     device: str = "cuda"
     compile_backend: str = "inductor"
     float8: bool = True
+    variants: list[str] = field(default_factory=list)
     json: str | None = None
     help: bool = False
 
@@ -124,8 +137,10 @@ def parse_args(argv: list[str]) -> CheckOptions:
     parser.add_argument("--device", choices=DEVICES, default=CheckOptions.device)
     parser.add_argument("--compile-backend", choices=COMPILE_BACKENDS, default=CheckOptions.compile_backend)
     parser.add_argument("--no-float8", dest="float8", action="store_false")
+    parser.add_argument("--variants", nargs="+", action="extend", default=[])
     parser.add_argument("--json")
     known, rest = parser.parse_known_args(argv)
+    known.variants = list(dict.fromkeys(n.strip() for word in known.variants for n in word.split(",") if n.strip()))
     names = [n.strip() for word in known.query_types for n in word.split(",") if n.strip()]
     known.query_types = [n for n in names if not n.endswith(".toml")]
     opts = CheckOptions(config_args=[n for n in names if n.endswith(".toml")] + rest, **vars(known))
@@ -138,6 +153,11 @@ def parse_args(argv: list[str]) -> CheckOptions:
     for qtype in opts.query_types:
         if qtype != "all" and qtype not in QUERY_TYPES:
             raise unknown_choice("--query-types", qtype, [*QUERY_TYPES, "all"])
+    for variant in opts.variants:
+        if variant not in VARIANTS:
+            raise unknown_choice("--variants", variant, list(VARIANTS))
+        if variant in CUDA_VARIANTS and opts.device == "cpu":
+            raise UserError(f"--variants {variant} needs CUDA (cuDNN has no CPU attention); drop it with --device cpu")
     if opts.json:  # checked now, not after minutes of steps
         target = Path(opts.json).expanduser()
         if target.is_dir():
@@ -189,6 +209,7 @@ class RowSpec:
     float8: bool
     cfg: JobConfig
     overrides: list[str]
+    variant: str | None = None
 
 
 def plan_rows(opts: CheckOptions, device: torch.device) -> tuple[list[str], list[RowSpec], tuple[bool, str]]:
@@ -226,6 +247,8 @@ def plan_rows(opts: CheckOptions, device: torch.device) -> tuple[list[str], list
             cfg = load_job_config([*config_args, *overrides])
             check_job_config(cfg)
             rows.append(RowSpec(qtype, f8, cfg, overrides))
+        plain = rows[-2 if float8[0] else -1]  # this query type's bf16 row
+        rows.extend(RowSpec(qtype, False, plain.cfg, plain.overrides, variant) for variant in opts.variants)
     return config_args, rows, float8
 
 
@@ -320,6 +343,8 @@ def format_header(info: dict[str, Any], cfg: JobConfig, opts: CheckOptions, conf
         precision += " (a CPU trains in fp32)"
     compiled = f"compile ({opts.compile_backend}, fullgraph=False to count breaks)" if t.compile else "compile off"
     accum = f"{t.grad_accum_steps} accumulation step{'s' if t.grad_accum_steps != 1 else ''}"
+    chunk = loss_chunk_tokens(t, info["device"])
+    compiled += f", head loss {f'in {chunk}-token chunks' if chunk else 'from full logits'}"
     profile = (f"profile: {cfg.model.flavor}, {precision}, {compiled}, micro-batch {t.micro_batch_size} x "
                f"{t.seq_len}, {accum}; per row {opts.warmup} warm-up + {opts.steps} timed steps + 1 for memory")
     shown = [_shown_path(a) for a in config_args]
@@ -377,7 +402,8 @@ class Row:
     graph_break_reasons: list[str] = field(default_factory=list)
     recompiles: int | None = None
     losses: list[float] = field(default_factory=list)
-    vs_bf16: float | None = None  # float8 rows: tokens/s over the same query type's bf16 row
+    variant: str | None = None  # --variants: a candidate way of running the step
+    vs_bf16: float | None = None  # float8 and variant rows: tokens/s over the same query type's plain bf16 row
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verdict: str = ""
@@ -385,7 +411,7 @@ class Row:
     @property
     def label(self) -> str:
         """The row's name in the table."""
-        return self.query_type + (" + float8" if self.float8 else "")
+        return self.query_type + (" + float8" if self.float8 else "") + (f" [{self.variant}]" if self.variant else "")
 
 
 def smaller_micro_batch(micro: int, accum: int) -> tuple[int, int] | None:
@@ -407,16 +433,33 @@ def _fresh_dynamo() -> Iterator[None]:
         torch._dynamo.reset()
 
 
-def compile_for_check(trainer: Any, backend: str) -> None:
-    """Re-compile the trainer's blocks with ``fullgraph=False`` (breaks are counted, not raised) on ``backend``.
+def compile_for_check(trainer: Any, backend: str, variant: str | None = None) -> None:
+    """Re-compile the trainer's blocks and head loss with ``fullgraph=False`` (breaks are counted, not raised) on
+    ``backend``; ``model-compile``: the whole model as one graph instead.
 
     Nothing was traced yet (a new Trainer runs no forward), so this replaces the trainer's setup.
     """
     if not trainer.cfg.training.compile:
         return
+    if variant == "model-compile":
+        for module in [*trainer.model.layers, trainer.model.head_loss]:
+            module._compiled_call_impl = None  # what Module.compile set: traced inline in the model's graph
+        trainer.model.compile(fullgraph=False, backend=backend)
+        return
     apply_compile(trainer.model, fullgraph=False, backend=backend)
-    if trainer.cfg.training.compile_loss:
-        trainer.loss_fn = torch.compile(cross_entropy, backend=backend)
+
+
+def variant_context(variant: str | None) -> contextlib.AbstractContextManager:
+    """What a ``--variants`` row runs its steps (and so its compilation) under."""
+    if variant == "cudnn-attention":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
+    if variant == "max-autotune":
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(max_autotune=True)  # mode 'max-autotune-no-cudagraphs'
+    return contextlib.nullcontext()
 
 
 def _first_line(reason: str) -> str:
@@ -461,7 +504,7 @@ def run_row(spec: RowSpec, config_args: list[str], opts: CheckOptions, device: t
     oom: list[int] = []
     while True:
         overrides = [*spec.overrides, f"--training.micro_batch_size={micro}", f"--training.grad_accum_steps={accum}"]
-        row = Row(query_type=spec.query_type, float8=spec.float8, device=device.type, precision="",
+        row = Row(query_type=spec.query_type, float8=spec.float8, variant=spec.variant, device=device.type, precision="",
                   compile=t.compile, compile_backend=opts.compile_backend if t.compile else None,
                   micro_batch_size=micro, seq_len=t.seq_len, grad_accum_steps=accum,
                   tokens_per_step=micro * t.seq_len * accum, out_of_memory_at=list(oom), capacity_bytes=capacity)
@@ -471,7 +514,8 @@ def run_row(spec: RowSpec, config_args: list[str], opts: CheckOptions, device: t
                 # One run folder per attempt: a retry after running out of memory starts afresh.
                 label = f"{row.label}-mb{micro}"
                 variant = Variant(label, config_args, overrides, "config", bench_opts, workdir, index)
-                _measure(variant, row, opts)
+                with variant_context(spec.variant):
+                    _measure(variant, row, opts, spec.variant)
             estimate, why = memory_estimate(variant.cfg, device.type)
             row.estimate_bytes, row.estimate_note = estimate, why
             if estimate and row.peak_memory_bytes:
@@ -498,10 +542,10 @@ def run_row(spec: RowSpec, config_args: list[str], opts: CheckOptions, device: t
             _free_memory(device)
 
 
-def _measure(variant: Variant, row: Row, opts: CheckOptions) -> None:
-    """Warm-up, timed steps and the memory step of one Variant; fills ``row``'s figures."""
+def _measure(variant: Variant, row: Row, opts: CheckOptions, candidate: str | None = None) -> None:
+    """Warm-up, timed steps and the memory step of one Variant (``candidate``: a --variants row); fills ``row``."""
     trainer = variant.trainer
-    compile_for_check(trainer, opts.compile_backend)
+    compile_for_check(trainer, opts.compile_backend, candidate)
     inner: Callable[[], tuple[torch.Tensor, torch.Tensor]] = trainer.train_step
     losses: list[torch.Tensor] = []  # read after the timed steps: reading each at once would wait for the device
 
@@ -569,6 +613,8 @@ def judge(row: Row) -> tuple[list[str], list[str]]:
                      else "MFU unknown: pass --metrics.peak_tflops")
     elif row.float8:
         notes.append("MFU against the bf16 peak (float8 mixes bf16 and float8 tensor cores)")
+    elif row.variant:
+        pass  # a candidate: judged by its tokens/s against the plain row (below), not by the MFU thresholds
     elif row.mfu < MFU_MIN:
         if not row.compile:
             hint = "compile is off: set --training.compile=true"
@@ -582,7 +628,8 @@ def judge(row: Row) -> tuple[list[str], list[str]]:
     elif row.mfu < MFU_TARGET:
         notes.append(f"MFU {100 * row.mfu:.1f}% is under the project's {100 * MFU_TARGET:g}% target")
     if row.vs_bf16 is not None:
-        notes.append(f"{row.vs_bf16:.2f}x the bf16 row's tokens/s")
+        notes.append(f"{row.vs_bf16:.3f}x the plain row's tokens/s" if row.variant
+                     else f"{row.vs_bf16:.2f}x the bf16 row's tokens/s")
     if not row.compile:
         notes.append("compile off")
     if row.out_of_memory_at:
@@ -594,10 +641,10 @@ def judge(row: Row) -> tuple[list[str], list[str]]:
 
 def finish_verdicts(rows: list[Row]) -> None:
     """Pair each float8 row with its query type's bf16 row, then judge every row."""
-    bf16 = {r.query_type: r for r in rows if not r.float8}
+    bf16 = {r.query_type: r for r in rows if not r.float8 and not r.variant}
     for row in rows:
         partner = bf16.get(row.query_type)
-        if row.float8 and partner and partner.tokens_per_s and row.tokens_per_s:
+        if (row.float8 or row.variant) and partner and partner.tokens_per_s and row.tokens_per_s:
             row.vs_bf16 = row.tokens_per_s / partner.tokens_per_s
         row.problems, row.notes = judge(row)
         row.verdict = "; ".join(row.problems) or "ok"

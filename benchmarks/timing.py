@@ -115,6 +115,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right:
     return "\n".join(lines)
 
 
+def ratio_table(kind: str, quantity: str, reference: tuple[str, Sequence[float]], other: tuple[str, Sequence[float]],
+                versus: str) -> str:
+    """Two things' seconds per round as a Markdown table: each median in ms, and the median and range over the
+    rounds of other / reference (each pair from one round). ``kind`` heads the names, ``quantity`` the times."""
+    ratios = [o / r for o, r in zip(other[1], reference[1])]
+    return markdown_table(
+        [kind, f"{quantity} (median)", f"vs {versus} (median of rounds)", "range"],
+        [[reference[0], f"{1000 * median(reference[1]):.1f}", "1.000×", ""],
+         [other[0], f"{1000 * median(other[1]):.1f}", f"{median(ratios):.3f}×", f"{min(ratios):.3f}–{max(ratios):.3f}"]],
+        right=[False, True, True, True])
+
+
 def children_cpu_seconds() -> float:
     """User + system CPU seconds of this process's finished children (a subprocess's cost, read before and after)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

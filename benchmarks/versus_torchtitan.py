@@ -1,6 +1,7 @@
 """torchnlq's trainer against torchtitan's train.py at the matched shape, whole programs, interleaved.
 
     python scripts/bench_torchtitan.py --torchtitan PATH [--rounds N] [--steps LONG,SHORT]
+    python scripts/bench_torchtitan.py --torchtitan PATH --model-only [--rounds N]
 
 PATH is a folder that holds the importable ``torchtitan`` package (0.3.0) and the dependencies this
 Python lacks (``pip install --no-deps --target PATH torchtitan==0.3.0 torchdata torch_checkpointing
@@ -41,6 +42,14 @@ files and none in its step's arithmetic:
 torchtitan keeps its single-device path: FSDP2 on a one-rank mesh (mixed_precision_param set to
 float32, so the step is fp32) and its loss, clipping and optimizer code.
 
+``--model-only`` times the models alone, in this process: torchtitan's ``debugmodel`` (SDPA attention) built
+from PATH and torchnlq's same model, torchnlq's weights copied into torchtitan's (its fused wqkv is
+[W_Q; W_K; W_V]), each forward of 8 x 256 random tokens + ``F.cross_entropy`` of the full logits + backward, fp32,
+one thread, freed memory kept as the trainer keeps it on a CPU (``train/cpu_allocator.py``); per round three
+passes of each model in a shuffled order, CPU seconds. The rotary embedding differs in form, not in cost
+that matters here: torchtitan rotates adjacent channel pairs as complex numbers, torchnlq channels i and
+i + head_dim/2 (Hugging Face Llama's layout), so the two models compute equal-cost but not equal functions.
+
 The time per iteration is (CPU of a LONG-step run − CPU of a SHORT-step run) / (LONG − SHORT), so
 start-up and the end of a run cancel; one untimed SHORT run of each program first fills the caches
 (byte code, the Hugging Face datasets cache of the corpus); each round then runs the four programs
@@ -60,7 +69,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps, markdown_table, median
+from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps, ratio_table
 from benchmarks.train_step_support import write_random_corpus
 from torchnlq.cli import ArgumentParser
 from torchnlq.errors import UserError
@@ -152,6 +161,64 @@ def _parameters(output: str, pattern: str) -> str:
     return found.group(1) if found else "?"
 
 
+def model_only(site: Path, rounds: int) -> int:
+    """``--model-only``: the two models' forward + loss + backward, interleaved in this process (see the module doc)."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    from torchnlq.models import GPT, ModelArgs
+    from torchnlq.train.cpu_allocator import keep_freed_memory
+
+    sys.path.insert(0, str(site))
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import model_registry
+
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    spec = model_registry("debugmodel").model
+    for layer in spec.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    titan = spec.build()
+    torch.manual_seed(0)
+    ours = GPT(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=HEADS, mlp_hidden=HIDDEN, vocab_size=VOCAB, max_seq_len=SEQ,
+                         tie_embeddings=False, positions="rope", rope_theta=500000.0, norm="rms",
+                         mlp_activation="swiglu", init="depth"))
+    weights = ours.state_dict()
+    mapped = {"tok_embeddings.weight": weights["tok_emb.weight"], "norm.weight": weights["ln_f.weight"],
+              "lm_head.weight": weights["lm_head.weight"]}
+    for i in range(LAYERS):
+        ours_i, titan_i = f"layers.{i}.", f"layers.{i}."
+        mapped[titan_i + "attention.qkv_linear.wqkv.weight"] = torch.cat(
+            (weights[ours_i + "attn.query.w_q.weight"], weights[ours_i + "attn.kv.weight"]))
+        for theirs, mine in (("attention.wo", "attn.proj"), ("feed_forward.w1", "mlp.gate"),
+                             ("feed_forward.w3", "mlp.fc"), ("feed_forward.w2", "mlp.proj"),
+                             ("attention_norm", "ln_1"), ("ffn_norm", "ln_2")):
+            mapped[f"{titan_i}{theirs}.weight"] = weights[f"{ours_i}{mine}.weight"]
+    titan.load_state_dict(mapped)  # strict: every tensor of both models has its counterpart
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(0))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    models = {"torchtitan": titan, "torchnlq": ours}
+
+    def passes(model: torch.nn.Module, count: int = 3) -> float:
+        start = time.process_time()
+        for _ in range(count):
+            F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+            model.zero_grad(set_to_none=True)
+        return (time.process_time() - start) / count
+
+    for model in models.values():
+        passes(model, 2)  # warm-up: allocations, first-call costs
+    times = dict(zip(models, interleave([lambda m=m: passes(m) for m in models.values()], rounds)))
+    params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    print(f"# the models alone: forward + full-logits cross-entropy + backward, {BATCH} x {SEQ} tokens, fp32, 1 thread, "
+          f"{rounds} rounds of 3 passes, CPU seconds; parameters {params['torchtitan']:,} / {params['torchnlq']:,}")
+    print(ratio_table("model", "CPU ms per forward + backward", ("torchtitan 0.3.0 debugmodel (SDPA)", times["torchtitan"]),
+                      ("torchnlq (linear query)", times["torchnlq"]), "torchtitan"))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Entry point of scripts/bench_torchtitan.py."""
     parser = ArgumentParser(prog="bench_torchtitan.py", description=__doc__.split("\n\n")[0])
@@ -159,11 +226,17 @@ def main(argv: list[str]) -> int:
                         help="a folder holding the importable torchtitan package and its dependencies")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default: 12)")
     parser.add_argument("--steps", default="12,2", help="LONG,SHORT steps per run (default: 12,2)")
+    parser.add_argument("--model-only", action="store_true",
+                        help="time the two models' forward + backward in this process instead of the programs")
     args = parser.parse_args(argv)
     site = Path(args.torchtitan).expanduser().resolve()
     if not all((site / name).is_file() for name in REQUIRED):
         raise UserError(f"--torchtitan {args.torchtitan!r} holds no torchtitan package ({REQUIRED[0]}); pass the "
                         "folder of 'pip install --no-deps --target DIR torchtitan==0.3.0' and its dependencies")
+    if args.model_only:
+        if args.rounds < 1:
+            raise UserError(f"--rounds must be at least 1, got {args.rounds}")
+        return model_only(site, args.rounds)
     long, short = long_short_steps(args.steps, args.rounds, "8,2")
     with tempfile.TemporaryDirectory(prefix="torchnlq-vs-torchtitan-") as tmp_name:
         tmp = Path(tmp_name)
@@ -239,17 +312,12 @@ def main(argv: list[str]) -> int:
                                         after_round=progress)))
     per_iter = {name: [(a - b) / (long - short) for a, b in zip(cpu[(name, long)], cpu[(name, short)])]
                 for name in ("torchtitan", "torchnlq")}
-    ratios = [t / n for t, n in zip(per_iter["torchnlq"], per_iter["torchtitan"])]
     version = _parameters(tt_out, r"torchtitan version: (\S+)")
     print(f"# torchnlq vs torchtitan {version} train.py, Llama 3 debugmodel shape ({LAYERS} layers, d {DIM}, {HEADS} "
           f"heads, vocab {VOCAB}, {BATCH} x {SEQ} tokens), {args.rounds} rounds of {long} and {short} steps, "
           "1 thread, fp32, CPU seconds")
     print(f"# parameters: torchtitan {_parameters(tt_out, r'size: ([0-9,]+) total parameters')}, "
           f"torchnlq {_parameters(nlq_out, r'params ([0-9,]+)')}")
-    print(markdown_table(
-        ["program", "CPU ms per iteration (median)", "vs torchtitan (median of rounds)", "range"],
-        [[f"torchtitan {version} train.py", f"{1000 * median(per_iter['torchtitan']):.1f}", "1.000×", ""],
-         ["torchnlq", f"{1000 * median(per_iter['torchnlq']):.1f}", f"{median(ratios):.3f}×",
-          f"{min(ratios):.3f}–{max(ratios):.3f}"]],
-        right=[False, True, True, True]))
+    print(ratio_table("program", "CPU ms per iteration", (f"torchtitan {version} train.py", per_iter["torchtitan"]),
+                      ("torchnlq", per_iter["torchnlq"]), "torchtitan"))
     return 0

@@ -106,7 +106,8 @@ def test_every_documented_command_names_real_scripts_options_and_files(where: st
     if program == "python":
         script, rest = words[1], words[2:]
         assert (REPO_ROOT / script).is_file(), f"{where}: {script} does not exist"
-        config_driven = script.endswith(("run_suite.py", "model_summary.py", "bench.py", "bench_cpu_allocator.py"))
+        config_driven = script.endswith(("run_suite.py", "model_summary.py", "bench.py", "bench_cpu_allocator.py", "gpu_check.py",
+                                         "bench_nanogpt.py"))
         help_text = script_help(script)
     else:
         assert program == "./run_train.sh", f"{where}: unknown program in {command!r}"

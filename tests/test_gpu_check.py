@@ -197,6 +197,23 @@ def test_graph_breaks_and_recompilations_are_counted(tmp_path: Path, capsys: pyt
     assert "look at: " in out and "my_graph_break" in out.splitlines()[-1]
 
 
+@pytest.mark.integration  # trains a few steps per row under dynamo
+def test_a_variant_row_runs_the_same_step_its_own_way_and_is_compared_with_the_plain_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """model-compile traces the whole model as one graph (the plain row: one per kind of block, one for the loss)."""
+    argv = [*TINY, "--device", "cpu", "--training.compile=true", "--compile-backend", "aot_eager",
+            "--query-types", "linear", "--variants", "model-compile", "--steps", "2", "--warmup", "1"]
+    out, data = run_check(argv, tmp_path, capsys)
+    plain, whole = data["rows"]
+    assert (plain["variant"], whole["variant"]) == (None, "model-compile")
+    assert plain["compiled_graphs"] == 2 and whole["compiled_graphs"] == 1
+    assert whole["graph_breaks"] == 0 and whole["recompiles"] == 0
+    assert whole["vs_bf16"] == pytest.approx(whole["tokens_per_s"] / plain["tokens_per_s"])
+    assert whole["losses"] == pytest.approx(plain["losses"], rel=1e-5)  # the same steps, traced another way
+    assert "| linear [model-compile] |" in out
+    assert f"{whole['vs_bf16']:.3f}x the plain row's tokens/s" in whole["notes"]
+
+
 # ----- out of memory, the memory estimate ----------------------------------------------------------
 
 
@@ -477,6 +494,8 @@ def test_help_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     (["nowhere.toml", "--device", "cpu"], "config file 'nowhere.toml' not found"),
     (["--device", "cpu", "--model.query.typo=1"], "unknown key 'model.query.typo'"),
     (["--device", "cpu", "--query-types", "linear", "--model.query.fuse_kv=true"], "model.query.fuse_kv"),
+    (["--device", "cpu", "--variants", "graph-mode"], "--variants: unknown 'graph-mode'"),
+    (["--device", "cpu", "--variants", "cudnn-attention"], "--variants cudnn-attention needs CUDA"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(argv: list[str], fragment: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str],
