@@ -18,6 +18,9 @@ fi
 CONFIG_FILE="${CONFIG_FILE:-$ROOT/train_configs/debug_model.toml}"
 given=""
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
+  if [ -n "${CONFIG_FILE:-}" ] && [ "$CONFIG_FILE" != "$1" ]; then
+    echo "[torchnlq] the CONFIG_FILE environment variable ($CONFIG_FILE) is not used: the command names $1" >&2
+  fi
   CONFIG_FILE="$1"; given=1; shift
 fi
 config=("$CONFIG_FILE")
@@ -41,7 +44,12 @@ multinode=""
 if [ -n "${NNODES:-}" ] && [ "${NNODES}" != 1 ]; then
   [[ "$NNODES" =~ ^[1-9][0-9]*$ ]] || fail "NNODES='$NNODES' must be a positive integer"
   [ -n "${RDZV_ENDPOINT:-}" ] || fail "NNODES=$NNODES needs RDZV_ENDPOINT=host:port (the first node's address) on every node"
+  if ! [[ "${NODE_RANK:-0}" =~ ^[0-9]+$ ]] || [ "${NODE_RANK:-0}" -ge "$NNODES" ]; then
+    fail "NODE_RANK='${NODE_RANK:-}' must be this node's index, 0..$((NNODES - 1)) (NNODES=$NNODES)"
+  fi
   multinode=1
+elif [ -n "${NODE_RANK:-}" ] && [ "$NODE_RANK" != 0 ]; then
+  fail "NODE_RANK=$NODE_RANK is set but NNODES is not (one node): set NNODES on every node, or unset NODE_RANK"
 fi
 for rank in ${LOG_RANK//,/ }; do  # torchrun filters local ranks: one beyond NGPU would show nothing at all
   [ "$rank" -lt "$NGPU" ] || fail "LOG_RANK=$rank is not a local rank of this node (NGPU=$NGPU: 0..$((NGPU - 1)))"
@@ -50,11 +58,23 @@ done
 # Keep caches inside the outputs folder rather than scattered over $HOME and /tmp. The folder is
 # made by the trainer once the config is checked (a mistake leaves nothing behind), or below.
 CACHE="${TORCHNLQ_CACHE:-$PWD/outputs/.cache}"
-[ ! -e "$CACHE" ] || [ -d "$CACHE" ] || fail "TORCHNLQ_CACHE='$CACHE' is a file; point it at a folder (or unset it)"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$CACHE/inductor}"
 export TIKTOKEN_CACHE_DIR="${TIKTOKEN_CACHE_DIR:-$CACHE/tiktoken}"
 export HF_HOME="${HF_HOME:-$CACHE/hf}"
 export TMPDIR="${TMPDIR_OVERRIDE:-$CACHE/tmp}"
+# Each folder the run writes into (made later where missing): a file, or a place nothing can be written, is
+# one line now rather than a traceback from the compiler minutes later.
+writable_folder() {  # NAME VALUE
+  local at="$2"
+  [ ! -e "$at" ] || [ -d "$at" ] || fail "$1='$2' is a file; point it at a folder (or unset it)"
+  while [ ! -e "$at" ]; do at="$(dirname "$at")"; done
+  [ -d "$at" ] || fail "$1='$2' lies inside the file '$at'; point it at a folder (or unset it)"
+  [ -w "$at" ] || fail "$1='$2': '$at' is not writable (read-only or not yours); point it at a writable folder (or unset it)"
+}
+for var in TORCHNLQ_CACHE TORCHINDUCTOR_CACHE_DIR TIKTOKEN_CACHE_DIR HF_HOME TMPDIR_OVERRIDE; do
+  if [ -n "${!var:-}" ]; then writable_folder "$var" "${!var}"; fi
+done
+writable_folder TORCHNLQ_CACHE "$CACHE"
 export TORCHNLQ_MAKE_TMPDIR=1  # torchnlq.train makes $TMPDIR after its config checks
 
 if [ "$NGPU" = 1 ] && [ -z "$multinode" ]; then

@@ -14,6 +14,7 @@ import re
 import sys
 import types
 import typing
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +62,34 @@ def read_toml(path: str) -> dict[str, Any]:
     if p.stat().st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"config file '{path}' is {p.stat().st_size:,} bytes; a config is a few KB: pass the TOML file")
     try:
-        with p.open("rb") as f:
-            return tomllib.load(f)
+        raw = p.read_bytes()
+        # A UTF-8 byte-order mark (Windows editors write one) is valid UTF-8 text; TOML's grammar has no room for it.
+        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file '{path}' is not valid TOML: {e}") from None
+        raise ConfigError(f"config file '{path}' is not valid TOML: {e}{_invisible_at(text, str(e))}") from None
     except RecursionError:
         raise ConfigError(f"config file '{path}' is nested too deeply for a config; pass a train_configs/ file") from None
     except UnicodeDecodeError as e:
+        utf16 = " (it starts with a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
         raise ConfigError(
-            f"config file '{path}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+            f"config file '{path}' is not UTF-8 text{utf16} (byte {e.object[e.start]:#04x} at offset {e.start}); "
             "TOML files must be UTF-8: save it as UTF-8"
         ) from None
+
+
+def _invisible_at(text: str, message: str) -> str:
+    """Where a TOML error points at a character one cannot see (a zero-width space in a key), its code point."""
+    where = re.search(r"at line (\d+), column (\d+)", message)
+    if not where:
+        return ""
+    lines = text.splitlines()
+    line_no, column = int(where.group(1)), int(where.group(2))
+    line = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+    for char in line[max(column - 2, 0): column]:  # tomllib's column may point at the character or just after it
+        if not char.isascii():
+            return f": the line holds U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) there; retype it"
+    return ""
 
 
 def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
@@ -173,8 +191,19 @@ def _suggest(name: str, choices: list[str]) -> str:
     return f"; did you mean '{match}'?" if match else f" (known: {', '.join(sorted(choices))})"
 
 
+def check_key_text(key: str) -> None:
+    """A key holding a character no option name has (invisible, non-ASCII, control) is named with its code point:
+    in an error message a zero-width space would be invisible."""
+    for index, char in enumerate(key):
+        if not (char.isascii() and char.isprintable()) or char.isspace():
+            name = unicodedata.name(char, "a control character")
+            raise ConfigError(f"key '{key.encode('unicode_escape').decode()}' contains U+{ord(char):04X} ({name}) at "
+                              f"position {index}; option names are plain ASCII: retype the key")
+
+
 def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field]:
     """Find the section object and field for ``a.b.c``; unknown parts are errors."""
+    check_key_text(dotted)
     if dotted.startswith("model.query.") and dotted.split(".", 2)[2] in REMOVED_QUERY_FIELDS:
         raise ConfigError(f"{dotted} was removed: {REMOVED_QUERY_FIELDS[dotted.split('.', 2)[2]]}; delete it")
     if dotted in REMOVED_OPTIONS:
@@ -207,6 +236,10 @@ def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", 
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
+            try:
+                check_key_text(dotted)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: {e}") from None
             # A table must be a section; _resolve on a child key reports unknown sections.
             if "." not in dotted and key not in _fields(cfg):
                 raise ConfigError(f"{source}: unknown section '[{key}]'{_suggest(key, list(_fields(cfg)))}")
@@ -243,6 +276,10 @@ def _entries(dotted: str, value: Any, item: type, source: str) -> list[Any]:
         for key, raw in table.items():
             where = f"{dotted}[{index}].{key}"
             if key not in fields:
+                try:
+                    check_key_text(where)
+                except ConfigError as e:
+                    raise ConfigError(f"{source}: {e}") from None
                 raise ConfigError(f"{source}: unknown key '{where}'{_suggest(key, list(fields))}")
             setattr(entry, key, check_value(where, raw, _field_type(entry, key), fields[key].metadata))
         entries.append(entry)

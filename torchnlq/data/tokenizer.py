@@ -146,8 +146,15 @@ def _load_ranks(path: str, expected_hash: str | None) -> tuple[dict[bytes, int],
     cache keyed by the path, which would serve a stale copy after the file changed.
     """
     p = Path(path).expanduser()
+    if p.is_dir():
+        inside = sorted(p.glob("*.tiktoken"))[:1]
+        hint = f"name the file itself, e.g. '{inside[0]}'" if inside else _OFFLINE_HINT
+        raise UserError(f"tiktoken file '{path}' is a folder; {hint}")
     if not p.is_file():
         raise UserError(f"tiktoken file '{path}' does not exist; {_OFFLINE_HINT}")
+    if p.stat().st_size > MAX_DOCUMENT_BYTES:  # before reading it: parse_ranks would refuse it anyway
+        raise UserError(f"tiktoken file '{path}' is {p.stat().st_size:,} bytes, more than a tokenizer's ranks can be; "
+                        f"{_OFFLINE_HINT}")
     data = p.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if expected_hash is not None and digest != expected_hash:
