@@ -7,6 +7,7 @@ line data), after rendering them to PNG with the Agg backend, not through pixels
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -152,10 +153,13 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert run_cli(main, [str(tmp_path / "empty"), "--baseline", str(a)]) == 2
     assert run_cli(main, [str(a), "--baseline", "nobody"]) == 2
     b = make_run(tmp_path, "b", {20: 3.0})
-    assert run_cli(main, [str(a), str(b), "--baseline", "a"]) == 2  # no common validation step
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--step", "20"]) == 2  # a never validated at 20
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--step", "10", "--tokens", "100"]) == 2
+    assert run_cli(main, [str(a), str(b), "--baseline", "a", "--tokens", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
-    assert "share no validation step" in err[2]
+    assert len(err) == 5 and all(line.startswith("error: ") for line in err)
+    assert "step 20 is not a validation step of every run" in err[2]
+    assert "give --step or --tokens, not both" in err[3] and "--tokens must be a positive" in err[4]
 
 
 def test_plots_when_matplotlib_is_present(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -404,3 +408,60 @@ def test_learning_rates_plot_draws_each_group_of_each_arm() -> None:
                      "muon: query_mlp": ([1, 2], [2e-3, 4e-3])}
     assert "learning_rates.png" in plot_comparison(groups, groups[0])[0]
     assert "learning_rates.png" not in plot_comparison([groups[0]], groups[0])[0]  # the paper's groups only
+
+
+def branch(root: Path, name: str, trunk: Path, at: int, val: dict[int, float]) -> Path:
+    """A branched decay of ``trunk`` from its step ``at``: it validates at the branch point, then on its own."""
+    end = max(val)
+    run = make_run(root, name, {at: val.pop(at), **val}, "--lr_schedule.name=wsd", f"--training.steps={end}",
+                   f"--lr_schedule.decay_steps={end}", f"--lr_schedule.decay_length={end - at}",
+                   f"--checkpoint.initial_load_path={trunk / 'checkpoints' / f'step-{at}'}",
+                   "--checkpoint.initial_load_model_only=false")
+    info = json.loads((run / "run_info.json").read_text())
+    info["initialized_from"] = str(trunk / "checkpoints" / f"step-{at}")
+    (run / "run_info.json").write_text(json.dumps(info))
+    return run
+
+
+def test_branched_decays_compare_at_their_last_validation_with_the_trunk_drawn_beneath(tmp_path: Path) -> None:
+    from torchnlq.experiments.compare import load_run
+    from torchnlq.experiments.compare_plots import trunks
+
+    stable = make_run(tmp_path, "stable", {1000: 3.2, 2000: 3.0, 3000: 2.9, 4000: 2.85}, "--lr_schedule.name=wsd")
+    short = branch(tmp_path, "decay30", stable, 2000, {2000: 3.0, 2300: 2.7})
+    long = branch(tmp_path, "decay50", stable, 2000, {2000: 3.0, 2500: 2.6})
+    # They share the branch point only, where every branch is still its trunk: each is read at its own end.
+    compare_runs([stable, short, long], stable, tmp_path / "cmp")
+    md = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert "share no validation step after a branch point" in md and "| step | val loss @ last validation |" in md
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO((tmp_path / "cmp" / "runs.csv").read_text()))}
+    assert {n: (int(r["step"]), pytest.approx(float(r["val_loss"]))) for n, r in rows.items()} == {
+        "stable": (4000, 2.85), "decay30": (2300, 2.7), "decay50": (2500, 2.6)}
+    # (L_base - L) / L_base, the stable run's end as the baseline
+    table = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| decay")}
+    assert f"{100 * (2.85 - 2.6) / 2.85:+.2f}%" in table["decay50"]
+    assert "- decay30: started from" in md and "- decay50: started from" in md
+    assert trunks([_group(load_run(p)) for p in (stable, short, long)]) == {"stable"}
+    # Two branches alone: the same, without the trunk.
+    compare_runs([short, long], short, tmp_path / "cmp2")
+    assert "val loss @ last validation" in (tmp_path / "cmp2" / "comparison.md").read_text()
+
+
+def test_runs_of_other_batch_sizes_compare_at_a_token_count(tmp_path: Path) -> None:
+    # 8 x 256 = 2,048 tokens per step against 16 x 256 = 4,096: 40,960 tokens are steps 20 and 10.
+    small = make_run(tmp_path, "small", {10: 3.5, 20: 3.1}, "--training.micro_batch_size=8",
+                     "--training.seq_len=256")
+    large = make_run(tmp_path, "large", {10: 3.2, 20: 2.9}, "--training.micro_batch_size=16",
+                     "--training.seq_len=256")
+    compare_runs([small, large], small, tmp_path / "cmp", tokens=40_960)
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO((tmp_path / "cmp" / "runs.csv").read_text()))}
+    assert (rows["small"]["step"], rows["large"]["step"]) == ("20", "10")
+    assert "val loss @ 40,960 tokens" in (tmp_path / "cmp" / "comparison.md").read_text()
+    with pytest.raises(UserError, match="run 'large' has no validation at 20,480 tokens"):
+        compare_runs([small, large], small, tmp_path / "cmp3", tokens=20_480)
+
+
+def _group(run):  # noqa: ANN001, ANN202 - a one-run Group for trunks()
+    from torchnlq.experiments.compare import Group
+
+    return Group(run.name, [run])

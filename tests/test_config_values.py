@@ -116,3 +116,11 @@ def test_runs_that_cannot_do_what_they_look_like_warn_before_they_start(tmp_path
     slow = config_warnings(tiny_config(tmp_path, validation__sequences=120))
     assert any("each validation (120 sequences) takes longer" in w for w in slow), slow
     assert config_warnings(tiny_config(tmp_path, validation__sequences=90)) == []
+    # A WSD run that ends before its decay starts is a stable phase to branch from: never advised away.
+    wsd = dict(lr_schedule__name="wsd", lr_schedule__decay_steps=100, lr_schedule__decay_length=20)
+    stable = config_warnings(tiny_config(tmp_path, **wsd))  # 12 steps; the decay starts at step 100 - 20
+    assert len(stable) == 1 and "in the stable phase (the WSD decay starts at step 80)" in stable[0]
+    assert "right for a stable run that decays branch from" in stable[0]
+    midway = config_warnings(tiny_config(tmp_path, **{**wsd, "lr_schedule__decay_steps": 16,
+                                                      "lr_schedule__decay_length": 8}))  # stops in the decay
+    assert len(midway) == 1 and "stops before the schedule reaches min_lr" in midway[0]

@@ -134,6 +134,13 @@ def test_schedule_same_for_every_model_and_pure():
     assert a.fingerprint() == b.fingerprint() and len(a.fingerprint()) == 16
     assert BatchSchedule(50_000, 64, 20, 24, seed=43).fingerprint() != a.fingerprint()
     first = a.offsets_for(7, 2, 1, 2, 4, 3)
+    # A run's length is not its data order: a longer run draws the same rows first (branched decays share it);
+    # another batch size, sequence length or corpus size draws other rows.
+    longer = BatchSchedule(50_000, 64, 35, 24, seed=42)
+    assert torch.equal(longer.offsets[:20], a.offsets) and longer.fingerprint() == a.fingerprint()
+    for other in (BatchSchedule(50_000, 64, 20, 12, seed=42), BatchSchedule(50_000, 32, 20, 24, seed=42),
+                  BatchSchedule(60_000, 64, 20, 24, seed=42)):
+        assert other.fingerprint() != a.fingerprint()
     for s, m in [(0, 0), (19, 2), (3, 1)]:  # other calls in between change nothing
         a.offsets_for(s, m, 0, 2, 4, 3)
     assert torch.equal(first, a.offsets_for(7, 2, 1, 2, 4, 3))

@@ -114,3 +114,19 @@ def test_a_commit_against_the_working_tree_runs_each_ones_code_and_leaves_the_ch
     assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == status
     worktrees = subprocess.run([*git, "worktree", "list", "--porcelain"], capture_output=True, text=True).stdout
     assert worktrees.count("worktree ") == 1  # the temporary one is gone
+
+
+def test_a_branch_against_a_straight_run_compares_from_the_branch_point(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    straight = write_run(tmp_path / "straight", {s: 6.0 - 0.1 * s for s in range(1, 16)}, {5: 5.6, 10: 5.1, 15: 4.6})
+    branch = write_run(tmp_path / "branch", {s: 6.0 - 0.1 * s for s in range(11, 16)}, {10: 5.1, 15: 4.6})
+    assert run_cli(main, [str(straight), str(branch), "--assert-equal"]) == 0
+    out = capsys.readouterr().out
+    assert "train: A starts at step 1, B at step 11; compared from step 11" in out
+    assert "val: A starts at step 5, B at step 10; compared from step 10" in out
+    assert "equal within tolerance 0" in out and "only in" not in out
+    # After the branch point a missing or different step is still a problem.
+    short = write_run(tmp_path / "short", {s: 6.0 - 0.1 * s for s in range(11, 15)}, {10: 5.1, 15: 4.7})
+    assert run_cli(main, [str(straight), str(short), "--assert-equal"]) == 1
+    out = capsys.readouterr().out
+    assert "train step 15 is only in A" in out and "val step 15: rel diff" in out

@@ -202,16 +202,60 @@ def check_same_data(runs: list[RunData]) -> None:
                             "batch size and steps, or pass --allow-different-data")
 
 
-def common_step(runs: list[RunData], step: int | None = None) -> int:
-    """The last validation step every run has (or ``step``, which all must have)."""
+@dataclass
+class Point:
+    """Where the comparison reads each run's validation loss: a step per run, and how it was chosen."""
+
+    steps: dict[Path, int]  # run folder -> its step
+    header: str  # the table's loss column
+    how: str  # the sentence comparison.md says it with
+
+    def of(self, run: RunData) -> int:
+        """``run``'s step."""
+        return self.steps[run.path]
+
+
+def comparison_point(runs: list[RunData], step: int | None = None, tokens: int | None = None) -> Point:
+    """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many), else the
+    last validation step every run has, else each run's own last validation (branched decays of other lengths)."""
+    if step is not None and tokens is not None:
+        raise UserError("give --step or --tokens, not both")
+    if tokens is not None:
+        steps = {}
+        for run in runs:
+            per = tokens_per_step(run)
+            if tokens % per or tokens // per not in run.val:
+                near = sorted(run.val, key=lambda s: abs(s * per - tokens))[:3]
+                raise UserError(f"run '{run.name}' has no validation at {tokens:,} tokens ({per:,} tokens per step; it "
+                                f"validated nearest at {', '.join(f'{s * per:,}' for s in sorted(near))} tokens)")
+            steps[run.path] = tokens // per
+        return Point(steps, f"val loss @ {tokens:,} tokens",
+                     f"Validation loss at {tokens:,} training tokens (the step column: each run's step there)")
     common = set.intersection(*(set(r.val) for r in runs))
     if step is not None:
         if step not in common:
             raise UserError(f"step {step} is not a validation step of every run (common: {sorted(common)[-5:]}...)")
-        return step
-    if not common:
-        raise UserError("the runs share no validation step; they cannot be compared at the same point")
-    return max(common)
+        return Point({r.path: step for r in runs}, f"val loss @ {step}", f"Validation loss at step {step}")
+    # A branch's first validation is its branch point, where it still is its trunk: no step to compare at.
+    starts = [start for r in runs if (start := branch_start(r)) is not None]
+    informative = {s for s in common if all(s > start for start in starts)}
+    if informative:
+        at = max(informative)
+        return Point({r.path: at for r in runs}, f"val loss @ {at}",
+                     f"Validation loss at step {at}, the last validation step common to all runs")
+    why = "share no validation step after a branch point" if starts else "share no validation step"
+    return Point({r.path: max(r.val) for r in runs}, "val loss @ last validation",
+                 f"The runs {why} (branched decays of other lengths, say): each is compared at its own last "
+                 "validation, the step column")
+
+
+def branch_start(run: RunData) -> int | None:
+    """The step a branch went on from (its source checkpoint's step-N, when the run continued that progress)."""
+    source = run.info.get("initialized_from")
+    found = re.search(r"step-(\d+)/?$", source) if isinstance(source, str) else None
+    if found is None or min(run.val) < int(found.group(1)):  # weights only: the run counted its own steps from 0
+        return None
+    return int(found.group(1))
 
 
 def _mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -219,17 +263,17 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
-            allow_different_data: bool = False) -> tuple[list[Group], Group, int]:
-    """Group, pick the step, fill each group's row; returns (groups, baseline group, step)."""
+            allow_different_data: bool = False, tokens: int | None = None) -> tuple[list[Group], Group, Point]:
+    """Group, pick where each run is read, fill each group's row; returns (groups, baseline group, point)."""
     if not allow_different_data:
         check_same_data(runs)
-    at = common_step(runs, step)
+    at = comparison_point(runs, step, tokens)
     groups = group_runs(runs)
     base = next(g for g in groups if any(r.path == baseline.path for r in g.runs))
-    base_mean, base_std = _mean_std([r.val[at] for r in base.runs])
+    base_mean, base_std = _mean_std([r.val[at.of(r)] for r in base.runs])
     for g in groups:
         first = g.runs[0]
-        mean, std = _mean_std([r.val[at] for r in g.runs])
+        mean, std = _mean_std([r.val[at.of(r)] for r in g.runs])
         improvement = 100.0 * (base_mean - mean) / base_mean
         se = None
         if g is not base and std is not None and base_std is not None:
@@ -239,7 +283,8 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
             "seeds": " ".join(str(r.seed) for r in g.runs), "query_type": first.info.get("query_type"),
             "non_embedding_params": first.info.get("non_embedding_params"),
             "max_lr": first.config["optimizer"]["lr"], "min_lr": first.config["lr_schedule"]["min_lr"],
-            "weight_decay": first.config["optimizer"]["weight_decay"], "step": at,
+            "weight_decay": first.config["optimizer"]["weight_decay"],
+            "step": "/".join(str(s) for s in dict.fromkeys(at.of(r) for r in g.runs)),
             "val_loss_mean": mean, "val_loss_std": std, "rel_improvement_pct": improvement,
             "rel_improvement_se_pct": se,
         }
@@ -249,13 +294,15 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
     return groups, base, at
 
 
-def markdown_table(groups: list[Group], at: int) -> str:
-    """The comparison as a Markdown table (one row per seed group)."""
+def markdown_table(groups: list[Group], at: Point) -> str:
+    """The comparison as a Markdown table (one row per seed group; a step column where the runs' steps differ)."""
     differing = differing_keys(groups)
+    steps = len(set(at.steps.values())) > 1
     lines = [
         "| run | seeds | query | non-emb params | max LR | min LR | weight decay | "
-        + "".join(f"{key} | " for key in differing) + f"val loss @ {at} | rel. improvement |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | " + "--- | " * len(differing) + "---: | ---: |",
+        + "".join(f"{key} | " for key in differing) + ("step | " if steps else "") + f"{at.header} | rel. improvement |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | " + "--- | " * len(differing) + ("---: | " if steps else "")
+        + "---: | ---: |",
     ]
     for g in groups:
         r = g.row
@@ -264,7 +311,8 @@ def markdown_table(groups: list[Group], at: int) -> str:
             f" ± {r['rel_improvement_se_pct']:.2f}" if r["rel_improvement_se_pct"] is not None else "")
         lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
                      f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | "
-                     + "".join(f"{_cell(r[key])} | " for key in differing) + f"{loss} | {gain} |")
+                     + "".join(f"{_cell(r[key])} | " for key in differing) + (f"{r['step']} | " if steps else "")
+                     + f"{loss} | {gain} |")
     return "\n".join(lines)
 
 
@@ -284,7 +332,7 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str = "steps") -> tuple[list[Path], str]:
+def write_outputs(groups: list[Group], base: Group, at: Point, out: Path, x: str = "steps") -> tuple[list[Path], str]:
     """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots against ``x``; returns (paths, note).
 
     Files of the user's in ``out`` are never replaced (:class:`torchnlq.files.OwnedFolder`).
@@ -298,7 +346,7 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
                          if isinstance(r.info.get("initialized_from"), str))
     text = (
         f"# Comparison against {base.name}\n\n{markdown_table(groups, at)}\n\n"
-        f"Validation loss at step {at}, the last validation step common to all runs: mean ± sample std (n − 1) "
+        f"{at.how}: mean ± sample std (n − 1) "
         f"over the seeds of a group. Relative improvement = (L_base − L)/L_base of the group means; ± is the "
         f"standard error of the difference of the two means, relative to L_base (needs ≥ 2 seeds on both sides). "
         f"Columns named section.key are the config values that differ between the groups.\n"
@@ -311,7 +359,8 @@ def write_outputs(groups: list[Group], base: Group, at: int, out: Path, x: str =
         "comparison.md": text,
         "comparison.csv": _csv([g.row for g in groups]),
         "runs.csv": _csv([
-            {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at, "val_loss": r.val[at],
+            {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at.of(r),
+             "val_loss": r.val[at.of(r)],
              "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint"),
              "initialized_from": r.info.get("initialized_from")}
             for g in groups for r in g.runs]),
@@ -354,7 +403,7 @@ def check_out_folder(out: str | Path, runs: list[Path]) -> None:
 
 
 def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path, step: int | None = None,
-                 allow_different_data: bool = False, x: str = "steps") -> list[Path]:
+                 allow_different_data: bool = False, x: str = "steps", tokens: int | None = None) -> list[Path]:
     """Load, compare and write; ``baseline`` is a run folder or the name of one of the runs."""
     if x not in X_AXES:
         raise UserError(f"--x {x!r} is not an x axis; choose one of: {', '.join(X_AXES)}")
@@ -367,7 +416,7 @@ def compare_runs(paths: list[str | Path], baseline: str | Path, out: str | Path,
             raise UserError(f"baseline '{baseline}' is neither the name of one of the runs nor a run folder")
         base = load_run(Path(baseline))
         runs.insert(0, base)
-    groups, base_group, at = compare(runs, base, step, allow_different_data)
+    groups, base_group, at = compare(runs, base, step, allow_different_data, tokens)
     if x == "tokens":  # a run that cannot be put on a token axis is refused before anything is written
         for run in runs:
             tokens_per_step(run)
@@ -380,12 +429,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("runs", nargs="+", help="run folders, or folders of run folders (e.g. a suite's dump folder)")
     p.add_argument("--baseline", required=True, help="the baseline run: its folder or its name among RUN")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")
-    p.add_argument("--step", type=int, default=None, help="compare at this validation step (default: last common)")
+    p.add_argument("--step", type=int, default=None,
+                   help="compare at this validation step (default: the last common one, else each run's last)")
+    p.add_argument("--tokens", type=int, default=None,
+                   help="compare at this many training tokens (each run at its step that saw them)")
     p.add_argument("--allow-different-data", action="store_true", help="compare runs with different data fingerprints")
     p.add_argument("--x", choices=X_AXES, default="steps",
                    help="the plots' x axis: optimizer steps, or training tokens seen (each run's tokens per step)")
     args = p.parse_args(argv)
-    written = compare_runs(args.runs, args.baseline, args.out, args.step, args.allow_different_data, args.x)
+    if args.tokens is not None and args.tokens < 1:
+        raise UserError(f"--tokens must be a positive number of training tokens, got {args.tokens}")
+    written = compare_runs(args.runs, args.baseline, args.out, args.step, args.allow_different_data, args.x,
+                           args.tokens)
     print(written[0].read_text())
     print("wrote " + ", ".join(str(w) for w in written))
     return 0

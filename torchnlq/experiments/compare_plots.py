@@ -11,6 +11,7 @@ import itertools
 import math
 import re
 import statistics
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,9 +86,9 @@ def arm_label(group: Group, is_base: bool, band: str | None) -> str:
 
 
 def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, float]:
-    """y-limits (``values`` not empty) that ignore the first 10% of the x axis, where early losses would flatten
-    everything else."""
-    late = [v for s, v in values if s >= 0.1 * last_x] or [v for _, v in values]
+    """y-limits that ignore the first 10% of the x axis, where early losses would flatten everything else
+    (-1..1 without values: runs that never overlap have no relative improvement to draw)."""
+    late = [v for s, v in values if s >= 0.1 * last_x] or [v for _, v in values] or [-1.0, 1.0]
     lo, hi = min(late), max(late)
     pad = 0.05 * (hi - lo) or 0.01 * max(abs(hi), 1e-3)
     return lo - pad, hi + pad
@@ -204,8 +205,16 @@ def _x_axis(ax: Any, x: str) -> None:
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
 
 
+def trunks(groups: list[Group]) -> set[str]:
+    """Names of the groups other runs branched from (their ``initialized_from`` is a checkpoint of its runs)."""
+    sources = [Path(r.info["initialized_from"]).resolve() for g in groups for r in g.runs
+               if isinstance(r.info.get("initialized_from"), str)]
+    return {g.name for g in groups if any(src.is_relative_to(r.path.resolve()) for r in g.runs for src in sources)}
+
+
 def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
-    """The loss-curve figure (matplotlib Figure): validation solid, training dashed, one colour per group."""
+    """The loss-curve figure (matplotlib Figure): validation solid, training dashed, one colour per group; a run
+    others branched from (a stable phase) is the trunk, thick and grey beneath its branches."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -217,10 +226,13 @@ def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
     fig, ax = plt.subplots(figsize=(8, 5))
     points: list[tuple[float, float]] = []
     any_train = False
+    trunk_names = trunks(groups)
     for i, g in enumerate(groups):
-        color = colors[i % len(colors)]
+        trunk = g.name in trunk_names
+        color = "0.45" if trunk else colors[i % len(colors)]
         xs, mean, std = val_curves[g.name]
-        ax.plot(xs, mean, color=color, lw=1.6, label=arm_label(g, g is base, band="±1 std"))
+        label = arm_label(g, g is base, band="±1 std") + (" (trunk)" if trunk else "")
+        ax.plot(xs, mean, color=color, lw=3.0 if trunk else 1.6, zorder=1 if trunk else 2, label=label)
         if len(g.runs) > 1:
             ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=color, alpha=0.15, lw=0)

@@ -130,12 +130,18 @@ def train(side: Side, work: Path) -> Losses:
 
 
 def difference_table(a: Losses, b: Losses, tolerance: float) -> tuple[str, list[str]]:
-    """The per-step table (rows beyond ``tolerance`` marked ``*``) with its summary, and the list of problems."""
+    """The per-step table (rows beyond ``tolerance`` marked ``*``) with its summary, and the list of problems: the
+    steps from where both sides start (a branch's first step, say) that differ or that one side lacks."""
     lines = [f"{'loss':<5} {'step':>6} {'A':>15} {'B':>15} {'B - A':>11} {'rel diff':>9}"]
     problems: list[str] = []
     for kind in KINDS:
         seen: list[tuple[float, float, int]] = []  # (relative difference, NaN as inf; |B - A|; step)
-        for step in sorted(a[kind].keys() | b[kind].keys()):
+        # A branch (a run started from another's checkpoint) has no losses before its branch point: compared from
+        # where both sides have losses, and said.
+        start = max(min(a[kind]), min(b[kind])) if a[kind] and b[kind] else 0
+        if start and min(a[kind]) != min(b[kind]):
+            lines.append(f"{kind}: A starts at step {min(a[kind])}, B at step {min(b[kind])}; compared from step {start}")
+        for step in sorted(s for s in a[kind].keys() | b[kind].keys() if s >= start):
             x, y = a[kind].get(step), b[kind].get(step)
             if x is None or y is None:
                 problems.append(f"{kind} step {step} is only in {'A' if y is None else 'B'}")

@@ -146,7 +146,14 @@ def config_warnings(cfg: JobConfig) -> list[str]:
             f"lr_schedule.warmup_steps={s.warmup_steps} is not shorter than training.steps={t.steps}: the learning "
             f"rate never reaches optimizer.lr={cfg.optimizer.lr:g} (it ends at {peak:.3g}); lower warmup_steps"
         )
-    if s.decay_steps is not None and s.decay_steps > t.steps and s.warmup_steps < t.steps:
+    tail_start = s.decay_steps - decay_length(s, s.decay_steps) if s.decay_steps is not None else 0
+    if s.name == "wsd" and s.decay_steps is not None and t.steps <= tail_start:
+        warnings.append(  # a trunk for branched decays, or a forgotten decay: say both, advise neither away
+            f"the run stops at step {t.steps}, in the stable phase (the WSD decay starts at step {tail_start:,}): "
+            "right for a stable run that decays branch from (docs/training.md, 'Branching decays'); for a run that "
+            f"decays itself set --lr_schedule.decay_steps={t.steps}"
+        )
+    elif s.decay_steps is not None and s.decay_steps > t.steps and s.warmup_steps < t.steps:
         end = lr_at(t.steps - 1, cfg.optimizer.lr, s, t.steps)
         warnings.append(
             f"lr_schedule.decay_steps={s.decay_steps} is beyond training.steps={t.steps}: the run stops before the "
