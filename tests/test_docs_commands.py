@@ -153,6 +153,7 @@ NOT_RUN = {
     "./run_train.sh train_configs/gpt_small_": "a Table 1 run: 29 B tokens on a GPU",
     "python scripts/run_suite.py suites/table1.toml": "seven Table 1 runs",
     "python scripts/convert_checkpoint.py CKPT OUT --format hf-gpt2": "needs a linear-query model: tests/test_export.py",
+    "python scripts/convert_checkpoint.py CKPT OUT --format hf-llama": "needs a linear-query Llama-style model: tests/test_hf_llama.py",
     "python scripts/gpu_check.py": "a GPU: tests/test_gpu_check.py runs its CPU smoke mode",
     # The quickstart's commands, run as written by test_the_readme_quickstart_runs_as_written.
     "python scripts/prepare_data.py --files data/tinyshakespeare.txt": "the quickstart (its own test)",
