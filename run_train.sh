@@ -15,11 +15,12 @@ if [ -n "${CONFIG_FILE:-}" ] && { [ $# -eq 0 ] || [[ "$1" == -* ]]; }; then
   # torchtitan's spelling; said out loud, so that a variable left in the environment never swaps the config silently
   echo "[torchnlq] config from the CONFIG_FILE environment variable: $CONFIG_FILE" >&2
 fi
+from_env="${CONFIG_FILE:-}"
 CONFIG_FILE="${CONFIG_FILE:-$ROOT/train_configs/debug_model.toml}"
 given=""
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
-  if [ -n "${CONFIG_FILE:-}" ] && [ "$CONFIG_FILE" != "$1" ]; then
-    echo "[torchnlq] the CONFIG_FILE environment variable ($CONFIG_FILE) is not used: the command names $1" >&2
+  if [ -n "$from_env" ] && [ "$from_env" != "$1" ]; then
+    echo "[torchnlq] the CONFIG_FILE environment variable ($from_env) is not used: the command names $1" >&2
   fi
   CONFIG_FILE="$1"; given=1; shift
 fi

@@ -87,6 +87,8 @@ def test_config_file_in_the_environment_is_said_when_the_command_names_another(t
     assert done.returncode == 0
     assert "the CONFIG_FILE environment variable" in done.stderr and f"the command names {config}" in done.stderr
     assert 'flavor = "debug"' in done.stdout
+    alone = run_train(tmp_path, config, "--print-config")  # no variable: nothing to say
+    assert alone.returncode == 0 and "CONFIG_FILE" not in alone.stderr
 
 
 @pytest.mark.integration  # run_train.sh processes, a read-only tmpfs
