@@ -1,5 +1,5 @@
 """What a torchnlq checkpoint folder holds besides the DCP shards: the model under :data:`MODEL_KEY` and
-:data:`META_FILE`, the JSON that rebuilds the model without the run's config. This module stays free of torch.
+:data:`META_FILE`, the JSON that rebuilds the model without the run's config. Importing it imports no torch.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ def write_meta(ckpt_dir: str | Path, meta: dict[str, Any]) -> None:
 
 
 def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
-    """Read the metadata of a checkpoint folder; a folder without it is a clear user error."""
+    """Read the metadata of a checkpoint folder, checked against its schema (:meth:`RunRecord.from_meta`) before
+    any reader uses it; a folder without it, or a value of another type or size, is one UserError line."""
+    from torchnlq.checkpoint.record import RunRecord
+
     path = Path(ckpt_dir, META_FILE)
     if not Path(ckpt_dir).is_dir():
         raise UserError(f"checkpoint '{ckpt_dir}' does not exist; pass a <run>/checkpoints/step-N folder")
@@ -40,4 +43,5 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
     meta = read_json(path, "a checkpoint's record", "use another checkpoint")  # JSON, never unpickled
     if not isinstance(meta, dict):
         raise UserError(f"'{path}' is corrupt (not a JSON object); use another checkpoint")
+    RunRecord.from_meta(meta, path)
     return meta

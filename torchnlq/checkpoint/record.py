@@ -10,13 +10,41 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from torchnlq.config.job_config import SEED_MAX
 from torchnlq.errors import UserError
 from torchnlq.files import replace_file
-from torchnlq.models.args import ModelArgs
+from torchnlq.models.args import MODEL_FIELDS, ModelArgs
+from torchnlq.models.recorded import Field, check_record, integer
 
 RUN_INFO_FILE = "run_info.json"
 # The fields of RunRecord written into a checkpoint's record as they are.
 _PLAIN_KEYS = ("step", "tokens_seen", "skipped_steps", "world_size", "seq_len", "name", "steps", "mixed_precision")
+_MAX = 2**63 - 1
+_COUNT, _TEXT = integer(0, _MAX), Field(str, null=True)
+#: A tokenizer's description (Tokenizer.describe(): torchnlq.json's "tokenizer", an old export's tokenizer_config.json).
+TOKENIZER_FIELDS: dict[str, Field] = {
+    "name": Field(str), "vocab_size": MODEL_FIELDS["vocab_size"], "eot_id": integer(0, 2**32), "eot_token": Field(str),
+    "tiktoken_sha256": Field(str), "tokenizer_sha256": Field(str),
+}
+#: What a checkpoint's torchnlq.json or an export's config.json may hold (:meth:`RunRecord.from_meta`): the fields
+#: every reader uses, each of its exact type and range; model_args is :meth:`ModelArgs.from_dict`'s to check.
+META_FIELDS: dict[str, Field] = {
+    "model_args": Field(dict, required=True),
+    "tokenizer": Field(dict, null=True, fields=TOKENIZER_FIELDS),
+    "step": _COUNT, "tokens_seen": _COUNT, "skipped_steps": _COUNT, "world_size": integer(1, 2**24, null=True),
+    "seq_len": integer(1, MODEL_FIELDS["max_seq_len"].hi, null=True), "name": _TEXT, "steps": integer(0, null=True),
+    "mixed_precision": _TEXT, "initialized_from": _TEXT, "data_path": Field(str), "data_fingerprint": Field(str),
+    "fingerprint": Field(dict, fields={
+        "optimizer": Field(dict, null=True, values=Field(str)),
+        "data": Field(dict, null=True, fields={
+            "train_tokens": integer(0, _MAX, required=True), "seed": integer(0, SEED_MAX, required=True),
+            "global_batch": integer(1, _MAX, required=True), "content": _TEXT, "content_sha256": _TEXT}),
+    }),
+    "validation": Field(dict, fields={
+        "seed": integer(0, SEED_MAX, null=True), "sequences": integer(1, _MAX, null=True),
+        "micro_batch_size": integer(1, _MAX, null=True), "fingerprint": _TEXT,
+        "protocol": Field(str, null=True, choices=("fixed", "paper")), "interval": integer(1, _MAX, null=True)}),
+}
 
 
 @dataclass(frozen=True)
@@ -104,27 +132,26 @@ class RunRecord:
 
     @classmethod
     def from_meta(cls, meta: Any, where: str | Path) -> RunRecord:
-        """Read a checkpoint's ``torchnlq.json`` or an export's ``config.json``; UserError when unusable."""
+        """Read a checkpoint's ``torchnlq.json`` or an export's ``config.json`` against :data:`META_FIELDS` and
+        :data:`~torchnlq.models.args.MODEL_FIELDS`; a missing, mistyped or out-of-range entry is one UserError
+        naming the file and the key."""
         if not isinstance(meta, dict) or "model_args" not in meta:
             raise UserError(f"'{where}' has no model_args; it was not written by this torchnlq, or is corrupt")
         try:
-            args = ModelArgs.from_dict(meta["model_args"])
+            values = check_record(meta, META_FIELDS, "")
+            args = ModelArgs.from_dict(values["model_args"])
         except UserError as e:
-            raise UserError(f"'{where}': {e}") from None
-        except (TypeError, ValueError) as e:  # wrong value types in hand-edited JSON
-            raise UserError(f"'{where}' has invalid model_args ({e}); the file is corrupt") from None
-        try:
-            groups = (meta.get("fingerprint") or {}).get("optimizer")  # None before they were recorded
-            return cls(
-                model_args=args,
-                tokenizer=dict(meta.get("tokenizer") or {}),
-                data=_data_record(meta),
-                validation=_validation_record(meta.get("validation")),
-                optimizer_groups=dict(groups) if isinstance(groups, dict) else None,
-                **{k: meta[k] for k in (*_PLAIN_KEYS, "initialized_from") if k in meta},  # absent: the default
-            )
-        except (TypeError, ValueError, AttributeError, KeyError) as e:
-            raise UserError(f"'{where}' has invalid run metadata ({e}); the file is corrupt") from None
+            raise UserError(f"'{where}': {e}; the file is damaged or was edited: use another copy of the model"
+                            ) from None
+        fingerprint = values.get("fingerprint") or {}
+        return cls(
+            model_args=args,
+            tokenizer=dict(values.get("tokenizer") or {}),
+            data=_data_record(values, fingerprint.get("data")),
+            validation=_validation_record(values.get("validation")),
+            optimizer_groups=fingerprint.get("optimizer"),  # None before they were recorded
+            **{k: values[k] for k in (*_PLAIN_KEYS, "initialized_from") if k in values},  # absent: the default
+        )
 
     def to_run_info(self, finished: bool) -> dict[str, Any]:
         """``run_info.json``: progress and the figures comparisons group and check runs by."""
@@ -165,8 +192,7 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _data_record(meta: dict[str, Any]) -> DataRecord | None:
-    data = (meta.get("fingerprint") or {}).get("data")
+def _data_record(meta: dict[str, Any], data: dict[str, Any] | None) -> DataRecord | None:
     if not data or "data_fingerprint" not in meta:
         return None
     return DataRecord(
@@ -176,7 +202,7 @@ def _data_record(meta: dict[str, Any]) -> DataRecord | None:
     )
 
 
-def _validation_record(validation: Any) -> ValidationRecord | None:
+def _validation_record(validation: dict[str, Any] | None) -> ValidationRecord | None:
     if not validation:
         return None
     return ValidationRecord(**{f.name: validation.get(f.name) for f in fields(ValidationRecord)})

@@ -18,6 +18,7 @@ import numpy as np
 
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
+from torchnlq.models.recorded import Field, check_record, integer
 
 DTYPE = np.dtype("<u2")  # uint16: GPT-2's 50257 ids fit, at 2 bytes per token (the default and legacy format)
 DTYPE_NAME = "uint16"
@@ -157,19 +158,32 @@ def remove_temps(temps: Iterable[Path]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+_COUNTS = Field(dict, values=integer(0, 2**63 - 1))  # split -> a count
+#: What a data folder's meta.json may hold: the keys its readers use, each of its exact type and range (others,
+#: such as "source", are ignored). vocab_size and eot_id are read as integers by every consumer (ids are checked
+#: against them); the dtype's value is :func:`token_dtype`'s to check.
+META_FIELDS: dict[str, Field] = {
+    "tokenizer": Field(str), "vocab_size": integer(1, 2**32, required=True), "eot_id": integer(0, 2**32 - 1),
+    "dtype": Field(str), "format_version": integer(0, 2**31), "tokens": _COUNTS, "documents": _COUNTS,
+    "max_token_id": Field(dict, values=integer(-1, 2**32 - 1)), "tokenizer_info": Field(dict),
+    "files": Field(dict, values=Field(dict, fields={
+        "sha256": Field(str), "bytes": integer(0, 2**63 - 1), "mtime_ns": integer(-(2**63), 2**63 - 1)})),
+}
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
-    """The folder's meta.json, or a UserError saying it is missing or unreadable."""
+    """The folder's meta.json checked against :data:`META_FIELDS`, or a UserError saying it is missing, unreadable
+    or which entry is wrong."""
     path = Path(folder) / META_NAME
     if not path.is_file():
         raise UserError(f"'{path}' is missing; the data folder is incomplete, prepare it again")
     meta = read_json(path, "a data folder's meta.json", "prepare the data folder again")
     if not isinstance(meta, dict) or "tokenizer" not in meta:
         raise UserError(f"'{path}' has no 'tokenizer' entry; prepare the data folder again")
-    for key in ("vocab_size", "eot_id"):  # read as integers by every consumer (ids are checked against them)
-        if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
-            raise UserError(f"'{path}' has {key}={meta[key]!r}, not a token count; prepare the data folder again")
-    if "vocab_size" not in meta:
-        raise UserError(f"'{path}' has no 'vocab_size' entry; prepare the data folder again")
+    try:
+        meta = meta | check_record(meta, META_FIELDS, "")
+    except UserError as e:
+        raise UserError(f"'{path}': {e}; prepare the data folder again") from None
     token_dtype(meta, path)  # an unknown dtype is refused here, before any reader maps a file with it
     return meta
 

@@ -19,7 +19,7 @@ from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.record import RunRecord, ValidationRecord
 from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
-from torchnlq.data.batches import PaperValidationRows, ValidationSet, open_token_files
+from torchnlq.data.batches import PAPER_EVALUATION_ROWS, PaperValidationRows, ValidationSet, open_token_files
 from torchnlq.errors import UserError
 from torchnlq.train.validate import evaluate
 
@@ -84,10 +84,12 @@ def resolve_settings(
         raise UserError(f"--seed={seed} must be in 0..{SEED_MAX} (what torch's generators take)")
     if seq_len > loaded.args.max_seq_len:
         raise UserError(f"--seq-len={seq_len} exceeds the model's max_seq_len={loaded.args.max_seq_len}")
-    # evaluate_source builds every batch (inputs and targets, int64) before the first forward: bounded by the RAM.
+    # evaluate_source builds every batch (inputs and targets, int64) before the first forward, and the paper
+    # protocol's two tables of offsets (int64, a row per validation): bounded by the RAM.
     from torchnlq.parallel.memory_estimate import device_memory_bytes
 
-    needed, ram = 16 * sequences * seq_len, device_memory_bytes(torch.device("cpu"))
+    tables = 16 * PAPER_EVALUATION_ROWS * sequences if recorded.protocol == "paper" else 0
+    needed, ram = 16 * sequences * seq_len + tables, device_memory_bytes(torch.device("cpu"))
     if ram is not None and needed > ram:
         raise UserError(f"--sequences={sequences} of {seq_len} tokens take {needed / 2**30:,.1f} GiB as validation "
                         f"batches, more than this machine's {ram / 2**30:,.1f} GiB of memory; lower --sequences")

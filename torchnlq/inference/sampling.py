@@ -95,7 +95,9 @@ def generate_tokens(
     model.eval()
     device = model.tok_emb.weight.device
     generator = torch.Generator(device=device).manual_seed(seed)
-    cache = KVCache.for_model(model)
+    # Sized to what this call can write, not to max_seq_len: a recorded context of millions of positions would
+    # otherwise allocate gigabytes of keys and values for a few tokens.
+    cache = KVCache(model.args.n_layers, min(max_len, len(prompt) + max_new_tokens))
     new: list[int] = []
     stop = STOP_LENGTH
     try:

@@ -30,35 +30,54 @@ def hf_model_type(path: str | Path) -> str | None:
     return kind if kind in IMPORTABLE_TYPES else None
 
 
+#: ``take(name, shape)``: the fp32 weight ``name`` of a Hugging Face folder, checked to have ``shape``.
+Take = Callable[[str, tuple[int, ...]], torch.Tensor]
+
+
 def read_hf_folder(path: str | Path, model_type: str, architecture: str,
-                   model_args: Callable[[dict[str, Any]], ModelArgs], prefix: str = ""
-                   ) -> tuple[ModelArgs, Callable[[str], torch.Tensor]]:
-    """(ModelArgs of the folder's config.json, which must say ``model_type``; ``take(name)``, the fp32 weight
-    ``name`` with its ``prefix`` removed)."""
+                   model_args: Callable[[dict[str, Any]], ModelArgs], prefix: str = "") -> tuple[ModelArgs, Take]:
+    """(ModelArgs of the folder's config.json, which must say ``model_type``; ``take(name, shape)``, the fp32 weight
+    ``name`` with its ``prefix`` removed, which must have the ``shape`` the config implies).
+
+    ``model_args`` checks the config against its schema (:func:`~torchnlq.models.recorded.check_record`): a wrong
+    type or size is one line naming config.json and the key; a weight missing, not floating point or of another
+    shape is one line naming the tensor, the file and both shapes.
+    """
     folder = Path(path)
-    if not (folder / "config.json").is_file():
+    config_file = folder / "config.json"
+    if not config_file.is_file():
         raise UserError(f"'{folder}' has no config.json; {_HINT}")
-    config = read_json(folder / "config.json", "a Hugging Face config.json", _HINT)
+    config = read_json(config_file, "a Hugging Face config.json", _HINT)
     if not isinstance(config, dict) or config.get("model_type") != model_type:
         got = config.get("model_type") if isinstance(config, dict) else None
         raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
     try:
         args = model_args(config)
-    except (KeyError, TypeError, ValueError) as e:
+    except KeyError as e:
         raise UserError(f"'{folder}' config.json lacks or mangles {e}; it is not a {architecture} config") from None
-    tensors = {k.removeprefix(prefix): v for k, v in read_hf_weights(folder).items()}
+    except UserError as e:
+        raise UserError(f"'{config_file}': {e}") from None
+    tensors, files = read_hf_weights(folder)
 
-    def take(name: str) -> torch.Tensor:
-        if name not in tensors:
+    def take(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        stored = prefix + name if prefix + name in tensors else name
+        if stored not in tensors:
             raise UserError(f"'{folder}' lacks the {architecture} weight {name!r}; is it a complete {architecture} "
                             "model saved with save_pretrained?")
-        return tensors[name].float()
+        tensor = tensors[stored]
+        if not tensor.is_floating_point():
+            raise UserError(f"'{files[stored]}' holds {stored!r} as {tensor.dtype}, not floating point weights")
+        if tuple(tensor.shape) != tuple(shape):
+            raise UserError(f"'{files[stored]}': tensor {stored!r} has shape {tuple(tensor.shape)} but config.json "
+                            f"gives {tuple(shape)}; the weights do not belong to '{config_file}'")
+        return tensor.float()
 
     return args, take
 
 
-def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The folder's safetensors weights (one file, or the shards an index names); never a pickle."""
+def read_hf_weights(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Path]]:
+    """The folder's safetensors weights (one file, or the shards an index names), and the file of each; never a
+    pickle."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -78,9 +97,12 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
                 "model.save_pretrained(folder), which writes safetensors)") if pickled else ""
         raise UserError(f"'{folder}' has no model.safetensors{hint}")
     tensors: dict[str, torch.Tensor] = {}
+    where: dict[str, Path] = {}
     for file in files:
         try:
-            tensors.update(load_file(str(file)))
+            part = load_file(str(file))
         except (SafetensorError, OSError) as e:
             raise UserError(f"'{file}' is unreadable ({e})") from None
-    return tensors
+        tensors.update(part)
+        where.update(dict.fromkeys(part, file))
+    return tensors, where

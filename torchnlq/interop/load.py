@@ -18,12 +18,13 @@ from torchnlq.checkpoint.metadata import (
     WEIGHTS_FILE,
     read_meta,
 )
-from torchnlq.checkpoint.record import RunRecord
+from torchnlq.checkpoint.record import TOKENIZER_FIELDS, RunRecord
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
+from torchnlq.models.recorded import check_record
 
 
 @dataclass
@@ -111,29 +112,49 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     )
 
 
-def empty_model(args: ModelArgs, device: torch.device) -> GPT:
-    """A GPT with allocated but unset parameters (RoPE tables computed), in eval mode; the global RNG untouched."""
+def planned_model(args: ModelArgs, device: torch.device, where: str | Path) -> GPT:
+    """The model ``args`` describe, on the meta device: its shapes, nothing allocated. A UserError when its fp32
+    weights and buffers alone exceed ``device``'s memory (a stranger's record asking for terabytes), before any
+    tensor exists; ``where`` names the file that describes it."""
+    from torchnlq.parallel.memory_estimate import GIB, device_memory_bytes
+
     with torch.device("meta"):
         model = GPT(args)
+    need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    limit = device_memory_bytes(device)
+    if limit is not None and need > limit:
+        memory = "this machine's RAM" if device.type == "cpu" else f"the memory of {device}"
+        raise UserError(
+            f"'{where}' describes a model of {model.num_params():,} parameters: {need / GIB:,.1f} GiB of fp32 weights "
+            f"and buffers, more than {memory} ({limit / GIB:,.1f} GiB); if the file is damaged or was edited, use "
+            "another copy, else load it on a larger machine"
+        )
+    return model
+
+
+def materialize(model: GPT, device: torch.device) -> GPT:
+    """A :func:`planned_model` with allocated but unset parameters (RoPE tables computed), in eval mode."""
     model.to_empty(device=device)
     if model.rope is not None:
         model.rope.init_weights()
     return model.eval()
 
 
-def check_tensors(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: str) -> None:
-    """UserError naming the first tensor that is missing, unexpected or of another shape."""
+def check_tensors(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], weights: str | Path,
+                  config: str | Path) -> None:
+    """One UserError line for the first tensor missing from the ``weights`` file, of another shape than the
+    model_args of the ``config`` file give, or with no place in that model."""
     for name, shape in expected.items():
         if name not in found:
-            raise UserError(f"{where} lacks tensor '{name}' {shape}; it does not match its recorded model_args")
+            raise UserError(f"'{weights}' lacks tensor '{name}' {tuple(shape)} that the model_args of '{config}' "
+                            "give; the two files do not belong together")
         if tuple(found[name]) != tuple(shape):
-            raise UserError(
-                f"{where}: tensor '{name}' has shape {tuple(found[name])} but the model_args give {tuple(shape)}; "
-                "the metadata does not belong to these weights"
-            )
+            raise UserError(f"'{weights}': tensor '{name}' has shape {tuple(found[name])} but the model_args give "
+                            f"{tuple(shape)} ('{config}'); the two files do not belong together")
     extra = sorted(set(found) - set(expected))
     if extra:
-        raise UserError(f"{where} holds tensor '{extra[0]}' that the model_args have no place for")
+        raise UserError(f"'{weights}' holds tensor '{extra[0]}' {tuple(found[extra[0]])} that the model_args of "
+                        f"'{config}' have no place for; the two files do not belong together")
 
 
 def _shapes(model: GPT) -> dict[str, tuple[int, ...]]:
@@ -148,6 +169,7 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
     meta = read_meta(path)
     record = RunRecord.from_meta(meta, path / META_FILE)
     args = record.model_args
+    model = planned_model(args, device, path / META_FILE)
     # Unpickled with an allow-list of DCP's metadata classes; anything else is a UserError (safe_reader.py).
     saved = read_safe_metadata(path).state_dict_metadata
     prefix = MODEL_KEY + "."
@@ -156,9 +178,8 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
         for k, v in saved.items()
         if k.startswith(prefix) and isinstance(v, TensorStorageMetadata)
     }
-    model = empty_model(args, device)
-    check_tensors(_shapes(model), found, f"checkpoint '{path}'")
-    state = model.state_dict()  # tensors share storage with the parameters: DCP loads in place
+    check_tensors(_shapes(model), found, path / ".metadata", path / META_FILE)
+    state = materialize(model, device).state_dict()  # tensors share storage with the parameters: DCP loads in place
     try:
         load_dcp({MODEL_KEY: state}, path)
     except DCPReadError as e:
@@ -167,28 +188,40 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
     return LoadedModel(model, args, record.tokenizer, meta, path, "checkpoint", record)
 
 
+def safetensors_shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    """name -> shape of the tensors of a safetensors file, from its header alone (no tensor is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), "pt", device="cpu") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"'{file}' is unreadable ({e}); export the model again") from None
+
+
 def _load_export(path: Path, config: dict[str, Any], device: torch.device) -> LoadedModel:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if config.get("format_version", 0) > FORMAT_VERSION:
-        raise UserError(
-            f"export '{path}' has format_version {config['format_version']}, newer than this torchnlq reads "
-            f"({FORMAT_VERSION}); upgrade torchnlq"
-        )
+    version = config.get("format_version", 0)
+    if type(version) is not int:
+        raise UserError(f"export '{path}' has format_version {version!r}, not a version number; export the model again")
+    if version > FORMAT_VERSION:
+        raise UserError(f"export '{path}' has format_version {version}, newer than this torchnlq reads "
+                        f"({FORMAT_VERSION}); upgrade torchnlq")
     record = RunRecord.from_meta(config, path / CONFIG_FILE)
     args = record.model_args
+    model = planned_model(args, device, path / CONFIG_FILE)
+    check_tensors(_shapes(model), safetensors_shapes(path / WEIGHTS_FILE), path / WEIGHTS_FILE, path / CONFIG_FILE)
     try:
         tensors = load_file(str(path / WEIGHTS_FILE), device=str(device))
     except (SafetensorError, OSError) as e:
         raise UserError(f"'{path / WEIGHTS_FILE}' is unreadable ({e}); export the model again") from None
-    model = empty_model(args, device)
-    check_tensors(_shapes(model), {k: tuple(v.shape) for k, v in tensors.items()}, f"export '{path}'")
     not_float = sorted(k for k, v in tensors.items() if not v.is_floating_point())
     if not_float:  # an integer tensor would be cast silently into the float parameter
         raise UserError(f"'{path / WEIGHTS_FILE}' holds {not_float[0]} as {tensors[not_float[0]].dtype}, not floating "
                         "point weights; export the model again")
-    model.load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to the fp32 parameters
+    materialize(model, device).load_state_dict(tensors, strict=True)  # copies, upcasting bf16/fp16 to fp32
     if not record.tokenizer:
         record.tokenizer = _export_tokenizer_description(path)
     return LoadedModel(model, args, record.tokenizer, config, path, "export", record)
@@ -199,6 +232,9 @@ def _export_tokenizer_description(path: Path) -> dict[str, Any]:
     if (path / TOKENIZER_FILE).is_file():
         d = _read_json(path / TOKENIZER_FILE)
         if isinstance(d.get("name"), str):
-            return d
+            try:
+                return d | check_record(d, TOKENIZER_FIELDS, "tokenizer")
+            except UserError as e:
+                raise UserError(f"'{path / TOKENIZER_FILE}': {e}; export the model again") from None
     tokenizer = tokenizer_from_folder(path)
     return tokenizer.describe() if tokenizer is not None else {}

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from torchnlq.interop.load import LoadedModel, is_export, load_model
+from torchnlq.interop.load import LoadedModel, is_export, load_model, planned_model
 from torchnlq.checkpoint.metadata import META_FILE
 from torchnlq.config.job_config import Query
 from torchnlq.data.tokenizer import BASE_VOCAB_SIZE, GPT2_EOT_ID
@@ -93,15 +93,21 @@ def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> Lo
                             f"not {query.type!r}")
         target = dataclasses.replace(args, query=query)
         target.validate()
+    shapes = {k: tuple(v.shape) for k, v in planned_model(target, torch.device("cpu"), source).state_dict().items()}
+    branch = {"input_norm", "w1", "w2", "output_norm"}
+    stray = [k for k in shapes if k not in sd and k.split(".")[-2] not in branch]
+    unexpected = [k for k in sd if k not in shapes]
+    if unexpected or stray:
+        raise UserError(f"'{source}' does not fit the upcycled model (missing {stray[:3]}, unexpected "
+                        f"{unexpected[:3]}); is it a linear-query model?")
+    wrong = [k for k, v in sd.items() if tuple(v.shape) != shapes[k]]
+    if wrong:
+        raise UserError(f"'{source}': tensor '{wrong[0]}' has shape {tuple(sd[wrong[0]].shape)} but the upcycled "
+                        f"model needs {shapes[wrong[0]]}; is it a linear-query model?")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device("cpu"):
-            model = GPT(target)
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    branch = {"input_norm", "w1", "w2", "output_norm"}
-    stray = [k for k in missing if k.split(".")[-2] not in branch]
-    if unexpected or stray:
-        raise UserError(f"'{source}' does not fit the upcycled model (missing {stray[:3]}, unexpected "
-                        f"{list(unexpected)[:3]}); is it a linear-query model?")
+            model = GPT(target)  # sized above: its weights fit this machine
+    model.load_state_dict(sd, strict=False)
     model.eval()
     return LoadedModel(model, target, tokenizer, meta, Path(source), "python", None)

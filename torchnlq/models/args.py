@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import REMOVED_QUERY_FIELDS, Query
+from .config import LIMITS, REMOVED_QUERY_FIELDS, Query
 from .errors import ConfigError, unknown_choice
 from .query import query_params_in_model
+from .recorded import Field, check_record, integer, number
 
 POSITIONS = ("learned", "rope")
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
@@ -21,6 +22,26 @@ LATER_FIELDS: dict[str, Any] = {
 LATER_QUERY_FIELDS: dict[str, Any] = {"layers": "all", "train_anchor": True}
 #: ``model.init``: the initial weights (:meth:`GPT.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
 INIT_SCHEMES = ("torchnlq", "depth", "paper")
+
+#: What a recorded model (a checkpoint's or export's ``model_args``, a Hugging Face config.json) may hold: exact types,
+#: and sizes beyond any model trained today yet small enough that the model is sized on the meta device in a second.
+#: The choices of the strings are :meth:`ModelArgs.validate`'s (with a did-you-mean).
+MODEL_FIELDS: dict[str, Field] = {
+    "n_layers": integer(1, LIMITS["n_layers"]), "dim": integer(1, LIMITS["dim"]), "n_heads": integer(1, LIMITS["n_heads"]),
+    "n_kv_heads": integer(1, LIMITS["n_heads"], null=True), "head_dim": integer(1, 2**16, null=True),
+    "mlp_hidden": integer(1, LIMITS["mlp_hidden"], null=True), "vocab_size": integer(1, LIMITS["vocab_size"]),
+    "max_seq_len": integer(1, LIMITS["max_seq_len"]),
+    "tie_embeddings": Field(bool), "positions": Field(str), "rope_theta": number(above=0), "norm_eps": number(above=0),
+    "init_std": number(0), "bias": Field(bool), "mlp_activation": Field(str), "norm": Field(str),
+    "qk_norm": Field(bool), "rope_scaling_factor": number(1), "rope_low_freq_factor": number(above=0),
+    "rope_high_freq_factor": number(above=0), "rope_original_max_seq_len": integer(1, 2**24),
+}
+QUERY_FIELDS: dict[str, Field] = {
+    "type": Field(str), "activation": Field(str), "input_norm": Field(str), "output_norm": Field(str),
+    "bottleneck_ratio": number(hi=2**10, above=0), "half_scale": Field(bool), "layers": Field(str),
+    "train_anchor": Field(bool),
+}
+_NEWER = " (written by a newer torchnlq?); upgrade torchnlq"
 
 
 @dataclass
@@ -130,31 +151,18 @@ class ModelArgs:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelArgs:
-        """Rebuild ModelArgs from :meth:`to_dict`'s output (e.g. a checkpoint's ``model_args``).
+    def from_dict(cls, d: Any, key: str = "model_args") -> ModelArgs:
+        """Rebuild ModelArgs from :meth:`to_dict`'s output (e.g. a checkpoint's ``model_args``), checked against
+        :data:`MODEL_FIELDS` and :data:`QUERY_FIELDS` (a ConfigError naming ``key.field`` for a wrong type or size).
 
         Unknown keys are a ConfigError (a newer torchnlq's model); keys of :data:`REMOVED_QUERY_FIELDS`
         are dropped; missing keys take the field defaults.
         """
-        if not isinstance(d, dict):
-            raise ConfigError(f"model_args must be a JSON object, got {type(d).__name__}")
-        d = dict(d)
-        query = d.pop("query", {})
-        if isinstance(query, Query):
-            query = asdict(query)
-        if not isinstance(query, dict):
-            raise ConfigError(f"model_args.query must be a JSON object, got {type(query).__name__}")
-        query = {k: v for k, v in query.items() if k not in REMOVED_QUERY_FIELDS}
-        for what, known, given in (
-            ("model_args", {f.name for f in fields(cls)} - {"init"}, d),
-            ("model_args.query", {f.name for f in fields(Query)}, query),
-        ):
-            unknown = sorted(set(given) - known)
-            if unknown:
-                raise ConfigError(
-                    f"{what} has unknown keys {', '.join(unknown)} (written by a newer torchnlq?); upgrade torchnlq"
-                )
-        return cls(**d, query=Query(**query))
+        if isinstance(d, dict) and isinstance(d.get("query"), Query):
+            d = {**d, "query": asdict(d["query"])}
+        values = check_record(d, {**MODEL_FIELDS, "query": Field(dict)}, key, unknown=_NEWER)
+        query = {k: v for k, v in values.pop("query", {}).items() if k not in REMOVED_QUERY_FIELDS}
+        return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)))
 
     @property
     def is_gpt2_block(self) -> bool:

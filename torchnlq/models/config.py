@@ -17,6 +17,12 @@ REMOVED_QUERY_FIELDS = {
 }
 
 
+#: The largest model a config may describe (and a recorded one may claim: models/args.py's MODEL_FIELDS), far
+#: beyond any trained model, so that a run never writes a checkpoint its own loader would refuse.
+LIMITS = {"n_layers": 1024, "dim": 2**17, "n_heads": 2**16, "mlp_hidden": 2**20, "max_seq_len": 2**24,
+          "vocab_size": 2**32}
+
+
 def option(
     default: Any,
     doc: str,
@@ -86,9 +92,11 @@ class Model:
     """The model: a named flavor, with optional per-field overrides."""
 
     flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
-    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1)
-    dim: int | None = option(None, "Override the flavor's model width d.", min=1)
-    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1)
+    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1,
+                                  max=LIMITS["n_layers"])
+    dim: int | None = option(None, "Override the flavor's model width d.", min=1, max=LIMITS["dim"])
+    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1,
+                                 max=LIMITS["n_heads"])
     n_kv_heads: int | None = option(
         None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
     )
@@ -96,12 +104,15 @@ class Model:
         None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
         min=0.0, min_exclusive=True,
     )
-    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1)
+    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1,
+                                    max=LIMITS["mlp_hidden"])
     max_seq_len: int | None = option(
-        None, "Override the flavor's number of positions (learned position table size).", min=1
+        None, "Override the flavor's number of positions (learned position table size).", min=1,
+        max=LIMITS["max_seq_len"],
     )
     vocab_size: int | None = option(
-        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1
+        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1,
+        max=LIMITS["vocab_size"],
     )
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
