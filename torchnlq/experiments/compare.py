@@ -269,6 +269,12 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
         check_same_data(runs)
     at = comparison_point(runs, step, tokens)
     groups = group_runs(runs)
+    for g in groups:  # seeds of one arm are averaged: read at one point, or the mean mixes stages of training
+        steps = sorted({at.of(r) for r in g.runs})
+        if len(steps) > 1:
+            raise UserError(f"runs {', '.join(r.name for r in g.runs)} differ only in their seed but share no validation "
+                            f"step (each read at its last: {', '.join(map(str, steps))}); finish them to a common step "
+                            "or compare at --step/--tokens")
     base = next(g for g in groups if any(r.path == baseline.path for r in g.runs))
     base_mean, base_std = _mean_std([r.val[at.of(r)] for r in base.runs])
     for g in groups:

@@ -20,7 +20,8 @@ from torchnlq.config.manager import load_job_config, read_toml
 from torchnlq.errors import UserError, closest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid")
+SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid",
+              "scaling")
 RUN_KEYS = ("name", "config", "overrides", "description")
 # Short labels for run names; other grid keys use their last component (the full key if that clashes).
 LABELS = {
@@ -55,6 +56,7 @@ class Suite:
     runs: list[SuiteRun]
     baseline: str  # name of the baseline run (its seed group is the comparison baseline)
     compare_step: int | None = None  # None: the last validation step all runs have
+    scaling: bool = False  # a [scaling] grid: fitted (experiments/scaling.py) rather than tabled at one step
 
     def run_dir(self, run: SuiteRun) -> Path:
         return self.dump_folder / run.name
@@ -173,6 +175,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), the folder the suite's runs go to")
     dump = moved.dump or dump
 
+    if "scaling" in data:
+        return _scaling_suite(path, data, shared, cli, cli_keys, dump)
     entries = data.get("runs")
     if entries is None:
         if "config" not in data:
@@ -227,6 +231,45 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError(f"{where}: compare_step must be a positive integer step, got {step!r}")
     return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
                  _pick_baseline(where, data.get("baseline"), runs), step)
+
+
+def _scaling_suite(path: Path, data: dict[str, Any], shared: list[str], cli: list[str], cli_keys: set[str],
+                   dump: str) -> Suite:
+    """A suite from a ``[scaling]`` table (torchnlq/experiments/scaling.py): sizes x query types x seeds."""
+    from torchnlq.experiments.scaling import expand_scaling
+    from torchnlq.train.preflight import check_job_config
+
+    where = str(path)
+    if "runs" in data or "grid" in data:
+        raise UserError(f"{where}: [scaling] makes the suite's runs; remove [[runs]] and [grid]")
+    if not isinstance(data.get("config"), str):
+        raise UserError(f"{where}: [scaling] needs a top-level config (a TOML path relative to the suite file)")
+    config_path = Path(os.path.normpath(path.resolve().parent / data["config"]))
+    if not config_path.is_file():
+        raise UserError(f"{where}: config '{data['config']}' not found (looked for {config_path})")
+
+    def load(size_args: list[str]) -> tuple[Any, Any]:
+        try:
+            cfg = load_job_config([str(config_path), *shared, *cli, *size_args])
+            return cfg, check_job_config(cfg)
+        except UserError as e:
+            raise UserError(f"{where}: [scaling] size {' '.join(size_args)}: {e}") from None
+
+    planned = expand_scaling(where, data["scaling"], load)
+    ruled = set().union(*(override_keys(r.overrides) for r in planned))
+    clash = sorted(cli_keys & ruled)
+    if clash:
+        raise UserError(f"--{clash[0]} is set per run by the suite's [scaling] rules; change it in {where}")
+    runs = []
+    for planned_run in planned:
+        fixed = (f"--job.name={planned_run.name}", f"--job.dump_folder={dump}")
+        run = SuiteRun(planned_run.name, planned_run.arm, config_path, (*shared, *cli, *planned_run.overrides, *fixed))
+        runs.append(replace(run, steps=_validate_run(where, run)))
+    step = data.get("compare_step")
+    if step is not None:
+        raise UserError(f"{where}: a scaling suite compares each run at its end; remove compare_step")
+    return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
+                 _pick_baseline(where, data.get("baseline"), runs), None, scaling=True)
 
 
 def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: set[str]) -> None:

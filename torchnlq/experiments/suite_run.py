@@ -166,6 +166,8 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
     if suite.baseline not in {r.name for r in done}:
         print(f"[suite] no comparison: the baseline run {suite.baseline} has not finished", file=out)
         return []
+    if suite.scaling:
+        return fit_suite(suite, done, out)
     step = suite.compare_step
     if step is not None and any(r.steps < step for r in done):
         print(f"[suite] runs shorter than compare_step {step}: comparing at the last common step instead", file=out)
@@ -173,6 +175,20 @@ def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
     written = compare_runs([suite.run_dir(r) for r in done], suite.dump_folder / suite.baseline, suite.dump_folder,
                            step=step)
     print(f"[suite] comparison: {', '.join(display_path(p) for p in written)}", file=out)
+    return written
+
+
+def fit_suite(suite: Suite, done: list[SuiteRun], out: TextIO) -> list[Path]:
+    """A scaling suite's fit of loss against compute (scaling.md, scaling.png) into its dump folder."""
+    from torchnlq.experiments.scaling import main as fit_main
+
+    try:
+        fit_main([*(str(suite.run_dir(r)) for r in done), "--out", str(suite.dump_folder)])
+    except UserError as e:  # too few finished budgets yet: the runs are kept, the fit waits for the next call
+        print(f"[suite] no scaling fit yet: {e}", file=out)
+        return []
+    written = [p for p in (suite.dump_folder / "scaling.md", suite.dump_folder / "scaling.png") if p.is_file()]
+    print(f"[suite] scaling fit: {', '.join(display_path(p) for p in written)}", file=out)
     return written
 
 

@@ -1,0 +1,349 @@
+"""Scaling suites and their fit: validation loss against training compute, per query type.
+
+A suite's ``[scaling]`` table (docs/experiments.md, "Scaling") expands into a grid of model sizes x query
+types x seeds, each run's token budget from a rule (tokens per parameter, Chinchilla's 20 by default, or one
+budget per size) and its learning rate and schedule from a rule stated in the same table. ``fit_scaling.py``
+reads the finished runs and fits, per query type, a power law with a floor
+
+    L(C) = E + A * (C / C0) ** -alpha        C: training FLOPs (the model's own count x tokens seen)
+
+by least squares (``scipy.optimize.curve_fit``), with the spread of the same fit made on each seed's runs alone
+as its uncertainty; it reports the exponents, the loss predicted at a compute the user names and where, if
+anywhere, the query types' curves cross.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchnlq.errors import UserError
+
+SCALING_KEYS = ("sizes", "query_types", "seeds", "tokens_per_parameter", "tokens", "lr", "warmup_fraction")
+SIZE_KEYS = ("flavor", "n_layers", "dim", "n_heads")
+LR_KEYS = ("base", "at_dim", "exponent")
+#: Chinchilla's compute-optimal ratio (Hoffmann et al. 2022): about 20 training tokens per parameter.
+CHINCHILLA_TOKENS_PER_PARAMETER = 20.0
+
+
+# ----- the suite side: a [scaling] table -> runs --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingRun:
+    """One run of a scaling grid: its arm (the query type), its folder name and the overrides that make it."""
+
+    arm: str
+    name: str
+    overrides: tuple[str, ...]
+
+
+def _size_label(size: dict[str, Any]) -> str:
+    if "flavor" in size:
+        return str(size["flavor"])
+    return f"L{size['n_layers']}d{size['dim']}" + (f"h{size['n_heads']}" if "n_heads" in size else "")
+
+
+def _positive(where: str, value: Any, kind: type = float) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
+    if not ok or (kind is int and not isinstance(value, int)):
+        raise UserError(f"{where} must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
+    return value
+
+
+def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any, Any]]) -> list[ScalingRun]:
+    """The runs of a ``[scaling]`` table; ``load(overrides)`` returns the (JobConfig, ModelArgs) of the suite's
+    config with those overrides, so the budget follows each size's own parameter count. Mistakes are one line."""
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: [scaling] must be a table (sizes, query_types, seeds, ...)")
+    for key in table:
+        if key not in SCALING_KEYS:
+            raise UserError(f"{where}: [scaling] has no key '{key}' (keys: {', '.join(SCALING_KEYS)})")
+    sizes = table.get("sizes")
+    if not isinstance(sizes, list) or not sizes:
+        raise UserError(f"{where}: [scaling] sizes must be a non-empty list of {{n_layers, dim}} tables or flavor names")
+    sizes = [{"flavor": s} if isinstance(s, str) else s for s in sizes]
+    for i, size in enumerate(sizes):
+        if not isinstance(size, dict) or not (set(size) <= set(SIZE_KEYS)) or not ({"flavor"} <= set(size) or
+                                                                              {"n_layers", "dim"} <= set(size)):
+            raise UserError(f"{where}: [scaling] sizes[{i}] = {size!r}: give a flavor name or "
+                            "{n_layers = N, dim = D} (n_heads optional)")
+    query_types = table.get("query_types", ["linear", "residual_mlp"])
+    seeds = table.get("seeds")
+    if not (isinstance(query_types, list) and query_types and all(isinstance(q, str) for q in query_types)):
+        raise UserError(f"{where}: [scaling] query_types must be a non-empty list of query type names")
+    if seeds is not None and not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
+        raise UserError(f"{where}: [scaling] seeds must be a non-empty list of integers")
+    if "tokens" in table and "tokens_per_parameter" in table:
+        raise UserError(f"{where}: [scaling] gives tokens_per_parameter and tokens; the budget comes from one rule")
+    budgets = table.get("tokens")
+    if budgets is not None and not (isinstance(budgets, list) and len(budgets) == len(sizes)):
+        raise UserError(f"{where}: [scaling] tokens must list one budget per size ({len(sizes)}), got {budgets!r}")
+    ratio = _positive(f"{where}: [scaling] tokens_per_parameter",
+                      table.get("tokens_per_parameter", CHINCHILLA_TOKENS_PER_PARAMETER))
+    warmup = table.get("warmup_fraction", 0.1)
+    if not isinstance(warmup, (int, float)) or isinstance(warmup, bool) or not 0 <= warmup < 1:
+        raise UserError(f"{where}: [scaling] warmup_fraction must be in [0, 1), got {warmup!r}")
+    lr_rule = table.get("lr")
+    if lr_rule is not None and not isinstance(lr_rule, (int, float, dict)):
+        raise UserError(f"{where}: [scaling] lr must be a number or {{base, at_dim, exponent}}, got {lr_rule!r}")
+    if isinstance(lr_rule, dict) and (set(lr_rule) - set(LR_KEYS) or not {"base", "at_dim"} <= set(lr_rule)):
+        raise UserError(f"{where}: [scaling] lr = {lr_rule!r}: give base and at_dim (exponent optional, default 1): "
+                        "lr = base * (at_dim / dim) ** exponent")
+
+    runs = []
+    for index, size in enumerate(sizes):
+        size_args = [f"--model.{k}={v}" for k, v in size.items()]
+        # One budget per size, from the first query type's parameters: every query type sees the same tokens.
+        cfg, args = load([*size_args, f"--model.query.type={query_types[0]}"])
+        t = cfg.training
+        tokens_per_step = t.micro_batch_size * t.grad_accum_steps * t.seq_len
+        params = args.num_params(non_embedding=True)
+        tokens = (_positive(f"{where}: [scaling] tokens[{index}]", budgets[index], int) if budgets is not None
+                  else ratio * params)
+        steps = max(1, math.ceil(tokens / tokens_per_step))
+        schedule = [f"--training.steps={steps}", f"--lr_schedule.warmup_steps={round(warmup * steps)}",
+                    f"--lr_schedule.decay_steps={steps}"]
+        if lr_rule is not None:
+            lr = (lr_rule if not isinstance(lr_rule, dict) else
+                  _positive(f"{where}: [scaling] lr.base", lr_rule["base"]) *
+                  (_positive(f"{where}: [scaling] lr.at_dim", lr_rule["at_dim"]) / args.dim)
+                  ** lr_rule.get("exponent", 1.0))
+            schedule.append(f"--optimizer.lr={_positive(f'{where}: [scaling] lr', lr):.6g}")
+        for query in query_types:
+            for seed in seeds or [cfg.training.seed]:
+                name = f"{query}_{_size_label(size)}" + (f"_seed{seed}" if seeds else "")
+                runs.append(ScalingRun(query, name, (*size_args, f"--model.query.type={query}",
+                                                     f"--training.seed={seed}", *schedule)))
+    return runs
+
+
+# ----- the fit -------------------------------------------------------------------------------------------------
+
+
+def power_law(c: np.ndarray, e: float, a: float, alpha: float) -> np.ndarray:
+    """E + A * c ** -alpha (c: compute over the fit's reference C0)."""
+    return e + a * np.power(c, -alpha)
+
+
+@dataclass
+class Point:
+    """One run at its last validation: training FLOPs, validation loss, seed."""
+
+    run: str
+    query_type: str
+    seed: Any
+    flops: float
+    loss: float
+
+
+@dataclass
+class Fit:
+    """``L(C) = E + A (C / C0) ** -alpha`` of one query type, and the per-seed spread of its parameters."""
+
+    query_type: str
+    e: float
+    a: float
+    alpha: float
+    c0: float
+    points: list[Point] = field(default_factory=list)
+    seed_fits: list[tuple[float, float, float]] = field(default_factory=list)  # (e, a, alpha) per seed
+
+    def loss_at(self, flops: float) -> float:
+        """The fitted loss at ``flops``."""
+        return float(power_law(np.asarray(flops / self.c0), self.e, self.a, self.alpha))
+
+    def spread(self, index: int) -> float | None:
+        """The sample standard deviation over the seed fits of parameter ``index`` (0: E, 2: alpha); None below 2."""
+        values = [f[index] for f in self.seed_fits]
+        return statistics.stdev(values) if len(values) > 1 else None
+
+    def loss_spread_at(self, flops: float) -> float | None:
+        """The sample standard deviation of the seed fits' losses at ``flops``; None below 2 seeds."""
+        values = [float(power_law(np.asarray(flops / self.c0), *f)) for f in self.seed_fits]
+        return statistics.stdev(values) if len(values) > 1 else None
+
+
+def fit_power_law(flops: Sequence[float], losses: Sequence[float], c0: float) -> tuple[float, float, float]:
+    """Least-squares (E, A, alpha) of ``L = E + A (C / c0) ** -alpha``; E in [0, min L), alpha in (0, 5]."""
+    from scipy.optimize import curve_fit
+
+    c = np.asarray(flops, dtype=np.float64) / c0
+    y = np.asarray(losses, dtype=np.float64)
+    if len(set(c.tolist())) < 3:
+        raise UserError(f"a power law with a floor has 3 parameters: it needs runs at 3 or more compute budgets, got "
+                        f"{len(set(c.tolist()))}")
+    lowest = float(y.min())
+    start = (0.5 * lowest, max(float(y.max()) - 0.5 * lowest, 1e-3), 0.3)
+    try:
+        params, _ = curve_fit(power_law, c, y, p0=start, bounds=([0.0, 0.0, 1e-4], [lowest, np.inf, 5.0]),
+                              maxfev=20000)
+    except RuntimeError as e:  # no convergence
+        raise UserError(f"the power-law fit did not converge ({e}); more budgets or seeds may help") from None
+    return float(params[0]), float(params[1]), float(params[2])
+
+
+def fit_query_type(points: list[Point], c0: float) -> Fit:
+    """One query type's fit on all its points, and the same fit per seed (for seeds with 3+ budgets)."""
+    e, a, alpha = fit_power_law([p.flops for p in points], [p.loss for p in points], c0)
+    fit = Fit(points[0].query_type, e, a, alpha, c0, points)
+    seeds = sorted({str(p.seed) for p in points})
+    if len(seeds) > 1:
+        for seed in seeds:
+            own = [p for p in points if str(p.seed) == seed]
+            if len({p.flops for p in own}) >= 3:
+                fit.seed_fits.append(fit_power_law([p.flops for p in own], [p.loss for p in own], c0))
+    return fit
+
+
+def crossings(first: Fit, second: Fit, lo: float, hi: float) -> list[float]:
+    """Every compute in [lo, hi] where the two fitted curves meet (a log-spaced search, each refined by brentq)."""
+    from scipy.optimize import brentq
+
+    grid = np.geomspace(lo, hi, 2001)
+    gap = [first.loss_at(c) - second.loss_at(c) for c in grid]
+    found = []
+    for i in range(len(grid) - 1):
+        if gap[i] == 0.0:
+            found.append(float(grid[i]))
+        elif gap[i] * gap[i + 1] < 0:
+            found.append(float(brentq(lambda c: first.loss_at(c) - second.loss_at(c), grid[i], grid[i + 1])))
+    return found
+
+
+# ----- reading runs, the report ------------------------------------------------------------------------------
+
+
+def run_points(paths: list[str | Path], allow_different_data: bool = False) -> list[Point]:
+    """Each finished run's last validation loss and its training FLOPs (flops_per_token x tokens seen there)."""
+    from torchnlq.experiments.compare import check_same_data, expand_paths, load_run
+    from torchnlq.experiments.compare_plots import tokens_per_step
+
+    runs = [load_run(p) for p in expand_paths(list(paths))]
+    if not allow_different_data:
+        check_same_data(runs)
+    points = []
+    for run in runs:
+        per_token = run.info.get("flops_per_token")
+        if not isinstance(per_token, int) or isinstance(per_token, bool) or per_token < 1:
+            raise UserError(f"run '{run.name}' records no flops_per_token in {run.path / 'run_info.json'}; it was "
+                            "written by an older torchnlq: resume it once to rewrite the file")
+        step = max(run.val)
+        points.append(Point(run.name, str(run.info.get("query_type")), run.seed,
+                            float(per_token) * tokens_per_step(run) * step, run.val[step]))
+    return points
+
+
+def fit_all(points: list[Point]) -> list[Fit]:
+    """One fit per query type (in order of first appearance), all with one reference compute (the smallest)."""
+    c0 = min(p.flops for p in points)
+    kinds = list(dict.fromkeys(p.query_type for p in points))
+    return [fit_query_type([p for p in points if p.query_type == kind], c0) for kind in kinds]
+
+
+def _pm(value: float, spread: float | None, spec: str) -> str:
+    return format(value, spec) + (f" ± {format(spread, spec)}" if spread is not None else "")
+
+
+def report(fits: list[Fit], at_flops: float | None) -> str:
+    """The Markdown report: one row per query type, then where the curves cross."""
+    lo = min(p.flops for f in fits for p in f.points)
+    hi = max(p.flops for f in fits for p in f.points)
+    target = at_flops or hi
+    lines = [f"| query | runs | seeds | alpha | E (floor) | A | loss at {target:.3g} FLOPs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for f in fits:
+        seeds = len({str(p.seed) for p in f.points})
+        lines.append(f"| {f.query_type} | {len(f.points)} | {seeds} | {_pm(f.alpha, f.spread(2), '.3f')} | "
+                     f"{_pm(f.e, f.spread(0), '.4f')} | {f.a:.4f} | {_pm(f.loss_at(target), f.loss_spread_at(target), '.4f')} |")
+    lines += ["", f"Fit: L(C) = E + A (C / C0) ** -alpha, C0 = {fits[0].c0:.4g} FLOPs (the smallest run), least "
+              "squares over every run of a query type; ± is the sample standard deviation of the same fit made on "
+              "each seed's runs alone (from two seeds with three or more budgets each)."]
+    span = (lo, max(hi, target))
+    lines += ["", "| run | query | seed | training FLOPs | val loss |", "| --- | --- | --- | ---: | ---: |"]
+    lines += [f"| {p.run} | {p.query_type} | {p.seed} | {p.flops:.6g} | {p.loss:.4f} |"
+              for f in fits for p in sorted(f.points, key=lambda p: p.flops)]
+    lines.append("")
+    for i, first in enumerate(fits):
+        for second in fits[i + 1:]:
+            meet = crossings(first, second, *span)
+            where = (f"cross at {' and '.join(f'{c:.4g}' for c in meet)} FLOPs" if meet else
+                     f"do not cross between {span[0]:.3g} and {span[1]:.3g} FLOPs")
+            lower = first if first.loss_at(span[1]) < second.loss_at(span[1]) else second
+            lines.append(f"- {first.query_type} and {second.query_type} {where}; at {span[1]:.3g} FLOPs "
+                         f"{lower.query_type} is lower by {abs(first.loss_at(span[1]) - second.loss_at(span[1])):.4f}.")
+    return "\n".join(lines)
+
+
+def plot(fits: list[Fit], at_flops: float | None) -> bytes | None:
+    """scaling.png: each query type's runs and fitted curve, loss against compute (log x); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    import io
+
+    lo = min(p.flops for f in fits for p in f.points)
+    hi = max([p.flops for f in fits for p in f.points] + ([at_flops] if at_flops else []))
+    grid = np.geomspace(lo, hi, 200)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for index, f in enumerate(fits):
+        color = f"C{index}"
+        ax.scatter([p.flops for p in f.points], [p.loss for p in f.points], color=color, s=16)
+        ax.plot(grid, [f.loss_at(c) for c in grid], color=color, lw=1.6,
+                label=f"{f.query_type}: E + A C^-{f.alpha:.3f}, E = {f.e:.3f}")
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs (the model's count x tokens)")
+    ax.set_ylabel("validation loss at the run's end")
+    ax.set_title("Loss against compute, per query type")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    """fit_scaling.py: read the runs, fit, write scaling.md (and scaling.png with matplotlib), print the report."""
+    from torchnlq.cli import ArgumentParser
+    from torchnlq.experiments.compare import check_out_folder, expand_paths
+    from torchnlq.files import OwnedFolder
+
+    p = ArgumentParser(prog="fit_scaling.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="finished run folders, or a scaling suite's dump folder")
+    p.add_argument("--at-flops", type=float, default=None,
+                   help="also predict each query type's loss at this training compute (FLOPs)")
+    p.add_argument("--out", default="scaling", help="folder for scaling.md and scaling.png")
+    p.add_argument("--allow-different-data", action="store_true", help="fit runs with different data fingerprints")
+    args = p.parse_args(argv)
+    if args.at_flops is not None and not (math.isfinite(args.at_flops) and args.at_flops > 0):
+        raise UserError(f"--at-flops must be a positive number of FLOPs, got {args.at_flops}")
+    check_out_folder(args.out, expand_paths(list(args.runs)))
+    fits = fit_all(run_points(args.runs, args.allow_different_data))
+    text = "# Scaling: validation loss against training compute\n\n" + report(fits, args.at_flops) + "\n"
+    image = plot(fits, args.at_flops)
+    files = {"scaling.md": text.encode()} | ({"scaling.png": image} if image else {})
+    folder = OwnedFolder(Path(args.out))
+    folder.check(list(files))
+    written = [folder.write(name, data) for name, data in files.items()]
+    print(text)
+    print("wrote " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def cli() -> int:
+    """Entry point of scripts/fit_scaling.py: user errors are one line with exit code 2."""
+    from torchnlq.cli import run_cli
+
+    return run_cli(main)
