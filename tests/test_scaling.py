@@ -174,3 +174,33 @@ def test_fit_fields_are_what_the_report_reads() -> None:
     fit = Fit("linear", 1.5, 2.0, 0.3, 1e9)
     assert fit.loss_at(1e9 * 32) == pytest.approx(law(1e9 * 32, 1.5, 2.0, 0.3))
     assert fit.spread(2) is None and fit.loss_spread_at(1e12) is None
+
+
+def test_the_dry_run_budget_is_flops_over_the_cards_peak_at_the_measured_mfu(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture) -> None:
+    from torchnlq.cli import run_cli
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.experiments.suite_run import main as suite_main
+    from torchnlq.train.preflight import check_job_config
+
+    path = write_suite(tmp_path, 'sizes = [{n_layers = 1, dim = 16, n_heads = 2}, "debug"]\ntokens = [500_000_000_000, 2_000_000_000_000]\n')
+    assert run_cli(suite_main, [str(path), "--dry-run"]) == 0
+    table = capsys.readouterr().out.split("# budget")[1]
+    total_5090 = 0.0
+    for run in load_suite(path).runs:
+        cfg = load_job_config(run.argv())
+        args = check_job_config(cfg)
+        tokens = cfg.training.steps * 16 * 128
+        # 6 N + 12 L H hd T FLOPs per token (N with the tied head), 40% of the card's dense bf16 peak
+        n = args.num_params(non_embedding=True) + args.vocab_size * args.dim
+        flops = (6 * n + 12 * args.n_layers * args.dim * 128) * tokens
+        hours = {"5090": flops / (0.40 * 209.5e12) / 3600, "H100": flops / (0.40 * 989e12) / 3600}
+        total_5090 += hours["5090"]
+        row = next(line for line in table.splitlines() if line.startswith(f"| {run.name} |")).split("|")
+        assert int(row[3].replace(",", "")) == tokens and float(row[4]) == pytest.approx(flops, rel=1e-2)
+        assert float(row[5].replace(",", "")) == pytest.approx(hours["5090"], rel=5e-3)
+        assert float(row[6].replace(",", "")) == pytest.approx(hours["H100"], rel=5e-3)
+        assert "fits: RTX 5090, H100 SXM" in row[7]
+    total = next(line for line in table.splitlines() if line.startswith("| total |")).split("|")
+    assert float(total[5].replace(",", "")) == pytest.approx(total_5090, rel=5e-3)
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing

@@ -96,6 +96,10 @@ def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any
     if isinstance(lr_rule, dict) and (set(lr_rule) - set(LR_KEYS) or not {"base", "at_dim"} <= set(lr_rule)):
         raise UserError(f"{where}: [scaling] lr = {lr_rule!r}: give base and at_dim (exponent optional, default 1): "
                         "lr = base * (at_dim / dim) ** exponent")
+    bases = lr_rule.get("base") if isinstance(lr_rule, dict) else None
+    if isinstance(bases, dict) and set(bases) != set(query_types):
+        raise UserError(f"{where}: [scaling] lr.base names {sorted(bases)}; give one base per query type "
+                        f"({', '.join(query_types)}) or one number for all")
 
     runs = []
     for index, size in enumerate(sizes):
@@ -110,18 +114,27 @@ def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any
         steps = max(1, math.ceil(tokens / tokens_per_step))
         schedule = [f"--training.steps={steps}", f"--lr_schedule.warmup_steps={round(warmup * steps)}",
                     f"--lr_schedule.decay_steps={steps}"]
-        if lr_rule is not None:
-            lr = (lr_rule if not isinstance(lr_rule, dict) else
-                  _positive(f"{where}: [scaling] lr.base", lr_rule["base"]) *
-                  (_positive(f"{where}: [scaling] lr.at_dim", lr_rule["at_dim"]) / args.dim)
-                  ** lr_rule.get("exponent", 1.0))
-            schedule.append(f"--optimizer.lr={_positive(f'{where}: [scaling] lr', lr):.6g}")
         for query in query_types:
+            rule = [f"--optimizer.lr={_rule_lr(where, lr_rule, query, args.dim):.6g}"] if lr_rule is not None else []
             for seed in seeds or [cfg.training.seed]:
                 name = f"{query}_{_size_label(size)}" + (f"_seed{seed}" if seeds else "")
                 runs.append(ScalingRun(query, name, (*size_args, f"--model.query.type={query}",
-                                                     f"--training.seed={seed}", *schedule)))
+                                                     f"--training.seed={seed}", *schedule, *rule)))
     return runs
+
+
+def _rule_lr(where: str, rule: Any, query: str, dim: int) -> float:
+    """The learning rate of ``query`` at width ``dim``: a number, or base (one, or per query type) x
+    (at_dim / dim) ** exponent."""
+    if not isinstance(rule, dict):
+        return _positive(f"{where}: [scaling] lr", rule)
+    base = rule["base"][query] if isinstance(rule["base"], dict) else rule["base"]
+    exponent = rule.get("exponent", 1.0)
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)) or not math.isfinite(exponent):
+        raise UserError(f"{where}: [scaling] lr.exponent must be a number, got {exponent!r}")
+    lr = _positive(f"{where}: [scaling] lr.base", base) * (_positive(f"{where}: [scaling] lr.at_dim", rule["at_dim"])
+                                                            / dim) ** exponent
+    return _positive(f"{where}: [scaling] lr", lr)
 
 
 # ----- the fit -------------------------------------------------------------------------------------------------
@@ -347,3 +360,50 @@ def cli() -> int:
     from torchnlq.cli import run_cli
 
     return run_cli(main)
+
+
+# ----- what a scaling suite will cost ------------------------------------------------------------------------
+
+#: The MFU (torchnlq's count) measured for the default profile compiled with the full-logits loss on one H200
+#: (2026-11-28, docs/performance.md); the budget assumes it at every size, which larger widths usually beat.
+MEASURED_MFU = 0.40
+#: The cards a budget is given for: dense bf16 peak TFLOP/s and memory in GiB.
+BUDGET_CARDS = {"RTX 5090": (209.5, 32.0), "H100 SXM": (989.0, 80.0)}
+
+
+def _hours(hours: float) -> str:
+    """Three significant digits, whole hours with thousands separators from 100 on."""
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
+def budget_table(runs: Sequence[Any]) -> str:
+    """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
+    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.parallel.memory_estimate import GIB, HEADROOM, estimate_memory
+    from torchnlq.train.preflight import check_job_config
+
+    header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
+              "memory estimate (GiB)"]
+    rows, totals, estimates = [], dict.fromkeys(BUDGET_CARDS, 0.0), {}
+    for run in runs:
+        cfg = load_job_config([*run.argv(), "--training.device=cuda"])
+        args = check_job_config(cfg)
+        t = cfg.training
+        tokens = t.steps * t.micro_batch_size * t.grad_accum_steps * t.seq_len
+        flops = args.flops_per_token(t.seq_len) * tokens
+        shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
+        if shape not in estimates:  # seeds share a size's estimate
+            estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
+        hours = {card: flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
+        for card in totals:
+            totals[card] += hours[card]
+        fits = ", ".join(card for card, (_, gib) in BUDGET_CARDS.items() if estimates[shape] <= (1 - HEADROOM) * gib)
+        rows.append([run.name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
+                     f"{estimates[shape]:.1f} (fits: {fits or 'neither card: lower the micro-batch'})"])
+    rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
+    lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for GPT-2 small "
+                               "on one H200, compiled: docs/performance.md) on one card; the memory estimate is the "
+                               "config's micro-batch on CUDA in bf16 (torchnlq/parallel/memory_estimate.py).")

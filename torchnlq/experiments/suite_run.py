@@ -31,7 +31,7 @@ USAGE = """usage: run_suite.py SUITE.toml [--dry-run] [--no-compare] [--section.
 
 Train every run of a suite with run_train.sh, one after another (NGPU passes through),
 skipping finished runs and resuming interrupted ones, then compare them into the suite's folder.
-  --dry-run      print the commands and do nothing else
+  --dry-run      print the commands (and a scaling suite's budget in GPU-hours) and do nothing else
   --no-compare   skip the comparison at the end
 Overrides apply to every run (after the suite's shared overrides), e.g. --data.path DIR
 or --job.dump_folder DIR (moves the whole suite); keys the suite varies per run are refused."""
@@ -251,6 +251,10 @@ def main(argv: list[str]) -> int:
     suite = load_suite(path, overrides)
     if dry_run:
         print_commands(suite)
+        if suite.scaling:  # what it will cost, before anything runs
+            from torchnlq.experiments.scaling import budget_table
+
+            print(f"\n# budget\n{budget_table(suite.runs)}")
         return 0
     check_data(suite)
     return run_suite(suite, compare=compare)
