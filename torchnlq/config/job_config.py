@@ -126,7 +126,7 @@ class OptimizerGroup:
         None,
         "Select by kind (with params: both must hold): hidden (2-D matrices of the blocks), embedding (token and "
         "position tables; a tied head is the token table), head (an untied LM head), gain_bias (norm gains, "
-        "biases), query_mlp (the query MLP's W1, W2).",
+        "biases), query_mlp (the matrices of the query's nonlinear branch: branch_matrices(), W1 and W2 of the paper's query).",
         choices=("hidden", "embedding", "head", "gain_bias", "query_mlp"),
     )
     optimizer: str = option("adamw", "adamw (or adamw8bit's, with optimizer.name) or muon (2-D matrices only).",

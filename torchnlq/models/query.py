@@ -211,6 +211,16 @@ class QueryProjection(nn.Module):
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
 
+    def matrices(self) -> dict[str, nn.Linear]:
+        """The query's matrices by the names weight dynamics logs them under (``weights/layer{i}/{name}/...``).
+        Default: every ``nn.Linear`` attribute of the query itself, by its attribute name."""
+        return {name: module for name, module in self.named_children() if isinstance(module, nn.Linear)}
+
+    def branch_matrices(self) -> dict[str, nn.Linear]:
+        """The matrices of the nonlinear branch f (what ``[[optimizer.groups]] kind = "query_mlp"`` selects), a
+        subset of :meth:`matrices`. Default: none."""
+        return {}
+
     def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
         """f(X) of a residual query (``has_residual_branch``, for diagnostics); query types without one raise."""
         raise NotImplementedError(f"query type {self.type_name!r} has no residual branch f(X)")
@@ -427,6 +437,10 @@ class ResidualMLPQuery(QueryProjection):
         gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
         return 2 * dim * cls.bottleneck_width(cfg, dim) + gains
 
+    def branch_matrices(self) -> dict[str, nn.Linear]:
+        """W1 and W2: f's bottleneck."""
+        return {"w1": self.w1, "w2": self.w2}
+
     def norm_gains(self) -> dict[str, nn.Module]:
         """``gain_in`` (before W1) and ``gain_out`` (after W2), for the norms that are not "none"."""
         norms = {"gain_in": self.input_norm, "gain_out": self.output_norm}
@@ -498,6 +512,10 @@ class AnchoredQuery(QueryProjection):
         if self.has_branch:
             last = self.w2 if isinstance(self.output_norm, nn.Identity) else self.output_norm
             nn.init.zeros_(last.weight)
+
+    def branch_matrices(self) -> dict[str, nn.Linear]:
+        """W1 and W2 of f, in the blocks that have it."""
+        return {"w1": self.w1, "w2": self.w2} if self.has_branch else {}
 
     def linear_weight(self) -> torch.Tensor | None:
         """W_Q for a block without f (X·W_Q alone); None where f is present."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,14 +17,21 @@ from torch import nn
 
 from torchnlq.config.job_config import LRSchedule, Optimizer, OptimizerGroup
 from torchnlq.errors import ConfigError
+from torchnlq.models.query import QueryProjection
 
 #: What a group's ``kind`` can select (:func:`parameter_kinds`).
 KINDS = ("hidden", "embedding", "head", "gain_bias", "query_mlp")
-_QUERY_MLP = re.compile(r"layers\.\d+\.attn\.query\.w[12]\.weight")
 
 
-def parameter_kinds(name: str, param: torch.Tensor) -> set[str]:
-    """The kinds of one parameter: one of hidden / embedding / head / gain_bias, plus query_mlp for W1, W2."""
+def query_branch_parameters(model: nn.Module) -> set[int]:
+    """The ids of the parameters of every query's nonlinear branch (``QueryProjection.branch_matrices``)."""
+    return {id(p) for module in model.modules() if isinstance(module, QueryProjection)
+            for linear in module.branch_matrices().values() for p in linear.parameters()}
+
+
+def parameter_kinds(name: str, param: torch.Tensor, branch: set[int] = frozenset()) -> set[str]:
+    """The kinds of one parameter: one of hidden / embedding / head / gain_bias, plus query_mlp for the matrices of a
+    query's nonlinear branch (``branch``: :func:`query_branch_parameters`; W1, W2 of the paper's query)."""
     if param.dim() < 2:
         kinds = {"gain_bias"}
     elif name in ("tok_emb.weight", "pos_emb.weight"):
@@ -34,7 +40,7 @@ def parameter_kinds(name: str, param: torch.Tensor) -> set[str]:
         kinds = {"head"}
     else:
         kinds = {"hidden"}
-    if _QUERY_MLP.fullmatch(name):
+    if id(param) in branch and param.dim() >= 2:
         kinds.add("query_mlp")
     return kinds
 
@@ -56,9 +62,9 @@ class GroupPlan:
                 f"{len(self.params)} tensors, {count:,} parameters")
 
 
-def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor) -> bool:
+def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor, branch: set[int]) -> bool:
     by_name = not entry.params or any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.params)
-    by_kind = entry.kind is None or entry.kind in parameter_kinds(name, param)
+    by_kind = entry.kind is None or entry.kind in parameter_kinds(name, param, branch)
     return by_name and by_kind
 
 
@@ -69,6 +75,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     exactly), then one per ``[[optimizer.groups]]`` entry. Empty default groups are dropped, but the paper's two.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    branch = query_branch_parameters(model)
     default_hidden = "muon" if cfg.name == "muon" else "adamw"
     defaults = {
         "decay": GroupPlan("decay", "adamw", cfg.weight_decay),
@@ -90,7 +97,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     claimed: dict[str, str] = {}
     for name, param in named:
         for entry, plan in zip(cfg.groups, entries):
-            if _selects(entry, name, param):
+            if _selects(entry, name, param, branch):
                 if name in claimed:
                     raise ConfigError(f"parameter {name} is claimed by optimizer.groups '{claimed[name]}' and "
                                       f"'{entry.name}'; make their patterns or kinds disjoint")
@@ -98,7 +105,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
                 plan.names.append(name)
                 plan.params.append(param)
         if name not in claimed:
-            kinds = parameter_kinds(name, param)
+            kinds = parameter_kinds(name, param, branch)
             plan = (defaults["no_decay"] if "gain_bias" in kinds else
                     defaults["muon"] if default_hidden == "muon" and "hidden" in kinds else defaults["decay"])
             plan.names.append(name)

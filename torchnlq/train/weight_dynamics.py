@@ -1,6 +1,6 @@
 """Weight dynamics of the query (the paper's future work: "weight dynamics analysis"), per layer.
 
-For every block's query matrices (W_Q, W1, W2): σ_max, effective rank (Roy & Vetterli, 2007), stable rank and
+For every block's query matrices (``QueryProjection.matrices()``: W_Q, W1, W2 of the built-in types): σ_max, effective rank (Roy & Vetterli, 2007), stable rank and
 drift, plus their means (docs/monitoring.md). Under FSDP every rank calls :func:`weight_stats` together.
 """
 
@@ -13,10 +13,6 @@ import torch
 import torch.nn as nn
 
 from torchnlq.models.query import QueryProjection
-
-#: The query's matrices that are summarised, by attribute name (the ones a query type has).
-MATRICES = ("w_q", "w1", "w2")
-
 
 def whole_fp32(weight: torch.Tensor) -> torch.Tensor:
     """The whole tensor in fp32 (a DTensor shard is all-gathered: a collective on every rank)."""
@@ -57,8 +53,7 @@ def query_matrices(model: nn.Module) -> list[tuple[int, dict[str, torch.Tensor]]
     queries = [m for m in model.modules() if isinstance(m, QueryProjection)]
     found = []
     for index, query in enumerate(queries):
-        weights = {name: getattr(query, name).weight for name in MATRICES
-                   if isinstance(getattr(query, name, None), nn.Linear)}
+        weights = {name: linear.weight for name, linear in query.matrices().items()}
         if weights:
             found.append((index, weights))
     return found
