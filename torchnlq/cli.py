@@ -98,9 +98,27 @@ def _after_fork(in_child: bool) -> None:
 _fork_hook_registered = False
 
 
+class _ThreadFaults:
+    """``threading.excepthook`` while a tool runs: a writer thread that dies of an environment fault (TensorBoard's
+    event writer on a full disk) prints no traceback; its owner raises the fault on its next call, and a fault
+    nobody raised is the tool's one line at the end."""
+
+    def __init__(self, previous: Callable[[threading.ExceptHookArgs], object]) -> None:
+        self.previous = previous
+        self.lines: list[str] = []
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        line = os_error_line(args.exc_value) if isinstance(args.exc_value, OSError) else None
+        if line is None:
+            self.previous(args)
+        else:
+            self.lines.append(line)
+
+
 def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``main(argv)``; a :class:`UserError`, or an environment fault (read-only, full disk, a path of the
-    wrong kind: :func:`torchnlq.files.os_error_line`), prints one ``error: ...`` line and returns 2.
+    wrong kind: :func:`torchnlq.files.os_error_line`, also in a writer's thread), prints one ``error: ...`` line
+    and returns 2.
 
     SIGTERM is turned into :class:`Terminated` (the trainer replaces this with its own save-and-stop
     handler), so an interrupted tool cleans up and exits with one line, as for Ctrl-C.
@@ -113,8 +131,11 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = No
                             after_in_child=lambda: _after_fork(True))
         _fork_hook_registered = True
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    thread_faults = _ThreadFaults(threading.excepthook)
+    threading.excepthook = thread_faults
     try:
-        return main(args) or 0
+        code = main(args) or 0
+        return _error(thread_faults.lines[0]) if thread_faults.lines and code == 0 else code
     except UserError as e:
         return _error(str(e))
     except OSError as e:
@@ -131,5 +152,6 @@ def run_cli(main: Callable[[list[str]], int | None], argv: list[str] | None = No
             return 1
         raise
     finally:
+        threading.excepthook = thread_faults.previous
         if in_main_thread and previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -2,14 +2,18 @@
 
 Files are replaced atomically through a temporary sibling; a symbolic link at a path written to is
 refused, never followed (its target is the user's); entries set aside are renamed, never copied or
-deleted; :func:`os_error_line` turns an environment fault into the one line entry points print.
+deleted; :func:`os_error_line` turns an environment fault into the one line entry points print, and
+:func:`writing` makes every writer's fault (wherever the library reports it) such an OSError, naming its path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from torchnlq.errors import UserError
@@ -37,6 +41,77 @@ def os_error_line(error: OSError) -> str | None:
         return None
     where = f"'{error.filename}'" if error.filename is not None else "a file"
     return f"{where}: {fix} ({error.strerror})"
+
+
+#: A file system with less than this free is full: some writers lose the errno of a failed write (torch's zip
+#: writer says "unexpected pos"), but a write that ran out of space always leaves its disk (nearly) full.
+FULL_BELOW_BYTES = 2**20
+# An errno a library wrote into its message ("os error 28", Rust's io::Error; "[Errno 28]", Python's).
+_ERRNO_IN_TEXT = re.compile(r"(?:os error|Errno) (\d+)")
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it wraps: causes, contexts and DCP's per-rank failures (CheckpointException)."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):  # {rank: (exception, stack summary)}
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values() if f is not None]
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+
+
+def _full_or_read_only(path: Path) -> int | None:
+    """ENOSPC or EROFS when the file system holding ``path`` (or its nearest existing folder) is full or
+    read-only now; None otherwise or when it cannot be asked."""
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    if stat.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    return errno.ENOSPC if stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES else None
+
+
+def environment_fault(error: BaseException, path: str | Path) -> OSError | None:
+    """The environment fault behind ``error``, raised while writing under ``path``, as an OSError that names a
+    path (``path`` when the writer did not), or None when ``error`` is not one (a bug, a user mistake).
+
+    Found in what ``error`` wraps (an OSError, or an errno in a library's message), else, when a writer lost the
+    errno, in the file system itself: full or read-only right after the failed write.
+    """
+    if isinstance(error, (KeyboardInterrupt, SystemExit, UserError)):
+        return None
+    for e in _causes(error):
+        if isinstance(e, OSError) and e.errno in _FIXES:
+            return e if e.filename is not None else OSError(e.errno, e.strerror, str(path))
+        match = _ERRNO_IN_TEXT.search(str(e))
+        if match and int(match.group(1)) in _FIXES:
+            code = int(match.group(1))
+            return OSError(code, os.strerror(code), str(path))
+    code = _full_or_read_only(Path(path))
+    return OSError(code, os.strerror(code), str(path)) if code is not None else None
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Around writes under ``path`` (a file or a folder): an environment fault leaves as one OSError naming a path
+    (:func:`environment_fault`), which entry points print as one line; anything else passes unchanged."""
+    try:
+        yield
+    except BaseException as e:
+        fault = environment_fault(e, path)
+        if fault is None or fault is e:
+            raise
+        raise fault from e
 
 
 def _check_not_link(path: Path) -> None:
@@ -71,10 +146,11 @@ def replace_file(path: str | Path, data: bytes | str) -> None:
     raw = data.encode() if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, path)
+        with writing(path):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -1,8 +1,8 @@
 """Named moments where a fault test can hold a running trainer, to signal or kill it exactly there.
 
-A test sets ``TORCHNLQ_PAUSE_AT=name:step`` (e.g. ``save:8``) and ``TORCHNLQ_PAUSE_DIR``; a process
-reaching that moment writes its pid to ``<dir>/<name>-<step>-rank<R>`` and sleeps
-``TORCHNLQ_PAUSE_SECONDS`` (default 3). In a real run a pause point is one environment lookup.
+A test sets ``TORCHNLQ_PAUSE_AT=name:step`` (e.g. ``save:8``; several separated by commas: ``step:1,save:1``) and
+``TORCHNLQ_PAUSE_DIR``; a process reaching that moment writes its pid to ``<dir>/<name>-<step>-rank<R>`` and
+sleeps ``TORCHNLQ_PAUSE_SECONDS`` (default 3). In a real run a pause point is one environment lookup.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 def pause_point(name: str, step: int) -> None:
     """Hold here for a while if the environment asks for ``name`` at ``step`` (fault tests only)."""
-    if os.environ.get("TORCHNLQ_PAUSE_AT") != f"{name}:{step}":
+    wanted = os.environ.get("TORCHNLQ_PAUSE_AT")
+    if not wanted or f"{name}:{step}" not in wanted.split(","):
         return
     folder = Path(os.environ["TORCHNLQ_PAUSE_DIR"])
     (folder / f"{name}-{step}-rank{os.environ.get('RANK', '0')}").write_text(str(os.getpid()))

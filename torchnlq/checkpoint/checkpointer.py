@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -34,10 +34,14 @@ from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp, refused_global
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
-from torchnlq.files import os_error_line
+from torchnlq.files import environment_fault, os_error_line
 from torchnlq.pause_points import pause_point
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
+#: What a save writes into ``step-N.partial``: DCP's shards and metadata (and its temporary), RNG states, the
+#: record and the tokenizer files.
+SAVE_FILE = re.compile(r"^((__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp|rng-rank\d+\.pt|torchnlq\.json"
+                       r"|tokenizer\.(json|tiktoken))$")
 # DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
@@ -251,22 +255,41 @@ class Checkpointer:
 
     def save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
         """Write ``step-N`` for ``record.step`` (in the background with ``async_mode``); a full disk or read-only
-        folder is one UserError line, and the half-written ``step-N.partial`` is never a checkpoint."""
+        folder is one UserError line naming the resume point, and the half-written ``step-N.partial`` is removed."""
         self.wait()  # at most one save in flight: the previous one must be complete and renamed
         try:
-            self._save(record, model, optimizer)
-        except OSError as e:
-            raise self._failed(e, record.step) from None
+            done = self._save(record, model, optimizer)
+        except BaseException as e:
+            self._raise_failed(e, record.step)
+        if done:
+            self.logger.info(f"checkpoint saved: {self.folder / f'step-{record.step}'}")
 
-    def _failed(self, error: OSError, step: int) -> UserError | OSError:
-        line = os_error_line(error)
-        if line is None:
-            return error
+    def _raise_failed(self, error: BaseException, step: int) -> NoReturn:
+        """Raise for a save that failed. Its ``step-N.partial`` goes (a kill, KeyboardInterrupt, leaves it to the
+        next start); an environment fault, wherever DCP's threads or torch's writers report it, is one line."""
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise error
+        fault = environment_fault(error, self.folder)  # before the removal: the disk as the failed write left it
+        self._remove_partial(step)
+        if fault is None:
+            raise error
+        raise UserError(f"saving checkpoint step-{step} failed: {os_error_line(fault)}; its half-written "
+                        f"step-{step}.partial was removed; {self.resume_note()}") from error
+
+    def _remove_partial(self, step: int) -> None:
+        if self.rank == 0:
+            shutil.rmtree(self.folder / f"step-{step}.partial", ignore_errors=True)
+
+    def resume_note(self) -> str:
+        """Where the same command goes on from after a failure: the last complete checkpoint, or the run's start."""
         steps = list_checkpoints(self.folder)
-        last = f"the last complete checkpoint, step-{steps[-1]}, is the resume point" if steps else "no checkpoint"
-        return UserError(f"saving checkpoint step-{step} failed: {line}; {last}")
+        if steps:
+            last = steps[-1]
+            return f"the last complete checkpoint, step-{last}, is the resume point: run the same command to resume"
+        return "no checkpoint is complete yet: the same command starts the run again"
 
-    def _save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
+    def _save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> bool:
+        """Write ``step-N.partial``; True when it is complete and renamed (False: a background save goes on)."""
         step = record.step
         start = time.perf_counter()
         final = self.folder / f"step-{step}"
@@ -291,8 +314,9 @@ class Checkpointer:
         else:
             dcp.save(state, checkpoint_id=str(partial))
             pause_point("save", step)  # fault tests: shards written, not yet complete
-            self._finish(partial, final, step)
+            self._finish(partial, final)
         self.last_save_blocked_s = time.perf_counter() - start
+        return not self.cfg.async_mode
 
     def wait(self) -> None:
         """Block until a background save is written, then make it visible (rename, prune)."""
@@ -302,19 +326,30 @@ class Checkpointer:
         self._pending = None
         try:
             future.result()
-            self._finish(partial, final, step)
-        except OSError as e:
-            raise self._failed(e, step) from None
+            self._finish(partial, final)
+        except BaseException as e:
+            self._raise_failed(e, step)
+        self.logger.info(f"checkpoint saved: {final}")
 
-    def _finish(self, partial: Path, final: Path, step: int) -> None:
+    def _finish(self, partial: Path, final: Path) -> None:
         _barrier()  # every rank's shards are on disk
         if self.rank == 0:
             if final.exists():
                 shutil.rmtree(final)  # re-saving a step (e.g. after --checkpoint.resume=false)
             partial.rename(final)
             self._prune()
-            self.logger.info(f"checkpoint saved: {final}")
         _barrier()
+
+    def remove_abandoned_saves(self) -> list[Path]:
+        """Remove the ``step-N.partial`` folders a killed process left (call with the run lock held: no save is in
+        flight); one holding anything a save does not write is left as it is. Returns those removed."""
+        removed = []
+        for path in sorted(self.folder.glob("step-*.partial")) if self.folder.is_dir() else []:
+            ours = STEP_DIR.match(path.name.removesuffix(".partial")) and not path.is_symlink() and path.is_dir()
+            if ours and all(SAVE_FILE.match(p.name) and p.is_file() and not p.is_symlink() for p in path.iterdir()):
+                shutil.rmtree(path)
+                removed.append(path)
+        return removed
 
     def _prune(self) -> None:
         if self.cfg.keep_latest_k <= 0:

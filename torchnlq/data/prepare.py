@@ -6,9 +6,12 @@ The paper's recipe (nanoGPT's openwebtext/prepare.py): split 0.0005 of the docum
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import hashlib
 import itertools
+import json
 import math
 import os
 import shutil
@@ -23,6 +26,7 @@ from torchnlq.data import token_format as fmt
 from torchnlq.data.tokenizer import (BASE_VOCAB_SIZE, GPT2_EOT_ID, GPT2_TIKTOKEN_SHA256, ByteTokenizer, Tokenizer,
                                      build_tokenizer)
 from torchnlq.errors import UserError
+from torchnlq.files import environment_fault, writing
 from torchnlq.paths import protected_folders
 
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -31,6 +35,9 @@ TEXT_SPLITS = ("file", "paragraph", "line")  # how a text file becomes documents
 FILE_COLUMN = "__torchnlq_input_file__"
 # Bumped when _text_documents changes, so datasets' cache of an earlier reading is not reused.
 TEXT_READER_VERSION = 2
+
+# Bytes read at a time by the encoding check of the input files.
+READ_BLOCK = 1 << 24
 
 TOKEN_FILES = (fmt.META_NAME, *(fmt.split_file("", s).name for s in fmt.SPLITS))
 CACHE_NAME = "hf_cache"
@@ -121,6 +128,34 @@ def check_options(
                 "text (drop --text-field)"
             )
     return paths
+
+
+def check_utf8(paths: Sequence[Path]) -> None:
+    """One UserError naming the file and the byte offset of the first byte that is not UTF-8 text: an invalid
+    sequence (another encoding, a UTF-16 byte-order mark, binary data) or a NUL byte (UTF-16/32 text, binary)."""
+    for path in paths:
+        decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+        with path.open("rb") as f:
+            while True:
+                block = f.read(READ_BLOCK)
+                nul = block.find(b"\0")
+                pending = len(decoder.getstate()[0])  # bytes of a character cut at the previous block's end
+                try:
+                    decoder.decode(block[:nul] if nul >= 0 else block, final=not block or nul >= 0)
+                except UnicodeDecodeError as e:
+                    _not_utf8(path, offset - pending + e.start, e.object[e.start], e.reason)
+                if nul >= 0:
+                    _not_utf8(path, offset + nul, 0, "a NUL byte: a binary file, or UTF-16 or UTF-32 text")
+                if not block:
+                    break
+                offset += len(block)
+
+
+def _not_utf8(path: Path, offset: int, byte: int, why: str) -> None:
+    raise UserError(
+        f"'{path}' is not UTF-8 text: byte offset {offset:,} holds 0x{byte:02x} ({why}); prepare_data.py reads "
+        "UTF-8: convert the file (e.g. iconv -f UTF-16 -t UTF-8) or leave it out of --files"
+    )
 
 
 @contextlib.contextmanager
@@ -217,11 +252,57 @@ def _load_json_files(paths: Sequence[Path], text_field: str, cache_dir: Path, nu
                 raise UserError(f"the input has no '{text_field}' field (fields: {', '.join(ds.column_names)}){where}; "
                                 "set --text-field")
             ds = ds.select_columns([text_field])
+            _check_strings(ds, text_field, paths[i])
             parts.append(ds.add_column(FILE_COLUMN, np.full(len(ds), i, dtype=np.int32)))
     if not parts:  # no records at all: an empty dataset, refused as "0 document(s)" by the split
         features = datasets.Features({text_field: datasets.Value("string"), FILE_COLUMN: datasets.Value("int32")})
         return datasets.Dataset.from_dict({text_field: [], FILE_COLUMN: []}, features=features)
     return datasets.concatenate_datasets(parts)
+
+
+JSON_KINDS = {bool: "a boolean", int: "a number", float: "a number", list: "an array"}  # else a dict: an object
+
+
+def _check_strings(ds: Any, field: str, path: Path) -> None:
+    """One UserError naming the file, line (or record) and field of the first record whose text is neither a string
+    nor null (a number, a list, an object): datasets would turn it into text or drop it, silently."""
+    import datasets
+
+    feature = ds.features[field]
+    if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string", "null"):
+        return
+    index = 0
+    for batch in ds.iter(batch_size=4096):
+        for value in batch[field]:
+            if value is not None and not isinstance(value, str):
+                line = _record_line(path, index)
+                where = f"line {line:,}" if line is not None else f"record {index + 1:,}"
+                shown = json.dumps(value)
+                kind = JSON_KINDS.get(type(value), "an object")
+                raise UserError(
+                    f"'{path}' {where}: field '{field}' holds {kind} ({shown[:60]}"
+                    f"{'...' if len(shown) > 60 else ''}), not a string; every record's text must be a JSON string: "
+                    "fix the file, or choose the field with --text-field"
+                )
+            index += 1
+    raise UserError(f"'{path}': field '{field}' holds {feature}, not strings; every record's text must be a JSON "
+                    "string: fix the file, or choose the field with --text-field")
+
+
+def _record_line(path: Path, index: int) -> int | None:
+    """The line of JSONL record ``index`` (blank lines hold none); None for a JSON document (an array)."""
+    with path.open(encoding="utf-8") as f:
+        seen = 0
+        for number, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            if seen == 0 and text.startswith("["):
+                return None
+            if seen == index:
+                return number
+            seen += 1
+    return None
 
 
 def _load_files(
@@ -237,6 +318,9 @@ def _load_files(
     except UserError:
         raise
     except Exception as e:  # datasets/pyarrow raise many types for unreadable input
+        fault = environment_fault(e, cache_dir)  # its cache is written as it reads: a full disk is not the input's
+        if fault is not None:
+            raise fault from e
         raise UserError(f"could not read the {kind} file(s) {[str(p) for p in paths]} ({_one_line(e)})") from e
     source: dict[str, Any] = {"kind": "files", "format": kind, "files": [str(p) for p in paths]}
     if kind == "text":
@@ -250,7 +334,10 @@ def _load_hub(name: str, config: str | None, cache_dir: Path, num_proc: int | No
 
     try:
         dd = datasets.load_dataset(name, config, cache_dir=str(cache_dir), num_proc=num_proc)
-    except Exception as e:  # offline, unknown name, disk full, ...: one line for all
+    except Exception as e:  # offline, unknown name, ...: one line for all
+        fault = environment_fault(e, cache_dir)  # a full disk or read-only cache: said as such
+        if fault is not None:
+            raise fault from e
         raise UserError(
             f"could not load dataset '{name}' with datasets.load_dataset ({_one_line(e)}); the first load needs "
             "internet (or a filled --cache-dir); to work offline tokenize local files with --files"
@@ -350,6 +437,8 @@ def prepare_dataset(
     tok = build_tokenizer(tokenizer, tiktoken_file, expected_hash=expected_hash, tokenizer_file=tokenizer_file,
                           eot_token=eot_token)
     fmt.check_vocab_fits(tok.vocab_size)
+    if paths:
+        check_utf8(paths)  # before anything is created: a stranger's file may be binary or UTF-16
     if num_proc is not None and num_proc <= 1:
         num_proc = None  # datasets' single-process path; no worker pool to start
 
@@ -362,7 +451,7 @@ def prepare_dataset(
                 loaded.append(_load_files(paths, text_split, text_field, cache, num_proc))
         else:
             loaded.append(_load_hub(dataset, dataset_config, cache, num_proc))
-        return _tokenize_into(out, tok, *loaded[0], from_files=bool(paths), text_field=text_field,
+        return _tokenize_into(out, cache, tok, *loaded[0], from_files=bool(paths), text_field=text_field,
                               val_fraction=val_fraction, split_seed=split_seed, num_proc=num_proc)
     except BaseException as e:
         if loaded and not paths:
@@ -375,17 +464,18 @@ def prepare_dataset(
 
 
 def _tokenize_into(
-    out: Path, tok: Tokenizer, dd: Any, source: dict[str, Any], *, from_files: bool, text_field: str,
+    out: Path, cache: Path, tok: Tokenizer, dd: Any, source: dict[str, Any], *, from_files: bool, text_field: str,
     val_fraction: float, split_seed: int, num_proc: int | None,
 ) -> dict[str, Any]:
-    """Split, tokenize and write the loaded dataset ``dd`` into ``out``; returns the meta dict."""
+    """Split, tokenize (datasets writes into ``cache``) and write the loaded dataset ``dd`` into ``out``; returns
+    the meta dict. A full disk or read-only folder is one OSError naming ``cache`` or ``out``."""
     import datasets
 
     columns = dd[next(iter(dd))].column_names
     if text_field not in columns:
         raise UserError(f"the input has no '{text_field}' field (fields: {', '.join(columns)}); set --text-field")
     # Local files are read quietly (their mistakes must be the only line); a hub dataset shows its progress.
-    with _quiet_datasets() if from_files else contextlib.nullcontext():
+    with _quiet_datasets() if from_files else contextlib.nullcontext(), writing(cache):
         if from_files:  # blank lines / empty records would be lone eot tokens
             dd = dd.filter(_has_text, input_columns=text_field, desc="dropping empty documents")
         splits, source["split"] = _split_train_val(dd, val_fraction, split_seed)
@@ -402,20 +492,23 @@ def _tokenize_into(
     tokens, documents, largest, temps = {}, {}, {}, {}
     try:
         for split, ds in splits.items():
-            tokenized = ds.map(
-                _tokenize,
-                batched=True,
-                input_columns=text_field,
-                remove_columns=[c for c in ds.column_names if c != FILE_COLUMN],
-                fn_kwargs={"tokenizer": tok},
-                features=features,
-                num_proc=num_proc if num_proc and len(ds) >= num_proc else None,
-                desc=f"tokenizing {split}",
-            )
+            with writing(cache):
+                tokenized = ds.map(
+                    _tokenize,
+                    batched=True,
+                    input_columns=text_field,
+                    remove_columns=[c for c in ds.column_names if c != FILE_COLUMN],
+                    fn_kwargs={"tokenizer": tok},
+                    features=features,
+                    num_proc=num_proc if num_proc and len(ds) >= num_proc else None,
+                    desc=f"tokenizing {split}",
+                )
             tokens[split] = int(sum(lens.sum() for lens in _column_batches(tokenized, "len")))
             documents[split] = len(tokenized)
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
-            with tqdm(total=tokens[split], unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar:
+            with tqdm(total=tokens[split], unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar, \
+                    writing(out):
+                _reserve(temps[split], tokens[split] * fmt.DTYPES[dtype].itemsize)
                 largest[split] = fmt.write_tokens(temps[split], tokens[split], _token_chunks(tokenized, bar), dtype)
             if per_file is not None:
                 docs, toks = np.zeros(len(per_file)), np.zeros(len(per_file))  # float64: exact below 2**53
@@ -427,11 +520,25 @@ def _tokenize_into(
         if per_file is not None:
             source["per_file"] = per_file
         meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest, dtype=dtype)
-        fmt.commit(out, temps, meta)
+        with writing(out):
+            fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind
         fmt.remove_temps(temps.values())
         raise
     return meta
+
+
+def _reserve(path: Path, nbytes: int) -> None:
+    """Claim ``nbytes`` of the disk for ``path`` before the token writer maps it into memory: a full disk is then
+    an OSError here, where a page of the map that cannot be stored kills the process (SIGBUS), leaving its file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):  # a file system that cannot: no check
+            raise
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- the report

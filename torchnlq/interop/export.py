@@ -27,6 +27,7 @@ from torchnlq.checkpoint.metadata import (
 )
 from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
+from torchnlq.files import writing
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.paths import is_within, protected_folders
@@ -139,12 +140,15 @@ def export_source(loaded: LoadedModel) -> Path | None:
 @contextlib.contextmanager
 def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Path | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``out_dir``, renamed to ``out_dir`` when the block succeeds: a reader never
-    sees a half-written export, and a failure leaves nothing behind."""
+    sees a half-written export, and a failure leaves nothing behind. A full disk or read-only folder, whichever
+    writer meets it (safetensors, tokenizers, json), is one OSError naming ``out_dir``."""
     final = check_export_folder(out_dir, source, overwrite)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    with writing(out_dir):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        yield tmp
+        with writing(out_dir):  # inside the clean-up: the disk is seen as the failed write left it
+            yield tmp
         normal_permissions(tmp)
         if final.exists() or final.is_symlink():
             check_export_folder(out_dir, source, overwrite)  # still a previous export

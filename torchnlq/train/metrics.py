@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from torchnlq.config.job_config import JobConfig
-from torchnlq.files import open_append
+from torchnlq.files import environment_fault, open_append, writing
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.query import get_query_class
 
@@ -100,10 +100,41 @@ def setup_logging(run_dir: Path | None, quiet: bool = False) -> logging.Logger:
     console.setFormatter(fmt)
     logger.addHandler(console)
     if run_dir is not None:
-        file = logging.StreamHandler(open_append(run_dir / "train.log"))  # never through a link
+        file = RunLog(run_dir / "train.log")
         file.setFormatter(fmt)
         logger.addHandler(file)
     return logger
+
+
+class RunLog(logging.Handler):
+    """``train.log``, appended line by line without a buffer (never through a link). A line the environment
+    refuses (a full disk) is raised where it was logged, as one OSError naming the file, instead of logging's
+    "--- Logging error ---" traceback; the file then takes no more lines (the console still shows them)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.file = open_append(path)
+        self.failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed:
+            return
+        data = (self.format(record) + "\n").encode("utf-8")
+        try:
+            while data:  # os.write may write part of it
+                data = data[os.write(self.file.fileno(), data):]
+        except Exception as e:
+            fault = environment_fault(e, self.path)
+            if fault is None:
+                self.handleError(record)
+                return
+            self.failed = True
+            raise fault from e
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
 
 def run_hparams(
@@ -213,11 +244,13 @@ class MetricsLogger:
         # A tb/ folder with events already holds the first start's config and hparams: a resume adds only
         # what changed. A start at step 0 writes them again: its purge_step hides every earlier event.
         self.first_start = start_step == 0 or tb_dir is None or not any(Path(tb_dir).glob("events.out.tfevents.*"))
+        self.tb_dir = tb_dir
         if tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step hides events a crashed earlier attempt logged after the step we resume from.
-            self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
+            with writing(tb_dir):
+                self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
         self.start_step = start_step
         self.last_step = start_step  # the step of the latest scalar (where the session's end is written)
         self._last_time = time.perf_counter()
@@ -236,7 +269,8 @@ class MetricsLogger:
         """Write one scalar to TensorBoard and to the sink, when they exist (neither on ranks other than 0)."""
         self.last_step = step
         if self.writer is not None:
-            self.writer.add_scalar(tag, value, step)
+            with writing(self.tb_dir):  # its thread's fault (a full disk) is raised at the next call
+                self.writer.add_scalar(tag, value, step)
         if self.sink is not None:
             self.sink.scalar(tag, value, step)
 
@@ -245,15 +279,16 @@ class MetricsLogger:
         if self.writer is None:
             return
         step, add = self.start_step, self.writer.file_writer.add_summary
-        if self.first_start or changes:
-            add(text_summary(CONFIG_TEXT_TAG, "```toml\n" + toml.rstrip("\n") + "\n```"), step)
-        if self.first_start:
-            # Only the session start: an experiment summary in each run would make TensorBoard's HParams
-            # table pick one run's list of hparams instead of joining every run's.
-            add(hparams_summary(hparams), step)
-        elif changes:
-            add(text_summary(RESUME_CHANGES_TAG, "\n".join(f"- {line}" for line in changes)), step)
-        self.writer.flush()  # a run that dies early still shows what it was
+        with writing(self.tb_dir):
+            if self.first_start or changes:
+                add(text_summary(CONFIG_TEXT_TAG, "```toml\n" + toml.rstrip("\n") + "\n```"), step)
+            if self.first_start:
+                # Only the session start: an experiment summary in each run would make TensorBoard's HParams
+                # table pick one run's list of hparams instead of joining every run's.
+                add(hparams_summary(hparams), step)
+            elif changes:
+                add(text_summary(RESUME_CHANGES_TAG, "\n".join(f"- {line}" for line in changes)), step)
+            self.writer.flush()  # a run that dies early still shows what it was
 
     def count_tokens(self, tokens: int) -> None:
         """Add the tokens processed by one optimizer step."""
@@ -317,12 +352,23 @@ class MetricsLogger:
         self.logger.info(f"step {step:>6}/{self.total_steps}{text}  ({seconds:.1f}s)")
 
     def close(self, end: RunEnd | None = None) -> None:
-        """Flush and close TensorBoard and the sink; ``end`` says how the run ended."""
-        if self.writer is not None:
-            # Only a success ends the hparams session: after a failure or a stop, a resume may still finish it.
-            if end == "success" and self.last_step > self.start_step:  # not a rerun of a finished run
-                self.writer.file_writer.add_summary(hparams_summary(end_status="success"), self.last_step)
-            self.writer.flush()
-            self.writer.close()
-        if self.sink is not None:
-            self.sink.close(end)
+        """Flush and close TensorBoard and the sink; ``end`` says how the run ended. A fault of TensorBoard's
+        writer (a full disk) is raised, unless the run is failing already (``end = "failure"``): its own error
+        is the one line then."""
+        try:
+            if self.writer is not None:
+                writer, self.writer = self.writer, None
+                with writing(self.tb_dir):
+                    # Only a success ends the hparams session: after a failure or a stop, a resume may still finish it.
+                    if end == "success" and self.last_step > self.start_step:  # not a rerun of a finished run
+                        writer.file_writer.add_summary(hparams_summary(end_status="success"), self.last_step)
+                    try:
+                        writer.flush()  # raises what its thread met
+                    finally:
+                        writer.close()
+        except OSError:
+            if end != "failure":
+                raise
+        finally:
+            if self.sink is not None:
+                self.sink.close(end)

@@ -80,6 +80,7 @@ def start_run(
         )
     path = checkpointer.resume_path() if cfg.enabled else None
     if path is not None:
+        _check_initial_load_is_this_runs(cfg.initial_load_path, path)
         try:
             saved = checkpointer.load(path, model, optimizer, fingerprint)
         except CorruptCheckpoint as e:  # a damaged latest checkpoint: name the previous complete one
@@ -120,22 +121,44 @@ def start_run(
 EARLIER_RUN_ENTRIES = ("train.log", "config.toml", "tb", "wandb", "export", "profiler", RUN_INFO_FILE)
 
 
-def must_set_aside(run_dir: Path, start: RunStart, rerun: bool) -> bool:
-    """Whether ``start`` must first move aside (:data:`EARLIER_RUN_ENTRIES`) an earlier run that left no checkpoint
-    (a start from step 0 would append to its train.log and tb/); a UserError unless ``rerun`` (``job.rerun``)."""
+def must_set_aside(run_dir: Path, start: RunStart, rerun: bool, cfg: Checkpoint) -> str | None:
+    """Why ``start`` must first move aside (:data:`EARLIER_RUN_ENTRIES`) an earlier run that left no checkpoint (a
+    start from step 0 would append to its train.log and tb/), or None. ``rerun`` (``job.rerun``) asks for it; an
+    unfinished earlier start that recorded no progress past where ``start`` begins (its run_info.json is the one
+    written when it started) is set aside unasked when this start would have resumed a checkpoint (the same
+    command again, after a stop before the first one); any other is a UserError."""
     if start.kind == "resume" or not (run_dir / RUN_INFO_FILE).exists():
-        return False
+        return None
     if rerun:
-        return True
+        return "job.rerun"
     RunLock(run_dir).check_free()  # a run still training there: say that, not that it stopped
     info = read_run_info(run_dir) or {}
     step, steps = info.get("step", "?"), info.get("steps", "?")
     finished = info.get("finished")
+    if cfg.enabled and cfg.resume and not finished and step == start.step:  # written when it started, never after
+        return "the earlier start recorded no progress: it stopped before its first complete checkpoint"
     what = f"a run finished at step {step}" if finished else f"an unfinished run (recorded at step {step} of {steps})"
     raise UserError(
         f"{run_dir} already holds {what} and no checkpoint to resume from: training again from step 0 would mix "
         "two runs in its train.log and tb/; use a new --job.name, or pass --job.rerun=true to start it again "
         f"(that run's files are moved into {run_dir}/previous-N/, nothing is deleted)"
+    )
+
+
+def _check_initial_load_is_this_runs(source: str | None, resume_point: Path) -> None:
+    """A run that resumes its own checkpoint loads nothing from ``checkpoint.initial_load_path``: the option must
+    name what the run started from (the same command again, e.g. a branched decay), else it would be dropped."""
+    if not source:
+        return
+    started_from = read_meta(resume_point).get("initialized_from")
+    if isinstance(started_from, str) and (started_from == source or Path(started_from).expanduser().resolve()
+                                          == Path(source).expanduser().resolve()):
+        return
+    what = f"from {started_from}" if isinstance(started_from, str) else "without checkpoint.initial_load_path"
+    raise UserError(
+        f"checkpoint.initial_load_path {source} would not be loaded: {resume_point.parent.parent} resumes its own "
+        f"checkpoint {resume_point.name}, and that run started {what}; drop the option to resume it, or use a new "
+        "--job.name to start a run from it"
     )
 
 

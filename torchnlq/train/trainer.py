@@ -26,11 +26,12 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.errors import UserError
-from torchnlq.files import make_folder, move_into_new_folder, replace_file
+from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import GPT
 from torchnlq.parallel.dist import build_mesh, init_distributed
 from torchnlq.parallel.memory_estimate import check_fits_device, device_memory_bytes, estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
+from torchnlq.pause_points import pause_point
 from torchnlq.train.cpu_allocator import keep_freed_memory
 from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.metrics import (
@@ -121,15 +122,29 @@ class Trainer:
         self.start: RunStart = start_run(cfg.checkpoint, self.checkpointer, self.model, self.optimizer, self.record)
         changes = self._resume_changes() if self.start.line else []
         # Rank 0 alone looks for an earlier run: the others could see the run_info.json it is about to write.
-        set_aside = self.is_main and must_set_aside(self.run_dir, self.start, cfg.job.rerun)
+        set_aside = must_set_aside(self.run_dir, self.start, cfg.job.rerun, cfg.checkpoint) if self.is_main else None
         # The run can start: only now does it get a folder, its lock (before any file: one trainer per
         # folder, rank 0 holds it for the whole run), its resolved config and its log.
         self.run_lock: RunLock | None = None
         self.earlier_run: Path | None = None  # where job.rerun moved an earlier run's files
+        try:
+            self._open_run(set_aside, changes)
+        except BaseException:
+            self.close()  # the run folder is free again for the corrected command (a trainer built in a process)
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close("failure")
+            raise
+
+    def _open_run(self, set_aside: str | None, changes: list[str]) -> None:
+        """Create and lock the run folder, write its config and log, build the pieces that log; ``set_aside``: why
+        an earlier run's files move into ``previous-N/`` first (None: they stay)."""
+        cfg, tcfg = self.cfg, self.cfg.training
+        abandoned: list[Path] = []  # step-N.partial folders a killed process left
         if self.is_main:
             make_folder(self.run_dir)
             self.run_lock = RunLock(self.run_dir).acquire()
             self._check_resume_point_unchanged()
+            abandoned = self.checkpointer.remove_abandoned_saves()  # the lock is held: no save is in flight
             if set_aside:  # the earlier run's files go into run_dir/previous-N/ (the lowest free N)
                 self.earlier_run = move_into_new_folder(self.run_dir, EARLIER_RUN_ENTRIES, "previous")
             replace_file(self.run_dir / "config.toml", to_toml(cfg))
@@ -171,8 +186,10 @@ class Trainer:
             self.logger.warning(f"warning: {warning}")
         if self.start.line:
             self.logger.info(self.start.line)
+        for path in abandoned:
+            self.logger.info(f"removed {path}: a save that a stopped or killed process did not finish")
         if self.earlier_run is not None:
-            self.logger.info(f"started again from step 0 (job.rerun); the earlier run is in {self.earlier_run}")
+            self.logger.info(f"started again from step 0 ({set_aside}); the earlier run is in {self.earlier_run}")
         self.write_run_info(finished=self.step >= tcfg.steps)
 
     # ----- building ---------------------------------------------------------------------------
@@ -268,17 +285,13 @@ class Trainer:
 
     def _check_resume_point_unchanged(self) -> None:
         """With the run lock held: refuse a resume point that another trainer moved on while this one was building."""
-        try:
-            now = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
-            if now != self.start.resume_point:
-                read = self.start.resume_point.name if self.start.resume_point else "no checkpoint"
-                raise UserError(
-                    f"run folder {self.run_dir} changed while this trainer was starting (it read {read}, now the "
-                    f"latest is {now.name if now else 'none'}): another trainer used it; run the command again"
-                )
-        except BaseException:
-            self.close()
-            raise
+        now = self.checkpointer.resume_path() if self.cfg.checkpoint.enabled else None
+        if now != self.start.resume_point:
+            read = self.start.resume_point.name if self.start.resume_point else "no checkpoint"
+            raise UserError(
+                f"run folder {self.run_dir} changed while this trainer was starting (it read {read}, now the "
+                f"latest is {now.name if now else 'none'}): another trainer used it; run the command again"
+            )
 
     def close(self) -> None:
         """Release the run folder's lock (``train()`` does at its end; for a Trainer built but not trained)."""
@@ -461,10 +474,18 @@ class Trainer:
         self.checkpointer.save(self.record, self.model, self.optimizer)
         self.metrics.scalar("checkpoint/blocked_s", self.checkpointer.last_save_blocked_s, self.step)
 
+    def _resume_note(self) -> str:
+        """What the same command does after this start failed: resume its last complete checkpoint, or start again."""
+        if self.cfg.checkpoint.enabled:
+            return self.checkpointer.resume_note()
+        return ("checkpoints are off (checkpoint.enabled = false), so nothing was saved: add --job.rerun=true to the "
+                "same command to start again from step 0")
+
     def export_final(self) -> None:
         """Write ``<run>/export`` (safetensors, checkpoint.export_dtype) from the final checkpoint."""
         from torchnlq.interop.export import export_safetensors
 
+        pause_point("export", self.step)  # fault tests: a signal here stops the export, the next start does it
         out = export_safetensors(
             self.checkpointer.folder / f"step-{self.step}", self.run_dir / "export",
             dtype=self.cfg.checkpoint.export_dtype, overwrite=True,
@@ -482,9 +503,18 @@ class Trainer:
         )
 
     def train(self) -> None:
-        """Run until ``training.steps`` or a preemption signal; each piece validates/saves on its own schedule."""
+        """Run until ``training.steps`` or a preemption signal; each piece validates/saves on its own schedule.
+
+        An environment fault on the way (a full disk under train.log, tb/ or run_info.json) is one line that says
+        where the same command goes on from (a failed save says so itself).
+        """
         try:
             self._train()
+        except OSError as e:
+            line = os_error_line(e)
+            if line is None:
+                raise
+            raise UserError(f"{line}; training stopped at step {self.step}; {self._resume_note()}") from e
         finally:
             self.close()  # the run folder is free for the next trainer
 
@@ -496,6 +526,8 @@ class Trainer:
                 "train on, or use a new job.name to start again"
             )
             self.metrics.close("success")  # nothing was logged: closes TensorBoard, writes no session end
+            if self.cfg.checkpoint.export_at_end and self.is_main and not (self.run_dir / "export").exists():
+                self.export_final()  # the export of the finishing start was interrupted
             return
         self.model.train()
         preemption = PreemptionFlag()
@@ -508,6 +540,7 @@ class Trainer:
             while self.step < steps:
                 loss, grad_norm = self.train_step()
                 step, last = self.step, self.step == steps
+                pause_point("step", step)  # fault tests: a step done, nothing of it logged or saved
                 self.metrics.count_tokens(self.tokens_per_step)
                 if any(piece.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
                                                            self.weight_dynamics, self.checkpointer)):
@@ -524,10 +557,12 @@ class Trainer:
                     self.log_weight_dynamics()
                 saved = self.checkpointer.due(step, last)
                 if saved:
-                    self.save_checkpoint()
+                    with preemption.deferred():  # a signal during a save waits until it is written
+                        self.save_checkpoint()
                 if not last and preemption.requested(self.device):
                     if not saved:  # a signal on a checkpoint step stops right after that save
-                        self.save_checkpoint()
+                        with preemption.deferred():
+                            self.save_checkpoint()
                     message = self._stop_message(preemption.signal_name, step)
                     self.logger.info(message)
                     if self.is_main:
@@ -545,9 +580,12 @@ class Trainer:
             try:
                 self.profiler.stop()  # saves a window the end cut short; stops CUDA's memory history
             finally:
-                preemption.restore()
-                self.checkpointer.close()
-                self.metrics.close(end)
+                try:
+                    with preemption.deferred():  # a background save is written before a signal may stop it
+                        self.checkpointer.close()
+                finally:
+                    preemption.restore()
+                    self.metrics.close(end)  # after a failure, its own faults do not hide the failure
         finished = self.step >= steps
         self.write_run_info(finished=finished)
         if finished and self.cfg.checkpoint.export_at_end and self.is_main:
