@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import errno
 import hashlib
 import itertools
 import json
@@ -508,7 +507,6 @@ def _tokenize_into(
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
             with tqdm(total=tokens[split], unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar, \
                     writing(out):
-                _reserve(temps[split], tokens[split] * fmt.DTYPES[dtype].itemsize)
                 largest[split] = fmt.write_tokens(temps[split], tokens[split], _token_chunks(tokenized, bar), dtype)
             if per_file is not None:
                 docs, toks = np.zeros(len(per_file)), np.zeros(len(per_file))  # float64: exact below 2**53
@@ -526,19 +524,6 @@ def _tokenize_into(
         fmt.remove_temps(temps.values())
         raise
     return meta
-
-
-def _reserve(path: Path, nbytes: int) -> None:
-    """Claim ``nbytes`` of the disk for ``path`` before the token writer maps it into memory: a full disk is then
-    an OSError here, where a page of the map that cannot be stored kills the process (SIGBUS), leaving its file."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        os.posix_fallocate(fd, 0, nbytes)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):  # a file system that cannot: no check
-            raise
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- the report

@@ -69,23 +69,23 @@ def write_tokens(path: Path, total: int, chunks: Iterable[np.ndarray], dtype: np
     dtype = DTYPES[dtype] if isinstance(dtype, str) else np.dtype(dtype)
     if total <= 0:
         raise UserError(f"no tokens to write to {path.name}; the input has no documents for that split")
-    arr = np.memmap(path, dtype=dtype, mode="w+", shape=(total,))
+    # Written in order through a file, not a memory map: a full disk is then an OSError (ENOSPC) on a write, where
+    # a memory-mapped page the disk cannot hold kills the process with SIGBUS.
     limit = int(np.iinfo(dtype).max)
     pos, largest = 0, -1
-    for chunk in chunks:
-        n = len(chunk)
-        if n:
-            largest = max(largest, int(np.max(chunk)))
-            if largest > limit:  # numpy would wrap it silently into another id
-                raise RuntimeError(f"{path.name}: token id {largest} does not fit {dtype.name}")
-        if pos + n > total:
-            raise RuntimeError(f"{path.name}: more tokens than the {total} counted")
-        arr[pos : pos + n] = chunk
-        pos += n
+    with open(path, "wb") as f:
+        for chunk in chunks:
+            n = len(chunk)
+            if n:
+                largest = max(largest, int(np.max(chunk)))
+                if largest > limit:  # numpy would wrap it silently into another id
+                    raise RuntimeError(f"{path.name}: token id {largest} does not fit {dtype.name}")
+            if pos + n > total:
+                raise RuntimeError(f"{path.name}: more tokens than the {total} counted")
+            np.ascontiguousarray(chunk, dtype=dtype).tofile(f)
+            pos += n
     if pos != total:
         raise RuntimeError(f"{path.name}: wrote {pos} tokens, expected {total}")
-    arr.flush()
-    del arr
     return largest
 
 
