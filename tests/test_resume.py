@@ -233,6 +233,9 @@ def test_a_branched_decay_continues_the_source_run_at_its_step(tmp_path: Path) -
     assert set(branched) == set(range(7, 11))
     for step in range(7, 11):
         assert branched[step] == straight[step], step
+    # The branch validates at its branch point, on the trunk's weights there: the trunk's loss at step 6.
+    branch_val, trunk_val = losses(tmp_path, "decay4")[1], losses(tmp_path, "stable")[1]
+    assert 6 in branch_val and branch_val[6] == trunk_val[6]
     info = json.loads((tmp_path / "outputs/decay4/run_info.json").read_text())
     assert info["initialized_from"] == str(source)
     compare_runs([tmp_path / "outputs/straight", tmp_path / "outputs/decay4"], tmp_path / "outputs/straight",

@@ -34,6 +34,7 @@ META_FIELDS: dict[str, Field] = {
     "step": _COUNT, "tokens_seen": _COUNT, "skipped_steps": _COUNT, "world_size": integer(1, 2**24, null=True),
     "seq_len": integer(1, MODEL_FIELDS["max_seq_len"].hi, null=True), "name": _TEXT, "steps": integer(0, null=True),
     "mixed_precision": _TEXT, "initialized_from": _TEXT, "data_path": Field(str), "data_fingerprint": Field(str),
+    "data_sources": Field(list, null=True),
     "fingerprint": Field(dict, fields={
         "optimizer": Field(dict, null=True, values=Field(str)),
         "data": Field(dict, null=True, fields={
@@ -60,6 +61,8 @@ class DataRecord:
     content_fingerprint: str | None = None
     #: The whole token files' sha256 from meta.json (None: a folder prepared, or a checkpoint written, before).
     content_sha256: str | None = None
+    #: A mixture's sources ([[data.sources]]): name, path, weight and content fingerprint of each; None: one folder.
+    sources: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ class RunRecord:
             meta["fingerprint"] = self.resume_fingerprint()
             meta["data_path"] = self.data.path
             meta["data_fingerprint"] = self.data.batch_fingerprint
+            if self.data.sources:
+                meta["data_sources"] = list(self.data.sources)
         if self.validation is not None:
             meta["validation"] = {k: v for k, v in asdict(self.validation).items() if v is not None}
         if self.initialized_from is not None:
@@ -174,6 +179,7 @@ class RunRecord:
             "mixed_precision": self.mixed_precision,
             "initialized_from": self.initialized_from,
             "resumed_from": self.resumed_from,
+            "data_sources": self.data.sources if self.data else None,
             # Which tokenizer file made the ids (an hf tokenizer.json, or tiktoken ranks): runs compare only on the same.
             "tokenizer_sha256": self.tokenizer.get("tokenizer_sha256") or self.tokenizer.get("tiktoken_sha256"),
         }
@@ -199,6 +205,7 @@ def _data_record(meta: dict[str, Any], data: dict[str, Any] | None) -> DataRecor
         path=meta.get("data_path", ""), train_tokens=data["train_tokens"], seed=data["seed"],
         global_batch=data["global_batch"], batch_fingerprint=meta["data_fingerprint"],
         content_fingerprint=data.get("content"), content_sha256=data.get("content_sha256"),
+        sources=meta.get("data_sources"),
     )
 
 

@@ -190,6 +190,16 @@ class LRSchedule:
 
 
 @dataclass
+class DataSource:
+    """One ``[[data.sources]]`` entry of a mixture: a token folder and its share of the training sequences."""
+
+    path: str = option("", "Token folder (train.bin, val.bin, meta.json), as data.path.", path=True)
+    weight: float = option(1.0, "Its share of the training sequences, relative to the other sources' weights.",
+                           min=0.0, min_exclusive=True)
+    name: str | None = option(None, "Its name in the logs (loss/val/<name>); unset: the folder's name.")
+
+
+@dataclass
 class Data:
     """Token files and their tokenizer."""
 
@@ -233,6 +243,13 @@ class Data:
     )
     synthetic: bool = option(
         False, "Generate the seeded offline corpus into path on first use when it holds no token files."
+    )
+    sources: list[DataSource] = option(
+        [],
+        "Train on a mixture: [[data.sources]] entries (path, weight, name) of token folders of one tokenizer; "
+        "every training sequence is drawn from a source by weight, from a schedule seeded by data.seed; "
+        "validation reports each source's loss and their weighted mean (docs/data.md, 'Mixtures'). data.path is "
+        "then not read.",
     )
 
 

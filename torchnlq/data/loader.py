@@ -6,6 +6,8 @@ benchmark times the reads by wrapping the loader (any :class:`MicroBatchSource`)
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -13,6 +15,7 @@ from typing import Any, Protocol
 from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data.batches import (Batch, BatchSchedule, PaperValidationRows, ValidationSet, build_batch_schedule,
                                    build_validation_set, open_token_files)
+from torchnlq.data.mixture import MixtureSchedule, MixtureValidation, open_sources, read_mixed_batch
 from torchnlq.data.token_file import TokenFile, read_batch
 
 
@@ -25,10 +28,11 @@ class MicroBatchSource(Protocol):
 
 
 class TrainLoader:
-    """This rank's micro-batches of every step, read from the pre-drawn :class:`BatchSchedule`."""
+    """This rank's micro-batches of every step, read from the pre-drawn :class:`BatchSchedule` (a mixture's
+    :class:`~torchnlq.data.mixture.MixtureSchedule`, with one token file per source)."""
 
     def __init__(
-        self, tokens: TokenFile, schedule: BatchSchedule, rank: int, world_size: int,
+        self, tokens: TokenFile | list[TokenFile], schedule: BatchSchedule, rank: int, world_size: int,
         micro_batch_size: int, grad_accum_steps: int,
     ) -> None:
         schedule.check_layout(world_size, micro_batch_size, grad_accum_steps)
@@ -44,10 +48,12 @@ class TrainLoader:
     def micro_batches(self, step: int) -> Iterator[Batch]:
         """Yield ``grad_accum_steps`` (x, y) CPU LongTensor pairs of ``[micro_batch_size, seq_len]``."""
         for micro in range(self.grad_accum_steps):
-            offsets = self.schedule.offsets_for(
-                step, micro, self.rank, self.world_size, self.micro_batch_size, self.grad_accum_steps
-            )
-            yield read_batch(self.tokens, offsets, self.schedule.seq_len)
+            where = (step, micro, self.rank, self.world_size, self.micro_batch_size, self.grad_accum_steps)
+            offsets = self.schedule.offsets_for(*where)
+            if isinstance(self.schedule, MixtureSchedule):
+                yield read_mixed_batch(self.tokens, self.schedule.sources_for(*where), offsets, self.schedule.seq_len)
+            else:
+                yield read_batch(self.tokens, offsets, self.schedule.seq_len)
 
 
 @dataclass
@@ -55,13 +61,15 @@ class RunData:
     """A run's data: the training loader, the fixed validation batches and the token files' metadata."""
 
     loader: TrainLoader
-    #: ``batches_at(step)``: what to evaluate after a step (fixed, or the paper's row of that step).
-    validation: ValidationSet | PaperValidationRows
+    #: ``batches_at(step)``: what to evaluate after a step (fixed, the paper's row of that step, or per source).
+    validation: ValidationSet | PaperValidationRows | MixtureValidation
     meta: dict[str, Any]
     #: Hash of sampled windows of train.bin and val.bin: another corpus of the same size differs.
     content_fingerprint: str
     #: The whole files' sha256 as meta.json records them (checked when the folder was opened); None before.
     content_sha256: str | None = None
+    #: A mixture's sources: name, path, weight and content fingerprint of each ([[data.sources]]); None for one folder.
+    sources: list[dict[str, Any]] | None = None
 
     @property
     def schedule(self) -> BatchSchedule:
@@ -80,12 +88,16 @@ class RunData:
 
     @property
     def train_tokens(self) -> int:
-        """Length of the training split in tokens."""
-        return len(self.loader.tokens)
+        """Length of the training split in tokens (all sources' of a mixture)."""
+        tokens = self.loader.tokens
+        return sum(map(len, tokens)) if isinstance(tokens, list) else len(tokens)
 
 
 def build_data(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
-    """Open ``data.path`` and draw the schedule and validation set of a run on ``world_size`` processes."""
+    """Open ``data.path`` (or ``data.sources``) and draw the schedule and validation set of a run on ``world_size``
+    processes."""
+    if data.sources:
+        return _build_mixture(data, training, validation, rank, world_size)
     train, val, meta = open_token_files(data, training.seq_len)
     schedule = build_batch_schedule(train, training, data, world_size)
     loader = TrainLoader(train, schedule, rank, world_size, training.micro_batch_size, training.grad_accum_steps)
@@ -95,3 +107,26 @@ def build_data(data: Data, training: Training, validation: Validation, rank: int
     digests = [(meta.get("files") or {}).get(split, {}).get("sha256") for split in ("train", "val")]
     sha256 = "-".join(d[:16] for d in digests) if all(isinstance(d, str) for d in digests) else None
     return RunData(loader, val_set, meta, content, sha256)
+
+
+def data_meta(data: Data, seq_len: int) -> dict[str, Any]:
+    """The meta.json of the run's data (a mixture's first source: they share a tokenizer, checked), each folder
+    opened and checked as a run opens it."""
+    return open_sources(data, seq_len)[0].meta if data.sources else open_token_files(data, seq_len)[2]
+
+
+def _build_mixture(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
+    """A mixture's RunData: every source opened and checked, one schedule over them, a validation set per source."""
+    sources = open_sources(data, training.seq_len)
+    global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
+    schedule = MixtureSchedule([len(s.train) for s in sources], [s.weight for s in sources], training.seq_len,
+                               training.steps, global_batch, data.seed)
+    loader = TrainLoader([s.train for s in sources], schedule, rank, world_size, training.micro_batch_size,
+                         training.grad_accum_steps)
+    val_set = MixtureValidation(sources, validation, training.seq_len,
+                                validation.micro_batch_size or training.micro_batch_size)
+    described = [{"name": s.name, "path": str(entry.path), "weight": s.weight,
+                  "content": f"{s.train.content_fingerprint()}-{s.val.content_fingerprint()}"}
+                 for s, entry in zip(sources, data.sources)]
+    content = hashlib.sha256(repr([(d["name"], d["weight"], d["content"]) for d in described]).encode()).hexdigest()
+    return RunData(loader, val_set, sources[0].meta, content[:16], None, described)

@@ -217,10 +217,10 @@ def check_finished_runs(suite: Suite) -> None:
 def check_data(suite: Suite) -> None:
     """Refuse, before the first launch, an unfinished run whose data cannot be opened (one line, not one per run)."""
     from torchnlq.data import token_format as fmt
-    from torchnlq.data.batches import open_token_files
+    from torchnlq.data.loader import data_meta
     from torchnlq.train.preflight import check_data_fits_model, check_job_config
 
-    opened: dict[tuple[str, str, str | None, int], dict[str, Any]] = {}
+    opened: dict[tuple[tuple[str, ...], str, str | None, int], dict[str, Any]] = {}
     for run in suite.runs:
         if is_finished(read_run_info(suite.run_dir(run)), run.steps):
             continue
@@ -228,10 +228,11 @@ def check_data(suite: Suite) -> None:
         data = cfg.data
         if data.synthetic and not fmt.is_complete(Path(data.path).expanduser()):  # the trainer generates it
             continue
-        key = (data.path, data.tokenizer, data.tokenizer_file, cfg.training.seq_len)  # hf: checked against its file
+        paths = tuple(s.path for s in data.sources) or (data.path,)
+        key = (paths, data.tokenizer, data.tokenizer_file, cfg.training.seq_len)  # hf: checked against its file
         try:
             if key not in opened:
-                opened[key] = open_token_files(data, cfg.training.seq_len)[2]
+                opened[key] = data_meta(data, cfg.training.seq_len)
             check_data_fits_model(opened[key], check_job_config(cfg))
         except UserError as e:
             raise UserError(f"{suite.path}: run '{run.name}': {e}") from None

@@ -16,7 +16,7 @@ PRINT_CONFIG = "--print-config"
 
 def preflight(args: list[str]) -> int:
     """Check a config and its data in one process, before torchrun starts several: one ``error:`` line."""
-    from torchnlq.data.batches import open_token_files
+    from torchnlq.data.loader import data_meta
     from torchnlq.train.preflight import check_data_fits_model, check_job_config
     from torchnlq.train.run_lock import RunLock, check_run_folder
 
@@ -24,8 +24,7 @@ def preflight(args: list[str]) -> int:
     model_args = check_job_config(cfg)
     run_dir = Path(cfg.job.dump_folder) / cfg.job.name
     check_run_folder(run_dir)
-    _, _, meta = open_token_files(cfg.data, cfg.training.seq_len)
-    check_data_fits_model(meta, model_args)
+    check_data_fits_model(data_meta(cfg.data, cfg.training.seq_len), model_args)
     if run_dir.is_dir():  # another trainer on this run: one line here, not a torchrun report
         RunLock(run_dir).check_free()
     return 0

@@ -337,8 +337,9 @@ class MetricsLogger:
         return left
 
     def log_validation(self, step: int, mean: float, std: float, seconds: float,
-                       eval_train: tuple[float, float] | None = None) -> None:
-        """Write the validation line and scalars; ``eval_train``: the paper protocol's train estimate (mean, std)."""
+                       eval_train: tuple[float, float] | None = None, per_source: dict[str, float] | None = None) -> None:
+        """Write the validation line and scalars; ``eval_train``: the paper protocol's train estimate (mean, std);
+        ``per_source``: a mixture's loss per source (``loss/val/<name>``; ``mean`` is their weighted mean)."""
         self._validation_s += seconds
         self._last_validation_s = seconds
         figures = [("val", mean, std)] + ([("eval_train", *eval_train)] if eval_train is not None else [])
@@ -349,6 +350,9 @@ class MetricsLogger:
             self.scalar(f"loss/{name}", value, step)
             if finite:
                 self.scalar(f"loss/{name}_std", spread, step)
+        for source, value in (per_source or {}).items():
+            text += f"  {source} {value:.4f}"
+            self.scalar(f"loss/val/{source}", value, step)
         self.logger.info(f"step {step:>6}/{self.total_steps}{text}  ({seconds:.1f}s)")
 
     def close(self, end: RunEnd | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from torchnlq.config.job_config import JobConfig, Metrics
+from torchnlq.config.job_config import Data, JobConfig, Metrics
 from torchnlq.config.registries import registry_choices
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
@@ -138,6 +138,9 @@ def config_warnings(cfg: JobConfig) -> list[str]:
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)
         warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
+    if cfg.data.sources and cfg.data.path != Data().path:
+        warnings.append(f"data.path = {cfg.data.path!r} is not read: the run trains on its [[data.sources]]; "
+                        "remove data.path (or the sources)")
     # Runs that cannot do what they look like: a warmup as long as the run, validation dwarfing training.
     t, s, v = cfg.training, cfg.lr_schedule, cfg.validation
     if s.warmup_steps >= t.steps:

@@ -245,9 +245,11 @@ class Trainer:
             tokenizer=tokenizer,
             seq_len=tcfg.seq_len,
             data=DataRecord(
-                path=str(cfg.data.path), train_tokens=data.train_tokens, seed=cfg.data.seed,
+                path=str(cfg.data.path) if not cfg.data.sources else "+".join(d["path"] for d in data.sources),
+                train_tokens=data.train_tokens, seed=cfg.data.seed,
                 global_batch=data.schedule.global_batch, batch_fingerprint=data.schedule.fingerprint(),
                 content_fingerprint=data.content_fingerprint, content_sha256=data.content_sha256,
+                sources=data.sources,
             ),
             validation=ValidationRecord(
                 seed=cfg.validation.seed, sequences=cfg.validation.sequences,
@@ -317,6 +319,10 @@ class Trainer:
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
             f"batch fingerprint {self.data.schedule.fingerprint()}"
         )
+        if self.data.sources:  # a mixture: what each source is and how much of every batch it gives
+            total = sum(d["weight"] for d in self.data.sources)
+            self.logger.info("data mixture: " + " | ".join(
+                f"{d['name']} ({d['path']}): {d['weight'] / total:.1%} of the sequences" for d in self.data.sources))
         # The settings that decide whether a run can work: schedule, precision, compile, checkpointing.
         compiled = "per block + head loss" if t.compile else "off"
         head = (f"{self.loss_chunk_tokens}-token chunks" if self.loss_chunk_tokens else "full logits")
@@ -433,7 +439,8 @@ class Trainer:
     def validate(self) -> float:
         """Evaluate on the validation batches (and the paper protocol's eval_train row), log it, return the mean loss."""
         result = self.validator.run(self.model, self.step)
-        self.metrics.log_validation(self.step, result.mean, result.std, result.seconds, result.eval_train)
+        self.metrics.log_validation(self.step, result.mean, result.std, result.seconds, result.eval_train,
+                                    result.per_source)
         self.record.last_val_loss = result.mean
         return result.mean
 
@@ -535,7 +542,8 @@ class Trainer:
         end: RunEnd = "failure"  # how this start ends, for the metrics (MetricsLogger.close), unless the loop says
         try:
             self.profiler.start(self.step)
-            if self.validator.due_before_training(self.step):  # the paper's evaluation at iteration 0
+            # The paper's evaluation at iteration 0; a branch's at its branch point (the trunk's weights there).
+            if self.validator.due_before_training(self.step, branch=self.start.kind == "initial" and self.step > 0):
                 self.validate()
             while self.step < steps:
                 loss, grad_norm = self.train_step()

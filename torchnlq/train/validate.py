@@ -15,6 +15,7 @@ from torch import nn
 
 from torchnlq.config.job_config import Validation
 from torchnlq.data.batches import PaperValidationRows, ValidationSet
+from torchnlq.data.mixture import MixtureValidation
 from torchnlq.models.lm_loss import cross_entropy
 from torchnlq.pause_points import pause_point
 
@@ -72,13 +73,15 @@ class ValidationResult:
     seconds: float
     #: (mean, std) over the paper protocol's eval_train row of the step (the paper's "train loss"); None otherwise.
     eval_train: tuple[float, float] | None = None
+    #: A mixture's loss per source, by name (``mean`` is then their mean weighted as training draws them).
+    per_source: dict[str, float] | None = None
 
 
 class Validator:
     """The run's validation batches, when to evaluate them, and the last result (all ranks :meth:`run` together)."""
 
     def __init__(
-        self, cfg: Validation, source: ValidationSet | PaperValidationRows, device: torch.device,
+        self, cfg: Validation, source: ValidationSet | PaperValidationRows | MixtureValidation, device: torch.device,
         autocast: Callable[[], contextlib.AbstractContextManager], rank: int = 0, world_size: int = 1,
     ) -> None:
         self.cfg, self.source, self.device = cfg, source, device
@@ -91,15 +94,20 @@ class Validator:
         sequences = sum(len(x) for x, _ in self.source.batches_at(0))
         if self.cfg.protocol == "paper":
             return f"{sequences:,} sequences of the paper's row of each step, as many of its eval_train row; and step 0"
+        parts = getattr(self.source, "parts_at", None)
+        if parts is not None:
+            return f"{self.cfg.sequences:,} fixed sequences of each of {len(parts(0))} sources"
         return f"{sequences:,} fixed sequences"
 
     def due(self, step: int, last: bool) -> bool:
         """Whether to validate after ``step`` (1-based updates done)."""
         return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
-    def due_before_training(self, step: int) -> bool:
-        """Whether to validate before the first update (the paper's protocol, at step 0 only: not on a resume)."""
-        return self.cfg.enabled and self.cfg.protocol == "paper" and step == 0
+    def due_before_training(self, step: int, branch: bool = False) -> bool:
+        """Whether to validate before the first update: the paper's protocol at step 0 (not on a resume), and a
+        ``branch`` (a run that goes on from another run's checkpoint) at its branch point, so that branched decays
+        share a validation step with each other and their trunk."""
+        return self.cfg.enabled and ((self.cfg.protocol == "paper" and step == 0) or (branch and step > 0))
 
     def run(self, model: nn.Module, step: int) -> ValidationResult:
         """Evaluate ``model`` on ``batches_at(step)`` (and the paper protocol's eval_train row of ``step``)."""
@@ -108,6 +116,14 @@ class Validator:
         progress = self._progress_reporter(start)
         evaluate_at = functools.partial(evaluate, model, device=self.device, autocast=self.autocast, rank=self.rank,
                                         world_size=self.world_size, progress=progress)
+        parts = getattr(self.source, "parts_at", None)
+        if parts is not None:  # a mixture: each source's loss, and their mean weighted as training draws them
+            results = [(name, weight, evaluate_at(batches)) for name, weight, batches in parts(step)]
+            total = sum(weight for _, weight, _ in results)
+            mean = sum(weight * loss for _, weight, (loss, _) in results) / total
+            _, std = evaluate_at(self.source.batches_at(step))  # the spread over every micro-batch
+            return ValidationResult(mean, std, time.perf_counter() - start,
+                                    per_source={name: loss for name, _, (loss, _) in results})
         mean, std = evaluate_at(self.source.batches_at(step))
         train_rows = getattr(self.source, "train_batches_at", None)
         eval_train = evaluate_at(train_rows(step)) if train_rows is not None else None
