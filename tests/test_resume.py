@@ -84,11 +84,11 @@ def test_muon_groups_and_wsd_resume_bitwise(tmp_path: Path) -> None:
     for (name, p), q in zip(resumed.model.named_parameters(), fresh.model.parameters()):
         assert torch.equal(p, q), name
     # Resuming with other optimizer groups is refused by the record, in one line, before any state is read.
-    with pytest.raises(UserError, match="saved with optimizer.muon='muon, 8 tensors' but this run has optimizer.muon='muon, 12 tensors'"):
+    with pytest.raises(UserError, match="optimizer.muon 'muon, 8 tensors' there, 'muon, 12 tensors' here"):
         cfg = config("full", training__steps=14)
         cfg.optimizer.groups = []
         Trainer(cfg)
-    with pytest.raises(UserError, match="saved with optimizer.decay='adamw, 2 tensors' but this run has optimizer.decay="):
+    with pytest.raises(UserError, match="optimizer.decay 'adamw, 2 tensors' there, "):
         Trainer(tiny_config(tmp_path, "full", 14))
 
 
@@ -241,3 +241,20 @@ def test_a_branched_decay_continues_the_source_run_at_its_step(tmp_path: Path) -
     compare_runs([tmp_path / "outputs/straight", tmp_path / "outputs/decay4"], tmp_path / "outputs/straight",
                  tmp_path / "cmp")
     assert f"- decay4: started from {source}" in (tmp_path / "cmp/comparison.md").read_text()
+
+
+def test_every_differing_setting_is_named_at_once_in_the_terms_of_the_operation(tmp_path: Path) -> None:
+    train(tmp_path, "source", steps=4)
+    source = tmp_path / "outputs/source/checkpoints/step-4"
+    changed = dict(model__dim=48, model__n_layers=3, model__rope_theta=500000.0)
+    with pytest.raises(UserError) as loading:
+        Trainer(tiny_config(tmp_path, "other", 4, checkpoint__initial_load_path=str(source), **changed))
+    message = str(loading.value)
+    assert "holds another model than this run describes" in message and "to load its weights" in message
+    assert "model.dim 32 there, 48 here" in message and "model.n_layers 2 there, 3 here" in message
+    assert "resume" not in message and "\n" not in message
+    with pytest.raises(UserError) as resuming:
+        Trainer(tiny_config(tmp_path, "source", 8, **changed))
+    message = str(resuming.value)
+    assert "was saved with other settings than this run has" in message and "resume with the original" in message
+    assert "model.dim 32 there, 48 here" in message and "model.n_layers 2 there, 3 here" in message

@@ -202,20 +202,27 @@ FINGERPRINT_KEYS_ADDED_LATER = frozenset({"data.content", "data.content_sha256",
 FINGERPRINT_KEYS_REMOVED = frozenset({"model.query.fuse_kv"})
 
 
-def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
-    """Refuse to resume when model shape or data differ (the sections in ``current``); name the first difference."""
+def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: str, loading: bool = False) -> None:
+    """Refuse a checkpoint whose model shape or data differ (the sections in ``current``), naming every difference
+    at once; ``loading``: for an initial load of its weights (the fix is then the checkpoint's values), else a
+    resume (the fix is the run's original settings)."""
     saved = flatten({k: v for k, v in saved.items() if k in current})
     current = flatten(current)
+    differences = []
     for key in sorted(set(saved) | set(current)):
         added_later = key in FINGERPRINT_KEYS_ADDED_LATER and (key not in saved or key not in current)
         if added_later or key in FINGERPRINT_KEYS_REMOVED:
             continue
         if saved.get(key) != current.get(key):
-            raise UserError(
-                f"{where} was saved with {key}={saved.get(key)!r} but this run has {key}={current.get(key)!r}; "
-                "resume with the original settings, or start a new run (--job.name) or from its weights "
-                "(--checkpoint.initial_load_path)"
-            )
+            differences.append(key)
+    if not differences:
+        return
+    listed = "; ".join(f"{key} {saved.get(key)!r} there, {current.get(key)!r} here" for key in differences)
+    if loading:
+        raise UserError(f"{where} holds another model than this run describes ({listed}); to load its weights, set "
+                        "these to the checkpoint's values (or drop checkpoint.initial_load_path)")
+    raise UserError(f"{where} was saved with other settings than this run has ({listed}); resume with the original "
+                    "settings, or start a new run (--job.name) or from its weights (--checkpoint.initial_load_path)")
 
 
 def _barrier() -> None:

@@ -172,7 +172,8 @@ def _continue(record: RunRecord, saved: RunRecord) -> None:
 def _load_weights(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
     """Load only the weights of another run's DCP checkpoint; returns a note for the log ("")."""
     meta = read_meta(path)
-    compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}")
+    compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}",
+                         loading=True)
     model_sd, _ = get_state_dict(model, [])
     state = {MODEL_KEY: model_sd}
     try:
@@ -191,7 +192,7 @@ def _load_pretrained(path: str, model: nn.Module, model_fingerprint: dict[str, A
     # Upcycling compares the shapes as if this run's query were the source's linear one.
     expected = dataclasses.replace(run_args, query=source_args.query) if upcycling else run_args
     compare_fingerprints({"model": source_args.to_dict()}, {"model": expected.to_dict()},
-                         f"checkpoint.initial_load_path {path}")
+                         f"checkpoint.initial_load_path {path}", loading=True)
     set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
                    options=StateDictOptions(full_state_dict=True, strict=not upcycling))
     return "upcycled: its W_Q anchors this run's queries, f starts at zero" if upcycling else ""
