@@ -254,6 +254,21 @@ class Data:
 
 
 @dataclass
+class Downstream:
+    """Multiple-choice tasks scored in the loop (HellaSwag's JSON-lines format; docs/monitoring.md, "Downstream")."""
+
+    tasks: list[str] = option(
+        [], "HellaSwag-format .jsonl files (ctx, endings, label) to score every interval steps: acc and "
+        "length-normalised acc_norm per task, logged as downstream/<file name>/...; empty: none.",
+    )
+    interval: int | None = option(None, "Score them every this many steps (and at the end); unset: validation.interval.",
+                                  min=1)
+    max_examples: int = option(500, "Rows read from each task (its first ones): the cost of one evaluation is "
+                                    "their endings, one forward sequence each.", min=1)
+    batch_size: int = option(16, "Sequences per forward while scoring.", min=1)
+
+
+@dataclass
 class Validation:
     """Validation batches, identical for every model: one fixed set, or the paper's row per evaluation."""
 
@@ -417,6 +432,7 @@ class JobConfig:
     lr_schedule: LRSchedule = section(LRSchedule, "Warmup + cosine schedule.")
     data: Data = section(Data, "Token files and tokenizer.")
     validation: Validation = section(Validation, "Fixed validation batches.")
+    downstream: Downstream = section(Downstream, "Multiple-choice tasks scored in the loop.")
     metrics: Metrics = section(Metrics, "Logging.")
     parallelism: Parallelism = section(Parallelism, "Data parallelism (FSDP2/HSDP).")
     activation_checkpoint: ActivationCheckpoint = section(ActivationCheckpoint, "Activation checkpointing.")

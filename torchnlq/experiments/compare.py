@@ -49,6 +49,8 @@ class RunData:
     weights: dict[str, dict[int, float]] = field(default_factory=dict)
     # "lr", and lr/<group> for each optimizer group when the groups are not the paper's two: {step: value}
     lrs: dict[str, dict[int, float]] = field(default_factory=dict)
+    # task -> {step: acc_norm} of the multiple-choice tasks scored in the loop ([downstream]), if any
+    downstream: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def seed(self) -> Any:
@@ -113,8 +115,10 @@ def load_run(path: Path) -> RunData:
         raise UserError(f"run '{path}' has no validation losses (loss/val) in {path / 'tb'}")
     weights = {tag: values for tag, values in scalars.items() if tag.startswith("weights/layer")}
     lrs = {tag: values for tag, values in scalars.items() if tag == "lr" or tag.startswith("lr/")}
+    downstream = {tag.split("/")[1]: values for tag, values in scalars.items()
+                  if tag.startswith("downstream/") and tag.endswith("/acc_norm")}
     return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}), weights,
-                   lrs)
+                   lrs, downstream)
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
@@ -297,18 +301,29 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
     differing = differing_keys(groups)
     for g in groups:  # a key a run's config lacks (an older trainer's) is None
         g.row |= {key: _flatten(result_config(g.runs[0].config)).get(key) for key in differing}
+    for task in downstream_tasks(runs):  # beside the loss: the task's acc_norm where every run of a group scored it
+        for g in groups:
+            values = [r.downstream.get(task, {}).get(at.of(r)) for r in g.runs]
+            g.row[f"{task} acc_norm"] = statistics.fmean(values) if None not in values else None
     return groups, base, at
+
+
+def downstream_tasks(runs: list[RunData]) -> list[str]:
+    """The multiple-choice tasks any run scored in its loop, in order of first appearance."""
+    return list(dict.fromkeys(task for r in runs for task in r.downstream))
 
 
 def markdown_table(groups: list[Group], at: Point) -> str:
     """The comparison as a Markdown table (one row per seed group; a step column where the runs' steps differ)."""
     differing = differing_keys(groups)
     steps = len(set(at.steps.values())) > 1
+    tasks = [key for key in groups[0].row if key.endswith(" acc_norm")]
     lines = [
         "| run | seeds | query | non-emb params | max LR | min LR | weight decay | "
-        + "".join(f"{key} | " for key in differing) + ("step | " if steps else "") + f"{at.header} | rel. improvement |",
+        + "".join(f"{key} | " for key in differing) + ("step | " if steps else "") + f"{at.header} | rel. improvement |"
+        + "".join(f" {task} |" for task in tasks),
         "| --- | --- | --- | ---: | ---: | ---: | ---: | " + "--- | " * len(differing) + ("---: | " if steps else "")
-        + "---: | ---: |",
+        + "---: | ---: |" + " ---: |" * len(tasks),
     ]
     for g in groups:
         r = g.row
@@ -318,7 +333,8 @@ def markdown_table(groups: list[Group], at: Point) -> str:
         lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
                      f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | "
                      + "".join(f"{_cell(r[key])} | " for key in differing) + (f"{r['step']} | " if steps else "")
-                     + f"{loss} | {gain} |")
+                     + f"{loss} | {gain} |" + "".join(" – |" if r[task] is None else f" {r[task]:.4f} |"
+                                                      for task in tasks))
     return "\n".join(lines)
 
 

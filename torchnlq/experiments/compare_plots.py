@@ -121,7 +121,30 @@ def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple
         plots[f"weights_{matrix}_{stat}.png"] = png(draw_weight_dynamics(groups, matrix, stat, x))
     if any(tag.startswith("lr/") for g in groups for tag in g.runs[0].lrs):  # groups of their own (Muon, patterns)
         plots["learning_rates.png"] = png(draw_learning_rates(groups, x))
+    if any(r.downstream for g in groups for r in g.runs):  # tasks scored in the loop ([downstream])
+        plots["downstream.png"] = png(draw_downstream(groups, x))
     return plots, ""
+
+
+def draw_downstream(groups: list[Group], x: str = "steps") -> Any:
+    """Each multiple-choice task's length-normalised accuracy over training, a line per group (its seeds' mean), one
+    panel per task."""
+    import matplotlib.pyplot as plt
+
+    scales = _scales(groups, x)
+    tasks = list(dict.fromkeys(task for g in groups for r in g.runs for task in r.downstream))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for index, g in enumerate(groups):
+            xs, mean, _ = mean_curve([_on_axis(r.downstream[task], scales[id(r)]) for r in g.runs if task in r.downstream])
+            if xs:
+                ax.plot(xs, mean, color=f"C{index}", lw=1.6, marker=".", label=g.name)
+        _x_axis(ax, x)
+        ax.set_ylabel("acc_norm")
+        ax.set_title(f"{task}: length-normalised accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
 
 
 def draw_learning_rates(groups: list[Group], x: str = "steps") -> Any:

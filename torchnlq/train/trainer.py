@@ -25,6 +25,7 @@ from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
+from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import GPT
@@ -34,6 +35,7 @@ from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, 
 from torchnlq.pause_points import pause_point
 from torchnlq.train.cpu_allocator import keep_freed_memory
 from torchnlq.train.diagnostics import QueryDiagnostics
+from torchnlq.train.downstream import Downstream
 from torchnlq.train.metrics import (
     HParam,
     MetricsLogger,
@@ -114,6 +116,10 @@ class Trainer:
         #: The name of each of the optimizer's parameter groups, in its order (logged as lr/<name>).
         self.group_names = group_names(self.group_plans)
         self.record = self._new_record()
+        # The tasks are read now: a missing or malformed file is one line before the run folder exists.
+        tokenizer = (build_tokenizer(cfg.data.tokenizer, cfg.data.tiktoken_file, tokenizer_file=cfg.data.tokenizer_file,
+                                     eot_token=cfg.data.eot_token) if cfg.downstream.tasks else None)
+        self.downstream = Downstream(cfg.downstream, cfg.validation.interval, tokenizer, self.autocast)
         self._consecutive_skips = 0
         self._first_nonfinite = torch.zeros((), dtype=torch.long, device=self.device)  # 0: none (stop mode)
 
@@ -339,6 +345,8 @@ class Trainer:
             f"head loss {head} | "
             f"activation checkpointing {cfg.activation_checkpoint.mode} | validation {validation}"
         )
+        if self.downstream.tasks:
+            self.logger.info(f"downstream tasks {self.downstream.describe()}")
         groups = " | ".join(plan.describe() for plan in self.group_plans)
         self.logger.info(f"optimizer groups: {groups}")
         self._log_memory_estimate()
@@ -443,6 +451,15 @@ class Trainer:
                                     result.per_source)
         self.record.last_val_loss = result.mean
         return result.mean
+
+    def log_downstream(self) -> None:
+        """Score the multiple-choice tasks (all ranks: FSDP's forwards) and log acc, acc_norm per task."""
+        figures = self.downstream.run(self.model)
+        for tag, value in figures.items():
+            self.metrics.scalar(tag, value, self.step)
+        scores = ", ".join(f"{tag.split('/')[1]} {value:.4f}" for tag, value in figures.items() if tag.endswith("acc_norm"))
+        self.logger.info(f"step {self.step:>6}/{self.cfg.training.steps}  downstream acc_norm: {scores}  "
+                         f"({figures['downstream/seconds']:.1f}s)")
 
     def log_query_diagnostics(self) -> None:
         """Per-layer query statistics on the first validation batch (all ranks run it: FSDP needs them)."""
@@ -551,7 +568,7 @@ class Trainer:
                 pause_point("step", step)  # fault tests: a step done, nothing of it logged or saved
                 self.metrics.count_tokens(self.tokens_per_step)
                 if any(piece.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
-                                                           self.weight_dynamics, self.checkpointer)):
+                                                           self.weight_dynamics, self.downstream, self.checkpointer)):
                     self._raise_if_diverged()  # the only wait for the device in most steps
                 if self.metrics.due(step, last):
                     self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
@@ -563,6 +580,8 @@ class Trainer:
                     self.log_query_diagnostics()
                 if self.weight_dynamics.due(step, last):
                     self.log_weight_dynamics()
+                if self.downstream.due(step, last):
+                    self.log_downstream()
                 saved = self.checkpointer.due(step, last)
                 if saved:
                     with preemption.deferred():  # a signal during a save waits until it is written
