@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Convert a training checkpoint (or an export) into a standalone model folder.
+"""Convert a training checkpoint (or an export, or a Hugging Face GPT-2/Llama/Qwen3 folder) into a model folder.
 
 Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-5000
@@ -7,6 +7,7 @@ Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-hf --format hf
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-gpt2 --format hf-gpt2
     python scripts/convert_checkpoint.py outputs/llama/checkpoints/step-100 exports/llama --format hf-llama
+    python scripts/convert_checkpoint.py outputs/qknorm/checkpoints/step-100 exports/qwen3 --format hf-qwen3
 
 OUT must be a new folder, or with --overwrite a previous export (only its files are replaced).
 Refused even with --overwrite: the checkpoint itself or a folder containing or inside it, the
@@ -17,6 +18,7 @@ parents, and any folder that is not a torchnlq export. See docs/checkpoints.md (
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -25,18 +27,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
+#: --format -> (module, function) of its writer, each (source, out, dtype, overwrite=...) -> the folder written.
+FORMATS = {
+    "safetensors": ("torchnlq.interop.export", "export_safetensors"),
+    "hf": ("torchnlq.interop.hf_export", "export_hf"),
+    "hf-gpt2": ("torchnlq.interop.hf_gpt2", "export_hf_gpt2"),
+    "hf-llama": ("torchnlq.interop.hf_llama", "export_hf_llama"),
+    "hf-qwen3": ("torchnlq.interop.hf_qwen3", "export_hf_qwen3"),
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained), "
         "a Hugging Face transformers folder of any query type (hf: AutoModelForCausalLM.from_pretrained) "
-        "or a Hugging Face GPT-2 or Llama folder of a linear-query model without remote code (hf-gpt2: "
-        "transformers.GPT2LMHeadModel; hf-llama, Llama-style blocks: transformers.LlamaForCausalLM).",
+        "or a Hugging Face GPT-2, Llama or Qwen3 folder of a linear-query model without remote code (hf-gpt2: "
+        "transformers.GPT2LMHeadModel; hf-llama, Llama-style blocks: transformers.LlamaForCausalLM; hf-qwen3, "
+        "Llama-style blocks with model.qk_norm: transformers.Qwen3ForCausalLM).",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder or a safetensors export")
+    p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder, a safetensors export or a "
+                   "Hugging Face GPT-2, Llama or Qwen3 folder")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
-    p.add_argument("--format", default="safetensors", choices=("safetensors", "hf", "hf-gpt2", "hf-llama"), help="output format")
+    p.add_argument("--format", default="safetensors", choices=tuple(FORMATS), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
     p.add_argument("--tiktoken-file", default=None, help="GPT-2 .tiktoken ranks file, for a gpt2 model that carries "
@@ -55,22 +68,9 @@ def main(argv: list[str]) -> int:
 
     loaded = load_model(args.checkpoint)
     loaded.tiktoken_file = args.tiktoken_file
-    if args.format == "hf":
-        from torchnlq.interop.hf_export import export_hf
-
-        out = export_hf(loaded, args.out, args.dtype, overwrite=args.overwrite)
-    elif args.format == "hf-gpt2":
-        from torchnlq.interop.hf_gpt2 import export_hf_gpt2
-
-        out = export_hf_gpt2(loaded, args.out, args.dtype, overwrite=args.overwrite)
-    elif args.format == "hf-llama":
-        from torchnlq.interop.hf_llama import export_hf_llama
-
-        out = export_hf_llama(loaded, args.out, args.dtype, overwrite=args.overwrite)
-    else:
-        from torchnlq.interop.export import export_safetensors
-
-        out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    module, writer = FORMATS[args.format]
+    export = getattr(importlib.import_module(module), writer)  # imported on use: --help stays fast
+    out = export(loaded, args.out, args.dtype, overwrite=args.overwrite)
     step = loaded.meta.get("step", "?")
     print(f"wrote {out} ({args.format}, {args.dtype}, {loaded.model.num_params():,} parameters, step {step})")
     return 0

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Evaluate a checkpoint or export: validation loss on a data folder, or multiple-choice accuracy.
+"""Evaluate a checkpoint, an export or a Hugging Face GPT-2/Llama/Qwen3 folder: validation loss on a data folder,
+or multiple-choice accuracy.
 
 --data: the validation loss and perplexity on the run's own fixed validation windows (its
 seq_len, validation seed and micro-batch size, recorded in the checkpoint), so on the same data
-the loss equals the val_loss training logged at that step. The data is tokenized already: no
+the loss equals the val_loss training logged at that step (a Hugging Face folder records no settings:
+--sequences, and --seq-len below its context). The data is tokenized already: no
 tokenizer file (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE) is needed, for any model.
 
 --multiple-choice: the accuracy on a HellaSwag-format JSON-lines file (ctx or ctx_a + ctx_b,
@@ -14,6 +16,7 @@ one the checkpoint or export carries. Nothing is written.
 Examples:
     python scripts/evaluate.py outputs/run/checkpoints/step-5000 --data data/openwebtext
     python scripts/evaluate.py exports/run-5000 --multiple-choice hellaswag_val.jsonl --limit 1000
+    python scripts/evaluate.py path/to/hf_llama --data data/llama_tokens --sequences 64 --seq-len 1024
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ MULTIPLE_CHOICE_ONLY = ("limit", "batch_size", "tiktoken_file")
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Validation loss and perplexity of a torchnlq checkpoint or export on fixed validation "
+        description="Validation loss and perplexity of a torchnlq checkpoint or export (or a Hugging Face GPT-2, "
+        "Llama or Qwen3 folder) on fixed validation "
         "sequences (--data), or its accuracy on multiple-choice questions (--multiple-choice).",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
+    p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder, an export folder or "
+                   "a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: safetensors)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--data", default=None, help="data folder with train.bin, val.bin and meta.json")
     what.add_argument("--multiple-choice", metavar="FILE.jsonl", default=None,

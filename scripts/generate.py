@@ -1,15 +1,17 @@
 #!/usr/bin/env python
-"""Sample text from a checkpoint or an export, with a KV cache.
+"""Sample text from a checkpoint, an export or a Hugging Face GPT-2/Llama/Qwen3 folder, with a KV cache.
 
 Examples:
     python scripts/generate.py outputs/run/checkpoints/step-5000 --prompt "To be" --max-new-tokens 50
     python scripts/generate.py exports/run-5000 --prompt "Once" --temperature 0        # greedy
     python scripts/generate.py old-checkpoint --prompt "The" --tiktoken-file ../shared/data/gpt2.tiktoken
+    python scripts/generate.py path/to/hf_llama --prompt "Once" --temperature 0   # save_pretrained, safetensors
 
 Prints the prompt followed by the continuation on stdout; a note on stderr
 says when sampling stopped early (end-of-text or a full context). The tokenizer
 is the one the checkpoint or export carries (a gpt2 checkpoint's tokenizer.tiktoken,
-an export's vocab.json, the tokenizer.json of a model trained with data.tokenizer = "hf");
+an export's vocab.json, the tokenizer.json of a model trained with data.tokenizer = "hf" or of a
+Hugging Face folder);
 --tiktoken-file is needed only for a gpt2 model saved without it (before torchnlq carried
 it, or by a run that could not find it); it (or $TORCHNLQ_TIKTOKEN_FILE) also gives GPT-2's
 tokenizer to a model that records none (an import of a GPT-2 folder saved without one).
@@ -29,10 +31,12 @@ from torchnlq.config.plugins import add_plugins_option, import_plugins_option  #
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Sample a continuation of a prompt from a torchnlq checkpoint or export.",
+        description="Sample a continuation of a prompt from a torchnlq checkpoint or export, or a Hugging Face "
+        "GPT-2, Llama or Qwen3 folder.",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder or an export folder")
+    p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder, an export folder or "
+                   "a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: safetensors)")
     p.add_argument("--prompt", default="", help="text to continue (empty: start from end-of-text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens to sample at most")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (argmax)")

@@ -6,12 +6,13 @@ Examples:
     python scripts/upcycle.py hf/gpt2 exports/gpt2-anchored --query anchored # + f on every block, f = 0 at start
     python scripts/upcycle.py hf/gpt2 exports/gpt2-anchored6 --query anchored --layers 6-11 --freeze-anchor
     python scripts/upcycle.py outputs/run/checkpoints/step-5000 exports/run-anchored --query anchored
+    python scripts/upcycle.py hf/llama exports/llama-anchored --query anchored  # a Llama or Qwen3 folder too
 
-SOURCE is a Hugging Face GPT-2 folder (GPT2LMHeadModel.save_pretrained: config.json + model.safetensors;
+SOURCE is a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: config.json + model.safetensors;
 pytorch_model.bin is never unpickled) or a torchnlq checkpoint or export with a linear query. OUT is a
-safetensors export whose logits equal SOURCE's, with SOURCE's tokenizer; a folder saved without one
-whose vocabulary is GPT-2's gets GPT-2's (--tiktoken-file, else $TORCHNLQ_TIKTOKEN_FILE or tiktoken's
-cache). Train from it with
+safetensors export whose logits equal SOURCE's, with SOURCE's tokenizer (a tokenizer.json with its special
+tokens and chat template, a checkpoint's ranks); a folder saved without one whose vocabulary is GPT-2's
+gets GPT-2's (--tiktoken-file, else $TORCHNLQ_TIKTOKEN_FILE or tiktoken's cache). Train from it with
 --checkpoint.initial_load_path OUT and the same [model] settings (train_configs/gpt2_small_anchored.toml).
 See docs/reproduce.md ("Beyond the paper: starting from a pretrained GPT-2").
 """
@@ -29,11 +30,13 @@ from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Import a Hugging Face GPT-2 folder (or a linear-query torchnlq model) as a torchnlq export, "
+        description="Import a Hugging Face GPT-2, Llama or Qwen3 folder (or a linear-query torchnlq model) as a "
+        "torchnlq export, "
         "optionally giving its queries the anchored nonlinear branch Q = X·W_Q + f(X) with f = 0 at the start.",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("source", metavar="SOURCE", help="a Hugging Face GPT-2 folder, or a torchnlq checkpoint or export")
+    p.add_argument("source", metavar="SOURCE", help="a Hugging Face GPT-2, Llama or Qwen3 folder, or a torchnlq "
+                   "checkpoint or export")
     p.add_argument("out", metavar="OUT", help="output export folder (new, or a previous export with --overwrite)")
     p.add_argument("--query", default="linear", choices=("linear", "anchored"), help="the query of the result")
     p.add_argument("--layers", default="all", help="anchored: the blocks that get f ('all', '6-11', '0,3,11')")

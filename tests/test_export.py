@@ -210,12 +210,15 @@ def test_shape_mismatch_names_the_tensor(tmp_path):
 
 
 @pytest.mark.integration  # loads transformers (the optional dev extra): seconds
-def test_hf_folder_is_not_a_torchnlq_export(tmp_path):
+def test_a_hugging_face_gpt2_export_loads_back_as_the_same_model(tmp_path):
+    """load_model opens a Hugging Face folder too (generate.py, evaluate.py): the same logits as the source."""
     pytest.importorskip("transformers")
     model = tiny_model()
     export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
-    with pytest.raises(UserError, match="Hugging Face"):
-        load_model(tmp_path / "hf")
+    loaded = load_model(tmp_path / "hf")
+    x = torch.randint(0, model.args.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- Hugging Face GPT-2

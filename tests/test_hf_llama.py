@@ -20,7 +20,8 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.interop.hf_llama import export_hf_llama
 from torchnlq.interop.load import LoadedModel, load_model
-from torchnlq.interop.upcycle import read_hf_model, upcycle
+from torchnlq.interop.hf_folder import read_hf_model
+from torchnlq.interop.upcycle import upcycle
 from torchnlq.models import GPT, ModelArgs
 
 from helpers.train import tiny_config
@@ -65,8 +66,13 @@ def save_random_llama(folder: Path, **config: object) -> Path:
 
 @pytest.fixture(scope="module")
 def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_random_llama(tmp_path_factory.mktemp("llama") / "hf", rope_scaling=SCALING, rope_theta=5e5,
-                             tie_word_embeddings=False)
+    """A Llama as real ones ship: its tokenizer saved beside the weights (tests/test_hf_folders_in.py has more)."""
+    from test_hf_folders_in import shipped_tokenizer
+
+    folder = save_random_llama(tmp_path_factory.mktemp("llama") / "hf", rope_scaling=SCALING, rope_theta=5e5,
+                               tie_word_embeddings=False)
+    shipped_tokenizer().save_pretrained(folder)
+    return folder
 
 
 def llama_style(qtype: str = "linear", **kw: object) -> GPT:
@@ -166,6 +172,7 @@ def test_an_imported_llama_exports_back(llama_folder: Path, tmp_path: Path) -> N
     out = export_hf_llama(upcycle(llama_folder), tmp_path / "back")
     x = tokens()
     assert max_relative_error(hf_logits(out, x), hf_logits(llama_folder, x)) <= 1e-6
+    assert (out / "tokenizer.json").read_bytes() == (llama_folder / "tokenizer.json").read_bytes()
 
 
 def test_reading_refuses_what_torchnlq_cannot_compute(tmp_path: Path) -> None:

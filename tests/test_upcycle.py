@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from torchnlq.interop.load import load_model
-from torchnlq.interop.upcycle import read_hf_model, upcycle
+from torchnlq.interop.hf_folder import read_hf_model
+from torchnlq.interop.upcycle import upcycle
 from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
@@ -123,7 +124,7 @@ def test_an_imported_gpt2_exports_back_to_transformers(gpt2_folder: Path, tmp_pa
 
 
 def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="is neither a Hugging Face GPT-2 or Llama folder"):
+    with pytest.raises(UserError, match="nor a Hugging Face GPT-2, Llama or Qwen3 folder"):
         upcycle(tmp_path)
     with pytest.raises(UserError, match="names blocks outside 0..2"):
         upcycle(gpt2_folder, Query(type="anchored", layers="2-3"))
@@ -348,3 +349,37 @@ def test_an_import_of_another_vocabulary_without_a_tokenizer_is_refused(gpt2_fol
     source = with_a_byte_tokenizer(gpt2_folder, tmp_path / "with")
     assert run_script(capsys, "upcycle", source, tmp_path / "out")[0] == 0
     assert load_model(tmp_path / "out").tokenizer["name"] == "byte"
+
+
+@pytest.mark.parametrize("kind", ["byte", "gpt2", "hf"])
+def test_a_checkpoint_of_any_tokenizer_upcycles_with_the_tokenizer_it_carries(kind: str, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """upcycle.py CKPT OUT --query anchored, offline and without --tiktoken-file: the export carries the tokenizer
+    the checkpoint carries (a gpt2 run's ranks, an hf run's tokenizer.json), and encodes as it does."""
+    from helpers.checkpoints import tiny_model, write_checkpoint
+    from helpers.data import write_toy_tiktoken
+    from torchnlq.data.tokenizer import HFTokenizer, build_tokenizer
+    from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, tokenizer_from_folder
+
+    from test_hf_folders_in import shipped_tokenizer
+
+    monkeypatch.delenv("TORCHNLQ_TIKTOKEN_FILE", raising=False)
+    ckpt, carried = tmp_path / "ckpt", None
+    if kind == "gpt2":
+        ranks = write_toy_tiktoken(tmp_path / "toy.tiktoken")
+        carried, name = build_tokenizer("gpt2", str(ranks), expected_hash=None), TOKENIZER_RANKS_FILE
+        data = ranks.read_bytes()
+    elif kind == "hf":
+        shipped_tokenizer().save_pretrained(tmp_path / "tok")
+        data = (tmp_path / "tok" / "tokenizer.json").read_bytes()
+        carried, name = HFTokenizer(data, tmp_path / "tok" / "tokenizer.json"), "tokenizer.json"
+    description = carried.describe() if carried is not None else dict(BYTE_TOKENIZER)
+    write_checkpoint(ckpt, tiny_model(vocab_size=max(320, description["vocab_size"])), tokenizer=description)
+    if carried is not None:
+        (ckpt / name).write_bytes(data)  # what the trainer's checkpoints carry
+    assert run_cli(load_script("upcycle").main, [str(ckpt), str(tmp_path / "out"), "--query", "anchored"]) == 0
+    text = "the thing in the king's house"
+    expected = (carried or build_tokenizer("byte")).encode(text)
+    assert tokenizer_from_folder(tmp_path / "out").encode(text) == expected
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert auto.encode(text, add_special_tokens=False) == expected

@@ -20,6 +20,7 @@ from torchnlq.interop.export import (
     cast_weights,
     end_of_text_id,
     export_folder,
+    export_source,
     hf_config_base,
     prepare_export,
     run_metadata,
@@ -28,6 +29,7 @@ from torchnlq.interop.export import (
 from torchnlq.interop.load import LoadedModel
 from torchnlq.checkpoint.metadata import CONFIG_FILE, WEIGHTS_FILE
 from torchnlq.interop.ship_code import WRAPPER_SOURCE, export_code
+from torchnlq.interop.tokenizer_files import carried_bos_id
 from torchnlq.models.args import ModelArgs
 
 AUTO_MAP = {
@@ -63,7 +65,8 @@ def export_hf(
 ) -> Path:
     """Write a transformers folder for any torchnlq model (checkpoint, export or :class:`LoadedModel`); return its
     path. docs/checkpoints.md lists its files; generation_config.json makes end-of-text stop generation and pad
-    finished rows (written when its id is in the vocabulary)."""
+    finished rows (written when its id is in the vocabulary); BOS is the carried tokenizer's own, where it names
+    one (a Llama's), else end-of-text."""
     from safetensors.torch import save_file
 
     loaded, target = prepare_export(source, dtype)
@@ -76,8 +79,11 @@ def export_hf(
         save_file(cast_weights(weights, target), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         for name, text in code.items():
             (tmp / name).write_text(text, encoding="utf-8")
+        bos = carried_bos_id(loaded.tokenizer, export_source(loaded), loaded.args.vocab_size)  # files written now
         if eot is not None:
-            write_json(tmp / "generation_config.json", {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot})
+            write_json(tmp / "generation_config.json", {"bos_token_id": eot if bos is None else bos,
+                                                        "eos_token_id": eot, "pad_token_id": eot})
         write_json(tmp / HF_EXPORT_FILE, extra)
-        write_json(tmp / CONFIG_FILE, hf_config(loaded.args, loaded.tokenizer, target))
+        config = hf_config(loaded.args, loaded.tokenizer, target)
+        write_json(tmp / CONFIG_FILE, config | ({"bos_token_id": bos} if bos is not None else {}))
     return Path(out_dir).expanduser()

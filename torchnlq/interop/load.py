@@ -1,4 +1,5 @@
-"""Load a trained model for inference, from a checkpoint (``<run>/checkpoints/step-N``) or from an export."""
+"""Load a model for inference: a checkpoint (``<run>/checkpoints/step-N``), an export, or a Hugging Face GPT-2,
+Llama or Qwen3 folder (read by :func:`torchnlq.interop.hf_folder.read_hf_model`)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from torchnlq.checkpoint.record import TOKENIZER_FIELDS, RunRecord
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
+from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-from torchnlq.models.recorded import check_record
+from torchnlq.models.recorded import check_record, shown
 
 
 @dataclass
@@ -35,8 +37,11 @@ class LoadedModel:
     args: ModelArgs
     tokenizer: dict[str, Any]
     meta: dict[str, Any]  # the JSON ``record`` was read from, which exports carry over
+    #: The folder it was read from, whose tokenizer files exports and generate.py use.
     path: Path
-    kind: str  # "checkpoint" or "export"
+    #: "checkpoint", or "export": a folder of config.json + safetensors weights (torchnlq's export, or a Hugging Face
+    #: folder: ``meta["imported_from"]``); anything else (a model made in Python) has no folder of files.
+    kind: str
     record: RunRecord | None = None
     #: A GPT-2 ranks file the user named (--tiktoken-file): its exports take the ranks from it first.
     tiktoken_file: str | None = None
@@ -88,27 +93,32 @@ def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cp
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Load a checkpoint folder or an export folder for inference; UserError when it is neither or unusable."""
+    """Load a checkpoint folder, an export folder or a Hugging Face GPT-2/Llama/Qwen3 folder for inference;
+    UserError when it is none of them or unusable."""
     p = Path(path).expanduser()
     device = resolve_device(device) if isinstance(device, str) else device
     if not p.exists():
-        raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder or an export folder")
+        raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder, an export folder or a "
+                        "Hugging Face GPT-2, Llama or Qwen3 folder")
     config = read_config(p)
     if config is not None and config.get("format") == EXPORT_FORMAT:
         return _load_export(p, config, device)
     if Path(p, META_FILE).is_file():
         return _load_checkpoint(p, device)
+    if hf_model_type(p) is not None:
+        return _load_hf_folder(p, device)
     if config is not None:
         raise UserError(
-            f"'{path}' is not a torchnlq export (a Hugging Face folder?); load it with transformers, "
-            "or pass a torchnlq checkpoint or a --format safetensors export"
+            f"'{path}' is not a torchnlq export, nor a Hugging Face folder torchnlq reads (its model_type is "
+            f"{shown(config.get('model_type'))}; torchnlq reads gpt2, llama and qwen3); load it with transformers, or "
+            "pass a torchnlq checkpoint or a --format safetensors export"
         )
     hint = ""
     if Path(p, "checkpoints").is_dir():
         hint = f" (it looks like a run folder: pass one of {p / 'checkpoints'}/step-N)"
     raise UserError(
-        f"'{path}' is neither a torchnlq checkpoint (no {META_FILE}) nor an export (no {CONFIG_FILE} + "
-        f"{WEIGHTS_FILE}){hint}"
+        f"'{path}' is neither a torchnlq checkpoint (no {META_FILE}), an export (no {CONFIG_FILE} + "
+        f"{WEIGHTS_FILE}) nor a Hugging Face GPT-2, Llama or Qwen3 folder{hint}"
     )
 
 
@@ -186,6 +196,20 @@ def _load_checkpoint(path: Path, device: torch.device) -> LoadedModel:
         raise UserError(f"could not read checkpoint '{path}': {e}") from None
     model.load_state_dict(state, strict=True)
     return LoadedModel(model, args, record.tokenizer, meta, path, "checkpoint", record)
+
+
+def imported_meta(path: Path) -> dict[str, Any]:
+    """The metadata of a model read from a Hugging Face folder."""
+    return {"source": str(path), "imported_from": f"huggingface-{hf_model_type(path)}"}
+
+
+def _load_hf_folder(path: Path, device: torch.device) -> LoadedModel:
+    """A Hugging Face GPT-2, Llama or Qwen3 folder with the tokenizer it carries: kind "export" with ``path`` the
+    folder, so that exports and generate.py read the tokenizer files there."""
+    args, sd, tokenizer = read_hf_model(path)
+    model = materialize(planned_model(args, device, path / CONFIG_FILE), device)
+    model.load_state_dict(sd, strict=True)
+    return LoadedModel(model, args, tokenizer, imported_meta(path), path, "export")
 
 
 def safetensors_shapes(file: Path) -> dict[str, tuple[int, ...]]:

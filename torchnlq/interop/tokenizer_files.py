@@ -28,6 +28,13 @@ TOKENIZER_RANKS_FILE = "tokenizer.tiktoken"
 VOCAB_FILE = "vocab.json"
 HF_TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+#: What a Hugging Face tokenizer folder holds beside tokenizer.json: special tokens (BOS/EOS among them), the chat
+#: template. An hf model's checkpoints carry them as they are (:func:`hf_tokenizer_files`).
+HF_SIDE_FILES = (HF_TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_FILE, CHAT_TEMPLATE_FILE)
+MAX_SIDE_FILE_BYTES = 4 * 2**20
+SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+                "additional_special_tokens")
 # tiktoken caches a download under sha1(its URL) in its cache folder; r50k_base holds the GPT-2 ranks.
 R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
 _FIX = (f"set {TIKTOKEN_FILE_ENV} (or pass --tiktoken-file) to the model's .tiktoken ranks file "
@@ -163,22 +170,129 @@ def find_tokenizer_json(
     Either must have the sha256 the model recorded (a file edited since gives other ids under the same
     name); none found is a UserError saying which file to put where.
     """
-    recorded = tokenizer_description.get("tokenizer_sha256")
+    return _locate_tokenizer_json(tokenizer_description, source, tokenizer_file)[0]
+
+
+def _locate_tokenizer_json(desc: Mapping[str, Any], source: str | Path | None, tokenizer_file: str | Path | None
+                           ) -> tuple[bytes, list[Path]]:
+    """(:func:`find_tokenizer_json`'s bytes, every candidate folder whose tokenizer.json has them, first first)."""
+    recorded = desc.get("tokenizer_sha256")
     candidates = [(Path(tokenizer_file).expanduser(), "data.tokenizer_file")] if tokenizer_file else []
     candidates += [(Path(source) / TOKENIZER_JSON, "the tokenizer file")] if source is not None else []
-    into, changed = (f"'{source}'" if source is not None else "the model folder"), None
+    into, changed, found = (f"'{source}'" if source is not None else "the model folder"), None, None
+    folders = []
     for path, what in candidates:
         if path.is_file():
             data = read_tokenizer_json(path, what)
-            if recorded is None or _sha256(data) == recorded:
-                return data
-            changed = (f"'{path}' has sha256 {_sha256(data)[:16]}..., not the tokenizer.json the model was trained "
-                       f"with ({str(recorded)[:16]}...); put that file back in {into}")
+            if found is None and (recorded is None or _sha256(data) == recorded):
+                found = data
+            if data == found:
+                folders.append(path.parent)
+            elif found is None:
+                changed = (f"'{path}' has sha256 {_sha256(data)[:16]}..., not the tokenizer.json the model was "
+                           f"trained with ({str(recorded)[:16]}...); put that file back in {into}")
+    if found is not None:
+        return found, folders
     if changed:
         raise UserError(changed)
     want = f"the tokenizer.json of sha256 {str(recorded)[:16]}..." if recorded else "a tokenizer.json"
-    found = f"'{source}' carries none" if source is not None else "none was given"
-    raise UserError(f"the model was trained with {want}, but {found}; copy that file into {into} as {TOKENIZER_JSON}")
+    found_where = f"'{source}' carries none" if source is not None else "none was given"
+    raise UserError(f"the model was trained with {want}, but {found_where}; copy that file into {into} as "
+                    f"{TOKENIZER_JSON}")
+
+
+def hf_tokenizer_files(
+    tokenizer_description: Mapping[str, Any], source: str | Path | None = None, tokenizer_file: str | Path | None = None
+) -> dict[str, bytes]:
+    """The files an ``hf`` model's tokenizer travels with, by name: its tokenizer.json (:func:`find_tokenizer_json`)
+    and, from beside it, the special tokens and chat template of :data:`HF_SIDE_FILES` that are there (from the
+    first folder holding the same tokenizer.json and any of them). Checkpoints carry them as they are; exports
+    write them through :func:`carried_tokenizer_config`. A side file that is not a JSON object (or UTF-8 text) is
+    one UserError naming it."""
+    data, folders = _locate_tokenizer_json(tokenizer_description, source, tokenizer_file)
+    files = {TOKENIZER_JSON: data}
+    for folder in folders:
+        side = {name: _read_side_file(folder / name) for name in HF_SIDE_FILES if (folder / name).is_file()}
+        if side:
+            return files | side
+    return files
+
+
+def _read_side_file(path: Path) -> bytes:
+    """A tokenizer side file's bytes, bounded: a JSON object, or UTF-8 text (a chat template)."""
+    size = path.stat().st_size
+    if size > MAX_SIDE_FILE_BYTES:
+        raise UserError(f"'{path}' is {size:,} bytes, more than the {MAX_SIDE_FILE_BYTES:,} torchnlq reads for a "
+                        "tokenizer's special tokens or chat template; repair or remove it")
+    data = path.read_bytes()
+    if path.suffix == ".json":
+        if not isinstance(_side_json(data, path), dict):
+            raise UserError(f"'{path}' is corrupt (not a JSON object); repair or remove it")
+    else:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"'{path}' is not UTF-8 text; repair or remove it") from None
+    return data
+
+
+def _side_json(data: bytes, path: Path) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"'{path}' is corrupt ({e}); repair or remove it") from None
+    except RecursionError:
+        raise UserError(f"'{path}' is nested too deeply to be a tokenizer's settings; repair or remove it") from None
+
+
+def _token_text(token: Any) -> str | None:
+    """A special token of a tokenizer_config.json, a string or ``{"content": ...}``, as its text."""
+    token = token.get("content") if isinstance(token, dict) else token
+    return token if isinstance(token, str) and token else None
+
+
+def _source_config(files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The carried tokenizer_config.json, with the special tokens of a special_tokens_map.json it lacks."""
+    config = _side_json(files.get(HF_TOKENIZER_CONFIG_FILE, b"{}"), Path(HF_TOKENIZER_CONFIG_FILE))
+    special = _side_json(files.get(SPECIAL_TOKENS_FILE, b"{}"), Path(SPECIAL_TOKENS_FILE))
+    return {**{k: v for k, v in special.items() if k in SPECIAL_KEYS}, **config}
+
+
+def carried_tokenizer_config(files: Mapping[str, bytes], eot_token: str, model_max_length: int
+                             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tokenizer_config.json, special_tokens_map.json) of an export of an ``hf`` model whose tokenizer files are
+    ``files`` (:func:`hf_tokenizer_files`): the source's own tokenizer config (its class, special tokens, BOS/EOS
+    handling, added tokens), its special tokens map merged in, its chat_template.jinja as ``chat_template``;
+    end-of-text the model's, ``model_max_length`` its context. Left out: ``auto_map`` (tokenizer code is not
+    carried: the class becomes PreTrainedTokenizerFast, which reads tokenizer.json as it is) and file paths."""
+    config = _source_config(files)
+    if "auto_map" in config:
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config = {k: v for k, v in config.items() if k not in ("auto_map", "tokenizer_file", "name_or_path")}
+    if CHAT_TEMPLATE_FILE in files:
+        config["chat_template"] = files[CHAT_TEMPLATE_FILE].decode("utf-8")
+    if _token_text(config.get("eos_token")) != eot_token:
+        config["eos_token"] = eot_token
+    # Off unless the source says otherwise, so that decode gives back exactly the text.
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False, **config,
+              "model_max_length": int(model_max_length)}
+    return config, {k: config[k] for k in SPECIAL_KEYS if config.get(k) is not None}
+
+
+def carried_bos_id(tokenizer_description: Mapping[str, Any], source: str | Path | None, vocab_size: int
+                   ) -> int | None:
+    """The beginning-of-sequence id of the tokenizer an ``hf`` model's ``source`` folder carries (its config's
+    ``bos_token``) when it lies in the model's vocabulary, else None (other tokenizers: GPT-2's BOS is its
+    end-of-text)."""
+    if tokenizer_description.get("name") != "hf" or source is None:
+        return None
+    files = hf_tokenizer_files(tokenizer_description, source)
+    bos = _token_text(_source_config(files).get("bos_token"))
+    if bos is None:
+        return None
+    tokenizer = _checked_hf(files[TOKENIZER_JSON], Path(source) / TOKENIZER_JSON, tokenizer_description, None)
+    found = tokenizer._tok.token_to_id(bos)  # noqa: SLF001 - the tokenizers library's parse of the same file
+    return found if found is not None and 0 <= found < vocab_size else None
 
 
 # ---------------------------------------------------------------- writing
@@ -202,14 +316,14 @@ def write_hf_tokenizer_files(tokenizer_description: Mapping[str, Any], folder: P
     if not name:
         return
     if name == "hf":
-        data = find_tokenizer_json(tokenizer_description, source)  # or the line saying which file is missing
+        files = hf_tokenizer_files(tokenizer_description, source)  # or the line saying which file is missing
         # Rebuilt and checked against the record: the end-of-text written below is the model's.
-        eot = _checked_hf(data, Path(source or ".") / TOKENIZER_JSON, tokenizer_description, None).eot_token
-        (folder / TOKENIZER_JSON).write_bytes(data)
-        # transformers' class for "the tokenizer is its tokenizer.json": AutoTokenizer gives the same ids.
-        _write_json(folder / HF_TOKENIZER_CONFIG_FILE, {"tokenizer_class": "PreTrainedTokenizerFast", **common,
-                                                        "eos_token": eot})
-        _write_json(folder / SPECIAL_TOKENS_FILE, {"eos_token": eot})
+        eot = _checked_hf(files[TOKENIZER_JSON], Path(source or ".") / TOKENIZER_JSON, tokenizer_description,
+                          None).eot_token
+        (folder / TOKENIZER_JSON).write_bytes(files[TOKENIZER_JSON])
+        config, special = carried_tokenizer_config(files, eot, model_max_length)
+        _write_json(folder / HF_TOKENIZER_CONFIG_FILE, config)
+        _write_json(folder / SPECIAL_TOKENS_FILE, special)
         return
     if name == "byte":
         vocab, merges, eot = {c: b for b, c in sorted(byte_to_char().items())}, [], ByteTokenizer.eot_id

@@ -1,39 +1,21 @@
-"""Start from a pretrained model: read a Hugging Face GPT-2 or Llama folder, and give a linear-query model the
-anchored query (:func:`upcycle`)."""
+"""Start from a pretrained model (a Hugging Face GPT-2, Llama or Qwen3 folder, read by
+:func:`~torchnlq.interop.hf_folder.read_hf_model`, or a torchnlq checkpoint or export) and give a linear-query model
+the anchored query (:func:`upcycle`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from torchnlq.interop.load import LoadedModel, is_export, load_model, planned_model
-from torchnlq.checkpoint.metadata import META_FILE
 from torchnlq.config.job_config import Query
-from torchnlq.data.tokenizer import BASE_VOCAB_SIZE, GPT2_EOT_ID
-from torchnlq.interop.tokenizer_files import tokenizer_from_folder
+from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
 from torchnlq.errors import UserError
-from torchnlq.interop.hf_folder import hf_model_type
-from torchnlq.interop.hf_gpt2 import read_hf_gpt2
-from torchnlq.interop.hf_llama import read_hf_llama
+from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
+from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
-
-
-def read_hf_model(path: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor], dict[str, Any]]:
-    """(ModelArgs, torchnlq state dict in fp32, tokenizer description) of a Hugging Face GPT-2 or Llama folder."""
-    folder = Path(path)
-    kind = hf_model_type(folder)
-    args, sd = read_hf_llama(folder) if kind == "llama" else read_hf_gpt2(folder)
-    if any((folder / name).is_file() for name in ("vocab.json", "tokenizer.json")):
-        return args, sd, tokenizer_from_folder(folder).describe()
-    # save_pretrained of a model alone writes no tokenizer: GPT-2's vocabulary is taken to be GPT-2's, whose ranks
-    # an export finds offline (--tiktoken-file, $TORCHNLQ_TIKTOKEN_FILE or tiktoken's cache) and carries on.
-    gpt2 = {"name": "gpt2", "vocab_size": BASE_VOCAB_SIZE["gpt2"], "eot_id": GPT2_EOT_ID}
-    return args, sd, gpt2 if args.vocab_size == BASE_VOCAB_SIZE["gpt2"] else {}
-
 
 def check_carries_tokenizer(loaded: LoadedModel) -> None:
     """An imported model must bring a tokenizer into its export (generate.py has no other): else one line saying
@@ -46,28 +28,23 @@ def check_carries_tokenizer(loaded: LoadedModel) -> None:
         )
 
 
-def _pretrained(source: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(args, state dict, tokenizer, run metadata) of a Hugging Face GPT-2/Llama folder or a torchnlq checkpoint/export."""
+def pretrained_weights(source: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
+    """(ModelArgs, fp32 state dict) of a Hugging Face GPT-2/Llama/Qwen3 folder or a torchnlq export/checkpoint; a
+    Hugging Face folder's tensors are read without building a model (an initial load needs only them)."""
+    path = _folder(source)
+    if hf_model_type(path) is not None and not is_export(path):
+        args, sd, _ = read_hf_model(path)
+        return args, sd
+    loaded = load_model(path, "cpu")
+    return loaded.args, {k: v.float() for k, v in loaded.model.state_dict().items()}
+
+
+def _folder(source: str | Path) -> Path:
     path = Path(source)
     if not path.is_dir():
-        raise UserError(f"'{source}' does not exist or is not a folder; pass a Hugging Face GPT-2 or Llama folder "
-                        "or a torchnlq checkpoint or export")
-    kind = hf_model_type(path)
-    if kind is not None and not is_export(path):
-        args, sd, tokenizer = read_hf_model(path)
-        return args, sd, tokenizer, {"source": str(path), "imported_from": f"huggingface-{kind}"}
-    if not (is_export(path) or (path / META_FILE).is_file()):
-        raise UserError(f"'{source}' is neither a Hugging Face GPT-2 or Llama folder (config.json with model_type "
-                        "'gpt2' or 'llama') nor a torchnlq checkpoint or export")
-    loaded = load_model(path, "cpu")
-    meta = {"source": str(path)}
-    return loaded.args, {k: v.float() for k, v in loaded.model.state_dict().items()}, loaded.tokenizer, meta
-
-
-def pretrained_weights(source: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
-    """(ModelArgs, fp32 state dict) of a Hugging Face GPT-2/Llama folder or a torchnlq export/checkpoint."""
-    args, state, _, _ = _pretrained(source)
-    return args, state
+        raise UserError(f"'{source}' does not exist or is not a folder; pass a Hugging Face GPT-2, Llama or Qwen3 "
+                        "folder or a torchnlq checkpoint or export")
+    return path
 
 
 def anchored_from_linear(source: ModelArgs, target: ModelArgs) -> bool:
@@ -75,24 +52,23 @@ def anchored_from_linear(source: ModelArgs, target: ModelArgs) -> bool:
     return source.query.type == "linear" and target.query.type == "anchored"
 
 
-def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> LoadedModel:
-    """The pretrained model at ``source`` with the query ``query`` (None: as pretrained), as a LoadedModel.
-
-    ``anchored`` keeps a linear source's W_Q as the anchor and draws f with ``seed`` (f = 0 at the
-    start): the result's logits equal the source's.
-    """
-    args, sd, tokenizer, meta = _pretrained(source)
+def _target(source: str | Path, args: ModelArgs, query: Query | None) -> ModelArgs:
+    """The upcycled model's args: ``args`` with ``query`` (None: as pretrained)."""
     if query is None or query.type == args.query.type == "linear" and query == args.query:
-        target = args
-    else:
-        if args.query.type != "linear":
-            raise UserError(f"'{source}' has a {args.query.type!r} query; upcycling needs a pretrained linear W_Q "
-                            "(GPT-2's or Llama's, or a torchnlq model with model.query.type = 'linear')")
-        if query.type not in ("linear", "anchored"):
-            raise UserError(f"upcycling gives a pretrained model the 'anchored' query (or keeps it 'linear'), "
-                            f"not {query.type!r}")
-        target = dataclasses.replace(args, query=query)
-        target.validate()
+        return args
+    if args.query.type != "linear":
+        raise UserError(f"'{source}' has a {args.query.type!r} query; upcycling needs a pretrained linear W_Q "
+                        "(GPT-2's, Llama's or Qwen3's, or a torchnlq model with model.query.type = 'linear')")
+    if query.type not in ("linear", "anchored"):
+        raise UserError(f"upcycling gives a pretrained model the 'anchored' query (or keeps it 'linear'), "
+                        f"not {query.type!r}")
+    target = dataclasses.replace(args, query=query)
+    target.validate()
+    return target
+
+
+def _check_fits(source: str | Path, sd: dict[str, torch.Tensor], target: ModelArgs) -> None:
+    """One line when the pretrained tensors ``sd`` are not the upcycled model's, less its new query branch."""
     shapes = {k: tuple(v.shape) for k, v in planned_model(target, torch.device("cpu"), source).state_dict().items()}
     branch = {"input_norm", "w1", "w2", "output_norm"}
     stray = [k for k in shapes if k not in sd and k.split(".")[-2] not in branch]
@@ -104,10 +80,28 @@ def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> Lo
     if wrong:
         raise UserError(f"'{source}': tensor '{wrong[0]}' has shape {tuple(sd[wrong[0]].shape)} but the upcycled "
                         f"model needs {shapes[wrong[0]]}; is it a linear-query model?")
+
+
+def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> LoadedModel:
+    """The pretrained model at ``source`` with the query ``query`` (None: as pretrained), as a LoadedModel.
+
+    ``anchored`` keeps a linear source's W_Q as the anchor and draws f with ``seed`` (f = 0 at the
+    start): the result's logits equal the source's. It keeps the source's folder and kind, so that its export
+    carries the source's tokenizer files (a Hugging Face tokenizer.json with its special tokens and chat
+    template, a checkpoint's ranks); its metadata is the source's name only (a new model at step 0).
+    """
+    path = _folder(source)
+    loaded = load_model(path, "cpu")
+    target = _target(source, loaded.args, query)
+    meta = imported_meta(path) if "imported_from" in loaded.meta else {"source": str(path)}
+    if target is loaded.args:
+        return LoadedModel(loaded.model, target, loaded.tokenizer, meta, loaded.path, loaded.kind)
+    sd = {k: v.float() for k, v in loaded.model.state_dict().items()}
+    _check_fits(source, sd, target)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device("cpu"):
             model = GPT(target)  # sized above: its weights fit this machine
     model.load_state_dict(sd, strict=False)
     model.eval()
-    return LoadedModel(model, target, tokenizer, meta, Path(source), "python", None)
+    return LoadedModel(model, target, loaded.tokenizer, meta, loaded.path, loaded.kind)

@@ -100,6 +100,10 @@ class Model:
     n_kv_heads: int | None = option(
         None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
     )
+    head_dim: int | None = option(
+        None, "Width of each attention head; unset means dim / n_heads. Qwen3 sets its own (e.g. 128 at dim 1024 "
+        "with 16 heads); the queries that contain X need n_heads x head_dim = dim.", min=1, max=LIMITS["n_heads"],
+    )
     mlp_ratio: float | None = option(
         None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
         min=0.0, min_exclusive=True,

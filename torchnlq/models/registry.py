@@ -67,7 +67,7 @@ def mlp_width(cfg: Model, flavor: Flavor, dim: int) -> int:
 
 #: The ``[model]`` fields that pass to ModelArgs unchanged.
 COPIED_FIELDS = (
-    "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init", "bias", "mlp_activation", "norm",
+    "head_dim", "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init", "bias", "mlp_activation", "norm",
     "qk_norm", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len",
 )
 

@@ -31,7 +31,7 @@ from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 from torchnlq.interop.load import is_export
-from torchnlq.interop.tokenizer_files import TOKENIZER_JSON, TOKENIZER_RANKS_FILE, find_gpt2_ranks, find_tokenizer_json
+from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks, hf_tokenizer_files
 from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
 from torchnlq.models import GPT
@@ -222,12 +222,14 @@ def checkpoint_files(
 ) -> dict[str, bytes]:
     """The tokenizer files every checkpoint of the run carries, so generate.py and exports need no --tiktoken-file.
 
-    A gpt2 run's ranks (found offline), an hf run's tokenizer.json (checked against the recorded sha256).
+    A gpt2 run's ranks (found offline), an hf run's tokenizer.json (checked against the recorded sha256) with the
+    tokenizer_config.json, special_tokens_map.json and chat template beside it.
     Files found nowhere are a warning, never a failure: checkpoints are saved without them.
     """
     if tokenizer.get("name") == "hf":
         try:
-            return {TOKENIZER_JSON: find_tokenizer_json(tokenizer, weights_from, tokenizer_file)}
+            # tokenizer.json, and its special tokens and chat template where the source folder has them
+            return hf_tokenizer_files(tokenizer, weights_from, tokenizer_file)
         except UserError as e:
             logger.warning(f"warning: checkpoints will not carry the tokenizer.json ({e}); generate.py and exports "
                            "of them will need it copied in")
