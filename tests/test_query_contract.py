@@ -48,9 +48,10 @@ def oddly_named() -> Iterator[str]:
         del QUERY_TYPES["lens_for_contract_test"]
 
 
-def model_of(query_type: str) -> GPT:
+def model_of(query_type: str, vocab_size: int = 64) -> GPT:
     torch.manual_seed(0)
-    return GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type=query_type)))
+    return GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=vocab_size, max_seq_len=16,
+                         query=Query(type=query_type)))
 
 
 def test_the_branch_of_a_plugin_lands_in_the_query_mlp_group_with_its_lr_multiplier(oddly_named: str) -> None:
@@ -89,3 +90,46 @@ def test_weight_dynamics_report_a_plugins_matrices_by_its_own_names(oddly_named:
             sigma = torch.linalg.svdvals(weight)  # the largest singular value, computed here
             assert stats[f"weights/layer{layer}/{name}/sigma_max"] == pytest.approx(sigma[0].item(), rel=1e-9)
     assert not any("/gain/" in key for key in stats)
+
+
+def test_a_plugin_that_starts_from_linear_upcycles_a_pretrained_model(tmp_path) -> None:
+    """``upcycles_from = ("linear",)``: the pretrained W_Q loads into the plugin's parameter of that name, the
+    branch (named as the plugin likes) is drawn, and with its last matrix at zero the logits are the source's."""
+    from helpers.checkpoints import BYTE_TOKENIZER
+
+    from torchnlq.interop.export import export_safetensors
+    from torchnlq.interop.load import LoadedModel
+    from torchnlq.interop.upcycle import upcycle
+
+    class Widened(QueryProjection):
+        upcycles_from = ("linear",)
+
+        def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+            self.w_q = nn.Linear(dim, self.q_dim, bias=False)
+            self.squeeze = nn.Linear(dim, 8, bias=False)
+            self.unsqueeze = nn.Linear(8, self.q_dim, bias=False)
+
+        def branch_matrices(self) -> dict[str, nn.Linear]:
+            return {"squeeze": self.squeeze, "unsqueeze": self.unsqueeze}
+
+        def init_weights(self, init_std: float) -> None:
+            super().init_weights(init_std)
+            nn.init.zeros_(self.unsqueeze.weight)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.w_q(x) + self.unsqueeze(torch.relu(self.squeeze(x)))
+
+    register_query("widened_for_contract_test")(Widened)
+    try:
+        source = model_of("linear", vocab_size=320)  # the byte tokenizer's 257 ids, padded
+        export_safetensors(LoadedModel(source, source.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "export")
+        up = upcycle(tmp_path / "export", Query(type="widened_for_contract_test"))
+        x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            torch.testing.assert_close(up.model(x), source(x))
+        assert set(up.model.layers[0].attn.query.branch_matrices()) == {"squeeze", "unsqueeze"}
+        with pytest.raises(Exception, match="only 'anchored', 'widened_for_contract_test' can"):
+            upcycle(tmp_path / "export", Query(type="residual_mlp"))
+    finally:
+        del QUERY_TYPES["widened_for_contract_test"]

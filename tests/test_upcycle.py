@@ -128,7 +128,7 @@ def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path
         upcycle(tmp_path)
     with pytest.raises(UserError, match="names blocks outside 0..2"):
         upcycle(gpt2_folder, Query(type="anchored", layers="2-3"))
-    with pytest.raises(UserError, match="not 'residual_mlp'"):
+    with pytest.raises(UserError, match="'residual_mlp' cannot start from it: only 'anchored' can"):
         upcycle(gpt2_folder, Query(type="residual_mlp"))
     pickled = tmp_path / "pickled"
     pickled.mkdir()

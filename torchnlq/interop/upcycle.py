@@ -16,6 +16,7 @@ from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
 from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
+from torchnlq.models.query import QUERY_TYPES, get_query_class
 
 def check_carries_tokenizer(loaded: LoadedModel) -> None:
     """An imported model must bring a tokenizer into its export (generate.py has no other): else one line saying
@@ -48,20 +49,21 @@ def _folder(source: str | Path) -> Path:
 
 
 def anchored_from_linear(source: ModelArgs, target: ModelArgs) -> bool:
-    """True when ``target`` is ``source`` with its linear query made anchored (what upcycling loads)."""
-    return source.query.type == "linear" and target.query.type == "anchored"
+    """True when ``target``'s query type starts from ``source``'s when upcycled (the query contract's
+    ``upcycles_from``: anchored from linear), so that loading keeps the source's weights and draws the rest."""
+    return source.query.type in get_query_class(target.query.type).upcycles_from
 
 
 def _target(source: str | Path, args: ModelArgs, query: Query | None) -> ModelArgs:
-    """The upcycled model's args: ``args`` with ``query`` (None: as pretrained)."""
-    if query is None or query.type == args.query.type == "linear" and query == args.query:
+    """The upcycled model's args: ``args`` with ``query`` (None, or the source's own type: as pretrained)."""
+    if query is None or query.type == args.query.type:
         return args
-    if args.query.type != "linear":
-        raise UserError(f"'{source}' has a {args.query.type!r} query; upcycling needs a pretrained linear W_Q "
-                        "(GPT-2's, Llama's or Qwen3's, or a torchnlq model with model.query.type = 'linear')")
-    if query.type not in ("linear", "anchored"):
-        raise UserError(f"upcycling gives a pretrained model the 'anchored' query (or keeps it 'linear'), "
-                        f"not {query.type!r}")
+    takers = [name for name, cls in QUERY_TYPES.items() if args.query.type in cls.upcycles_from]
+    if query.type not in takers:
+        why = (f"only {', '.join(map(repr, takers))} can" if takers else
+               "no query type starts from it (a type's upcycles_from names the types it starts from)")
+        raise UserError(f"'{source}' has a {args.query.type!r} query and {query.type!r} cannot start from it: {why}; "
+                        "upcycling gives a pretrained linear W_Q (GPT-2's, Llama's, Qwen3's) the anchored query")
     target = dataclasses.replace(args, query=query)
     target.validate()
     return target
@@ -70,8 +72,8 @@ def _target(source: str | Path, args: ModelArgs, query: Query | None) -> ModelAr
 def _check_fits(source: str | Path, sd: dict[str, torch.Tensor], target: ModelArgs) -> None:
     """One line when the pretrained tensors ``sd`` are not the upcycled model's, less its new query branch."""
     shapes = {k: tuple(v.shape) for k, v in planned_model(target, torch.device("cpu"), source).state_dict().items()}
-    branch = {"input_norm", "w1", "w2", "output_norm"}
-    stray = [k for k in shapes if k not in sd and k.split(".")[-2] not in branch]
+    # Only the queries may gain parameters (their new branch, drawn); every other tensor comes from the source.
+    stray = [k for k in shapes if k not in sd and ".attn.query." not in k]
     unexpected = [k for k in sd if k not in shapes]
     if unexpected or stray:
         raise UserError(f"'{source}' does not fit the upcycled model (missing {stray[:3]}, unexpected "

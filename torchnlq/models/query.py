@@ -152,6 +152,9 @@ class QueryProjection(nn.Module):
     linear_in_x: ClassVar[bool] = False
     #: True when Q(X) is (a scale times) X + f(X) and :meth:`residual_branch` returns f(X).
     has_residual_branch: ClassVar[bool] = False
+    #: The query types whose pretrained weights this type starts from when a model is upcycled (its own
+    #: parameters of the same names are loaded, the others drawn: ``anchored`` starts from ``linear``'s W_Q).
+    upcycles_from: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -470,6 +473,7 @@ class AnchoredQuery(QueryProjection):
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "layers", "train_anchor")
     has_residual_branch = False
+    upcycles_from = ("linear",)
 
     def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
         super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
