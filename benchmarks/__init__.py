@@ -1,1 +1,4 @@
-"""Benchmarks of torchnlq (behind scripts/bench*.py). The library never imports this package."""
+"""Benchmarks of torchnlq, each run from the checkout as ``python -m benchmarks.NAME`` (docs/performance.md).
+
+Not installed with torchnlq, and the library never imports this package.
+"""

@@ -1,8 +1,13 @@
 """Time and memory of one training step under each activation-checkpointing mode, with and without compile.
 
-Memory is measured without CUDA, from the CPU allocations ``torch.profiler`` records (process
-RSS only ever grows), relative to a window's start: *held after forward* is what forward
-leaves for backward, *peak fwd+bwd* the highest point of forward and backward.
+    python -m benchmarks.activation_memory [--layers 4] [--dim 256] [--heads 4] [--vocab 512] [--query residual_mlp]
+                                           [--batch 8] [--seq 256] [--steps 5] [--threads 1] [--no-compile]
+
+On the CPU, fp32: a Markdown table, a row per mode (none, full, selective every 2nd block, op)
+and compile setting (docs/parallelism.md). Memory is measured without CUDA, from the CPU
+allocations ``torch.profiler`` records (process RSS only ever grows), relative to a window's
+start: *held after forward* is what forward leaves for backward, *peak fwd+bwd* the highest
+point of forward and backward.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.timing import interleave, markdown_table
-from torchnlq.config.job_config import ActivationCheckpoint
+from torchnlq.cli import ArgumentParser, run_cli
+from torchnlq.config.job_config import ActivationCheckpoint, Query
+from torchnlq.errors import UserError
 from torchnlq.models import GPT, ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
@@ -167,3 +174,42 @@ def format_table(results: list[StepStats]) -> str:
     rows = [[r.ac, "on" if r.compile else "off", f"{r.cpu_ms:.0f}", f"{r.step_ms:.0f}", f"{r.held_mb:.1f}",
              f"{r.peak_mb:.1f}"] for r in results]
     return markdown_table(headers, rows, right=[False, False, True, True, True, True])
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``python -m benchmarks.activation_memory``: the options' model, a table of every AC mode."""
+    parser = ArgumentParser(prog="python -m benchmarks.activation_memory", description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--query", default="residual_mlp")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op CPU threads (1: CPU time = work done)")
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    opts = parser.parse_args(argv)
+    sizes = {"--layers": opts.layers, "--dim": opts.dim, "--heads": opts.heads, "--vocab": opts.vocab,
+             "--batch": opts.batch, "--seq": opts.seq, "--steps": opts.steps, "--threads": opts.threads}
+    for name, value in sizes.items():
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    # ModelArgs checks the shapes and the query type (one-line ConfigErrors) before anything runs.
+    args = ModelArgs(
+        n_layers=opts.layers, dim=opts.dim, n_heads=opts.heads, vocab_size=opts.vocab,
+        max_seq_len=opts.seq, query=Query(type=opts.query),
+    )
+    torch.set_num_threads(opts.threads)
+    modes = [ActivationCheckpoint(mode="none"), ActivationCheckpoint(mode="full"),
+             ActivationCheckpoint(mode="selective", every=2), ActivationCheckpoint(mode="op")]
+    compile_options = [False] if opts.no_compile else [False, True]
+    print(f"# {opts.layers} layers, d={opts.dim}, {opts.heads} heads, vocab {opts.vocab}, query {opts.query}, "
+          f"micro-batch {opts.batch} x {opts.seq}, fp32, {torch.get_num_threads()} CPU threads, "
+          f"torch {torch.__version__}")
+    print(format_table(run_bench(args, opts.batch, opts.seq, modes, compile_options, steps=opts.steps)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -2,18 +2,22 @@
 
 The block alone isolates what the query type changes (a whole step dilutes it). Timings are
 medians over interleaved rounds of a forward with autograd ("fwd") and forward + backward.
+
+    python -m benchmarks.attention_block [--batch 1] [--seq 1024] [--dim 768] [--heads 12] [--kv-heads N]
+                                         [--rope] [--steps 20] [--warmup 3] [--compile] [--autocast fp32|bf16]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from benchmarks.timing import (
     DeviceTimer,
     describe_machine,
@@ -119,7 +123,8 @@ def format_attention_results(results: list[AttentionResult], opts: argparse.Name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(description="Time one attention block per query type (fwd, fwd+bwd).")
+    parser = ArgumentParser(prog="python -m benchmarks.attention_block",
+                            description="Time one attention block per query type (fwd, fwd+bwd).")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--dim", type=int, default=768)
@@ -135,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_attention.py."""
+    """Entry point of ``python -m benchmarks.attention_block``."""
     opts = build_parser().parse_args(argv)
     if min(opts.batch, opts.seq, opts.steps) < 1 or opts.warmup < 0:
         raise UserError(f"--batch, --seq and --steps must be at least 1 and --warmup at least 0 "
@@ -147,3 +152,7 @@ def main(argv: list[str]) -> int:
     info = machine_info(device)
     print(format_attention_results(run_attention_bench(opts, device), opts, info))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -3,6 +3,8 @@
 Reads at random offsets, *warm* (pages in the page cache) and *cold* (this file's pages evicted
 with ``posix_fadvise(DONTNEED)`` before every read); "cold, readahead" undoes TokenFile's
 ``MADV_RANDOM`` to show what that hint saves (docs/performance.md, "Data loader alone").
+
+    python -m benchmarks.batch_reads [--file train.bin | --tokens 1e9] [--shapes 12x1024,1x1024] [--iters 200]
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from benchmarks.timing import (
     describe_machine,
     machine_info,
@@ -80,8 +83,9 @@ def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_loader.py: one table, warm and cold, per micro-batch shape."""
-    parser = ArgumentParser(description="Time read_batch on a large token memmap.")
+    """Entry point of ``python -m benchmarks.batch_reads``: one table, warm and cold, per micro-batch shape."""
+    parser = ArgumentParser(prog="python -m benchmarks.batch_reads",
+                            description="Time read_batch on a large token memmap.")
     parser.add_argument("--file", help="an existing train.bin (default: a random file in a temporary folder)")
     parser.add_argument("--tokens", type=float, default=1e9, help="size of the random file in tokens (2 bytes each)")
     parser.add_argument("--shapes", default="12x1024,1x1024", help="micro-batch x seq_len pairs, comma-separated")
@@ -121,3 +125,7 @@ def main(argv: list[str]) -> int:
         print(markdown_table(["micro-batch", "page cache", "median (ms)", "max (ms)", "M tokens/s"], rows,
                              right=[False, False, True, True, True]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

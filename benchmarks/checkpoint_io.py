@@ -1,16 +1,20 @@
-"""Measure checkpoint save/load times: how long training is blocked, sync vs async."""
+"""Measure checkpoint save/load times: how long training is blocked, sync vs async.
+
+    python -m benchmarks.checkpoint_io [--flavor debug gpt_small] [--repeats 3]
+"""
 
 from __future__ import annotations
 
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint, Model
@@ -63,8 +67,8 @@ def bench(flavor: str, repeats: int, folder: Path) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    """``scripts/bench_checkpoint.py [--flavor debug gpt_small] [--repeats 3]``: print a Markdown table."""
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    """``python -m benchmarks.checkpoint_io [--flavor debug gpt_small] [--repeats 3]``: print a Markdown table."""
+    parser = ArgumentParser(prog="python -m benchmarks.checkpoint_io", description=__doc__.splitlines()[0])
     parser.add_argument("--flavor", nargs="+", default=["debug", "gpt_small"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
@@ -81,3 +85,7 @@ def main(argv: list[str]) -> int:
         print(f"| {flavor} | {r['params_m']:.1f} | {r['size_mb']:.0f} | {r['sync_save']:.3f} | "
               f"{r['async_blocked']:.3f} | {r['async_total']:.3f} | {r['load']:.3f} |")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,14 +1,14 @@
 """The CPU allocator setting (torchnlq/train/cpu_allocator.py) measured: training steps with and without it.
 
 The setting is per process (glibc's heap), so the two arms cannot share one process: each
-round runs ``scripts/bench.py`` twice, once with ``TORCHNLQ_CPU_ALLOCATOR=keep`` (the default)
-and once with ``default``, in a seeded random order per round, so that a load change on a
-shared machine hits both arms alike. Reported: each arm's median step time over the rounds
-(each round's figure is bench.py's median step), the median of the per-round ratios, and the
-median system (kernel) time per process, where page faults show up.
+round runs ``python -m benchmarks.train_step`` twice, once with ``TORCHNLQ_CPU_ALLOCATOR=keep``
+(the default) and once with ``default``, in a seeded random order per round, so that a load change
+on a shared machine hits both arms alike. Reported: each arm's median step time over the rounds
+(each round's figure is that benchmark's median step), the median of the per-round ratios, and
+the median system (kernel) time per process, where page faults show up.
 
-Usage: python scripts/bench_cpu_allocator.py CONFIG [--section.key=value ...] [--rounds 12]
-                                             [--steps 3] [--warmup 1] [--json OUT]
+Usage: python -m benchmarks.cpu_allocator CONFIG [--section.key=value ...] [--rounds 12]
+                                          [--steps 3] [--warmup 1] [--json OUT]
 """
 
 from __future__ import annotations
@@ -23,36 +23,39 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.timing import markdown_table, median
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 
 ARMS = ("keep", "default")
-BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+#: The checkout: the benchmarks package is not installed, so the step benchmark's process finds it on PYTHONPATH.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_arm(arm: str, bench_args: list[str], folder: Path) -> tuple[float, float]:
-    """One bench.py process with the allocator setting ``arm``: (median step ms, its system seconds)."""
+    """One ``benchmarks.train_step`` process with the allocator setting ``arm``: (median step ms, its system
+    seconds). It runs in the user's working directory, where the config's relative paths hold."""
     out = folder / f"{arm}.json"
-    env = {**os.environ, "TORCHNLQ_CPU_ALLOCATOR": arm}
+    python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TORCHNLQ_CPU_ALLOCATOR": arm, "PYTHONPATH": python_path}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
-    done = subprocess.run([sys.executable, str(BENCH), *bench_args, "--json", str(out)], env=env,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.train_step", *bench_args, "--json", str(out)], env=env,
                           capture_output=True, text=True)
     system = resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime - before
     if done.returncode != 0:
         lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise UserError(f"bench.py failed ({arm}): {lines[-1] if lines else done.returncode}")
+        raise UserError(f"benchmarks.train_step failed ({arm}): {lines[-1] if lines else done.returncode}")
     return json.loads(out.read_text())["variants"][0]["step_ms"], system
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_cpu_allocator.py."""
-    parser = ArgumentParser(prog="bench_cpu_allocator.py", add_help=False, allow_abbrev=False)
+    """Entry point of ``python -m benchmarks.cpu_allocator``."""
+    parser = ArgumentParser(prog="python -m benchmarks.cpu_allocator", add_help=False, allow_abbrev=False)
     parser.add_argument("-h", "--help", action="store_true")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--json", type=Path)
-    opts, argv = parser.parse_known_args(argv)  # the rest goes to bench.py
+    opts, argv = parser.parse_known_args(argv)  # the rest goes to benchmarks.train_step
     if opts.help:
         print(__doc__)
         return 0
@@ -86,3 +89,7 @@ def main(argv: list[str]) -> int:
     if json_out:
         json_out.write_text(json.dumps({"step_ms": step_ms, "system_s": system_s, "ratios": ratios}, indent=2) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,9 +1,9 @@
 """The first GPU run: one command that says whether this machine trains the default profile as it should.
 
-    python scripts/gpu_check.py [CONFIG] [--section.key=value ...] [--steps N] [--warmup N]
-                                [--query-types linear,residual_mlp | all] [--device cuda|cpu]
-                                [--compile-backend inductor|aot_eager|eager] [--no-float8]
-                                [--variants model-compile,cudnn-attention,max-autotune] [--json OUT]
+    python -m benchmarks.gpu_check [CONFIG] [--section.key=value ...] [--steps N] [--warmup N]
+                                   [--query-types linear,residual_mlp | all] [--device cuda|cpu]
+                                   [--compile-backend inductor|aot_eager|eager] [--no-float8]
+                                   [--variants model-compile,cudnn-attention,max-autotune] [--json OUT]
 
 CONFIG defaults to train_configs/gpt_small_res_gelu.toml (the default profile: gpt_small, bf16 autocast,
 compile, micro-batch 12 x 1024) on CUDA, and to train_configs/debug_model.toml with --device cpu (the
@@ -15,7 +15,7 @@ It prints the device (name, compute capability, memory, torch / CUDA versions, t
 TFLOP/s MFU is measured against), then one row per query type (default: linear, residual_mlp and the
 config's own; --query-types all: every registered type), and on GPUs with float8 matmuls (compute
 capability >= 8.9) a float8 row per query type. A row is a real Trainer of the config, as
-scripts/bench.py builds it (benchmarks/train_step.py: random tokens, no checkpoints, no
+``python -m benchmarks.train_step`` builds it (random tokens, no checkpoints, no
 validation): --warmup untimed steps (the first compiles), --steps timed steps, one more step for the
 peak memory. Each row gives tokens/s, step time, TFLOP/s, MFU, peak memory (with the memory estimate
 from torchnlq.parallel.memory_estimate), graph breaks and recompilations (dynamo's counters), the
@@ -48,6 +48,7 @@ import gc
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -63,7 +64,7 @@ from torch._dynamo.utils import counters
 from benchmarks.timing import machine_info, markdown_table
 from benchmarks.train_step import Variant
 from benchmarks.train_step_args import BenchOptions
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, script_command, unknown_choice
@@ -129,7 +130,7 @@ def parse_args(argv: list[str]) -> CheckOptions:
 
     ``--query-types`` takes comma-separated or several names, or ``all``; a *.toml among them is the config.
     """
-    parser = ArgumentParser(prog="gpu_check.py", add_help=False, allow_abbrev=False)
+    parser = ArgumentParser(prog="python -m benchmarks.gpu_check", add_help=False, allow_abbrev=False)
     parser.add_argument("-h", "--help", action="store_true")
     parser.add_argument("--steps", type=int, default=CheckOptions.steps)
     parser.add_argument("--warmup", type=int, default=CheckOptions.warmup)
@@ -193,7 +194,7 @@ def resolve_device(name: str) -> torch.device:
         raise UserError(
             f"no CUDA device is visible (torch {torch.__version__}, {build}); on a GPU machine install the CUDA "
             f"build of torch (docs/performance.md, 'The first GPU run'); for the CPU smoke mode run: "
-            f"{script_command(f'scripts/gpu_check.py {CPU_SMOKE_CONFIG} --device cpu')}"
+            f"{script_command(f'-m benchmarks.gpu_check {CPU_SMOKE_CONFIG} --device cpu')}"
         )
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -607,7 +608,7 @@ def judge(row: Row) -> tuple[list[str], list[str]]:
         timing = f" ({row.data_ms:.3g} of {row.step_ms:.3g} ms)" if row.data_ms is not None and row.step_ms else ""
         problems.append(f"data loading {100 * row.data_share:.1f}% of the step{timing} > {100 * DATA_SHARE_MAX:g}%: a "
                         "slow disk or a cold page cache, or a step too small to hide it "
-                        "(python scripts/bench_loader.py times the reads alone)")
+                        "(python -m benchmarks.batch_reads times the reads alone)")
     if row.mfu is None:
         notes.append(f"{row.device}: MFU not defined" if row.device == "cpu"
                      else "MFU unknown: pass --metrics.peak_tflops")
@@ -698,7 +699,7 @@ def thresholds() -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/gpu_check.py (wrapped by :func:`torchnlq.cli.run_cli`)."""
+    """Entry point of ``python -m benchmarks.gpu_check`` (wrapped by :func:`torchnlq.cli.run_cli`)."""
     opts = parse_args(argv)
     if opts.help:
         print(__doc__)
@@ -730,3 +731,7 @@ def main(argv: list[str]) -> int:
                    "float8": float8_line, "estimate_line": estimate_line, "rows": [asdict(r) for r in rows]}
         Path(opts.json).expanduser().write_text(json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

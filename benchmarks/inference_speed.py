@@ -4,12 +4,17 @@ A decode step is small and launch/memory bound, so the nonlinear query's extra e
 is not hidden there. Per variant, in interleaved rounds: a prefill into an empty cache, decode
 steps against it, and the memory (weights, KV cache, peak above the weights). ``--compile``
 uses dynamic shapes, so the growing cache position does not recompile every step.
+
+    python -m benchmarks.inference_speed [--layers 12] [--dim 768] [--heads 12] [--batch 1] [--prompt 128]
+                                         [--decode 32] [--rounds 12] [--compile] [--autocast fp32|bf16]
+                                         [--device auto|cpu|cuda] [--variants ...] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +23,7 @@ import torch
 
 from benchmarks.activation_memory import measure_allocations
 from benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
@@ -163,7 +168,8 @@ def format_inference_results(results: list[InferenceResult], opts: argparse.Name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(description="Prefill and KV-cache decoding speed per query type (eager or compiled).")
+    parser = ArgumentParser(prog="python -m benchmarks.inference_speed",
+                            description="Prefill and KV-cache decoding speed per query type (eager or compiled).")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
@@ -204,7 +210,7 @@ def check_options(opts: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_inference.py."""
+    """Entry point of ``python -m benchmarks.inference_speed``."""
     opts = build_parser().parse_args(argv)
     check_options(opts)
     want_cuda = opts.device == "cuda" or (opts.device == "auto" and torch.cuda.is_available())
@@ -216,3 +222,7 @@ def main(argv: list[str]) -> int:
         Path(opts.json).write_text(json.dumps({"machine": info, "options": vars(opts),
                                                "results": [asdict(r) for r in results]}, indent=2) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

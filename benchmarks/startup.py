@@ -1,6 +1,6 @@
 """Start-up time of torchnlq's commands against ``python -c "import torch"``, interleaved.
 
-    python scripts/bench_startup.py [--rounds N] [--only NAME,...]
+    python -m benchmarks.startup [--rounds N] [--only NAME,...]
 
 Every command is a fresh process; each round runs all of them once in a shuffled order, so a load
 change hits each alike (:func:`benchmarks.timing.interleave`). Figures are medians over rounds: wall
@@ -37,7 +37,7 @@ from benchmarks.timing import (
     markdown_table,
     median,
 )
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,8 +118,8 @@ def build_commands(tmp: Path, only: set[str] | None) -> list[Command]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_startup.py."""
-    parser = ArgumentParser(prog="bench_startup.py", description=__doc__.split("\n\n")[0])
+    """Entry point of ``python -m benchmarks.startup``."""
+    parser = ArgumentParser(prog="python -m benchmarks.startup", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=12, help="rounds of every command (default: 12)")
     parser.add_argument("--only", default=None, help="comma-separated command names (default: all); "
                         "e.g. 'generate,first step,generate --help'")
@@ -146,3 +146,7 @@ def main(argv: list[str]) -> int:
     print(markdown_table(["command", "wall (s)", "CPU (s)", "wall vs import torch"], rows,
                          right=[False, True, True, True]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

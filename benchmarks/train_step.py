@@ -1,7 +1,7 @@
 """Time full training steps of a config, or of several variants of it interleaved in one process.
 
-    python scripts/bench.py CONFIG [--section.key=value ...] [--steps N] [--warmup N] [--json OUT]
-                            [--autocast config|bf16|fp32] [--real-data] [--compare "label: --k=v --k2=v2" ...]
+    python -m benchmarks.train_step CONFIG [--section.key=value ...] [--steps N] [--warmup N] [--json OUT]
+                                    [--autocast config|bf16|fp32] [--real-data] [--compare "label: --k=v --k2=v2" ...]
 
 Each variant is a real :class:`~torchnlq.train.trainer.Trainer` built from the config
 (plus the variant's overrides), and a timed step is ``Trainer.train_step()``: the LR
@@ -32,6 +32,7 @@ import contextlib
 import io
 import json
 import re
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ from benchmarks.train_step_support import (
     tensor_bytes,
     write_random_corpus,
 )
+from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
@@ -226,7 +228,7 @@ def format_results(results: list[VariantResult], info: dict[str, Any], config_ar
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench.py (wrapped by :func:`torchnlq.cli.run_cli`)."""
+    """Entry point of ``python -m benchmarks.train_step`` (wrapped by :func:`torchnlq.cli.run_cli`)."""
     opts, config_args = split_bench_args(argv)
     if opts.help:
         print(__doc__)
@@ -245,3 +247,7 @@ def main(argv: list[str]) -> int:
                    "variants": [asdict(r) for r in results]}
         Path(opts.json).expanduser().write_text(json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,4 +1,5 @@
-"""The command line of scripts/bench.py: its own flags apart from the config overrides (passed on untouched)."""
+"""The command line of ``python -m benchmarks.train_step``: its own flags apart from the config overrides (passed
+on untouched)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class BenchOptions:
 
 def split_bench_args(argv: list[str]) -> tuple[BenchOptions, list[str]]:
     """(the benchmark's flags, the remaining arguments for ``load_job_config``)."""
-    parser = ArgumentParser(prog="bench.py", add_help=False, allow_abbrev=False)
+    parser = ArgumentParser(prog="python -m benchmarks.train_step", add_help=False, allow_abbrev=False)
     parser.add_argument("-h", "--help", action="store_true")
     parser.add_argument("--steps", type=int, default=BenchOptions.steps)
     parser.add_argument("--warmup", type=int, default=BenchOptions.warmup)

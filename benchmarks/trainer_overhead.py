@@ -1,6 +1,6 @@
 """What the trainer costs beyond the model: whole trainer runs against a bare step loop, interleaved.
 
-    python scripts/bench_overhead.py [--shape toy|matched|debug] [--steps K] [--rounds N] [--threads T]
+    python -m benchmarks.trainer_overhead [--shape toy|matched|debug] [--steps K] [--rounds N] [--threads T]
 
 Each round builds a fresh :class:`~torchnlq.train.trainer.Trainer` and takes one step with it (neither
 timed: the optimizer's state and the allocator warm up), then times, in a shuffled order, in the same
@@ -31,6 +31,7 @@ import cProfile
 import io
 import pstats
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ import torch.nn.functional as F
 from benchmarks.timing import describe_machine, machine_info, markdown_table, median
 from benchmarks.train_step_support import quiet_trainer_logs, write_random_corpus
 from torchnlq.config.manager import load_job_config
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 from torchnlq.train.trainer import Trainer
 
@@ -131,8 +132,8 @@ def breakdown(trainer: Trainer, steps: int) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_overhead.py."""
-    parser = ArgumentParser(prog="bench_overhead.py", description=__doc__.split("\n\n")[0])
+    """Entry point of ``python -m benchmarks.trainer_overhead``."""
+    parser = ArgumentParser(prog="python -m benchmarks.trainer_overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="toy", help="the model and batch (default: toy)")
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run (default: 20)")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default: 12)")
@@ -175,3 +176,7 @@ def main(argv: list[str]) -> int:
     print(markdown_table(["part of the trainer step (cProfile)", "CPU ms/step"], [[p, f"{ms:.2f}"] for p, ms in parts],
                          right=[False, True]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,7 +1,7 @@
 """torchnlq's trainer against nanoGPT's own train.py, whole programs, at one shape, batch, corpus and precision.
 
-    python scripts/bench_nanogpt.py --nanogpt PATH [CONFIG ...] [--section.key=value ...] [--steps N] [--json OUT]
-    python scripts/bench_nanogpt.py --nanogpt PATH --mode cpu-seconds [--rounds N] [--steps LONG,SHORT] [--vocab V]
+    python -m benchmarks.versus_nanogpt --nanogpt PATH [CONFIG ...] [--section.key=value ...] [--steps N] [--json OUT]
+    python -m benchmarks.versus_nanogpt --nanogpt PATH --mode cpu-seconds [--rounds N] [--steps LONG,SHORT] [--vocab V]
 
 PATH is a checkout of https://github.com/karpathy/nanoGPT: its train.py, model.py and configurator.py run
 unchanged from a scratch copy in a temporary folder (nothing is written into the checkout). Nothing needs a
@@ -49,7 +49,7 @@ import torch
 
 from benchmarks.timing import (children_cpu_seconds, interleave, long_short_steps, markdown_table, median,
                                ratio_table)
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,8 +392,8 @@ def cpu_seconds(opts: Any) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_nanogpt.py."""
-    parser = ArgumentParser(prog="bench_nanogpt.py", description=__doc__.split("\n\n")[0])
+    """Entry point of ``python -m benchmarks.versus_nanogpt``."""
+    parser = ArgumentParser(prog="python -m benchmarks.versus_nanogpt", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nanogpt", required=True, help="a checkout of karpathy/nanoGPT (its train.py is run)")
     parser.add_argument("--mode", choices=("profile", "cpu-seconds"), default=None,
                         help="profile (default with CUDA) or cpu-seconds (default without)")
@@ -421,3 +421,7 @@ def main(argv: list[str]) -> int:
     except ValueError:
         raise UserError(f"--steps {opts.steps!r}: --mode profile takes one number of steps, such as 12") from None
     return profile(opts, overrides)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

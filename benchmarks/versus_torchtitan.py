@@ -1,7 +1,7 @@
 """torchnlq's trainer against torchtitan's train.py at the matched shape, whole programs, interleaved.
 
-    python scripts/bench_torchtitan.py --torchtitan PATH [--rounds N] [--steps LONG,SHORT]
-    python scripts/bench_torchtitan.py --torchtitan PATH --model-only [--rounds N]
+    python -m benchmarks.versus_torchtitan --torchtitan PATH [--rounds N] [--steps LONG,SHORT]
+    python -m benchmarks.versus_torchtitan --torchtitan PATH --model-only [--rounds N]
 
 PATH is a folder that holds the importable ``torchtitan`` package (0.3.0) and the dependencies this
 Python lacks (``pip install --no-deps --target PATH torchtitan==0.3.0 torchdata torch_checkpointing
@@ -71,7 +71,7 @@ from pathlib import Path
 
 from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps, ratio_table
 from benchmarks.train_step_support import write_random_corpus
-from torchnlq.cli import ArgumentParser
+from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,8 +220,8 @@ def model_only(site: Path, rounds: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of scripts/bench_torchtitan.py."""
-    parser = ArgumentParser(prog="bench_torchtitan.py", description=__doc__.split("\n\n")[0])
+    """Entry point of ``python -m benchmarks.versus_torchtitan``."""
+    parser = ArgumentParser(prog="python -m benchmarks.versus_torchtitan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--torchtitan", required=True,
                         help="a folder holding the importable torchtitan package and its dependencies")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds (default: 12)")
@@ -321,3 +321,7 @@ def main(argv: list[str]) -> int:
     print(ratio_table("program", "CPU ms per iteration", (f"torchtitan {version} train.py", per_iter["torchtitan"]),
                       ("torchnlq", per_iter["torchnlq"]), "torchtitan"))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -7,9 +7,10 @@ Usage: python scripts/model_summary.py train_configs/gpt_small_res_gelu.toml [--
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from torchnlq.cli import run_cli  # noqa: E402
 from torchnlq.inference.summary import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

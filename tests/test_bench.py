@@ -1,4 +1,5 @@
-"""scripts/bench.py and scripts/bench_attention.py: tables, interleaving, ratios, JSON, one-line errors.
+"""The benchmarks (``python -m benchmarks.NAME``): the training step and attention block ones (tables, interleaving,
+ratios, JSON), the loader, start-up, trainer-overhead and torchtitan ones, and their one-line errors.
 
 Only the mechanics are tested; no timing is asserted (the machine is shared).
 """

@@ -1,4 +1,4 @@
-"""scripts/bench_inference.py: prefill and KV-cache decoding per query type (issue 13.4)."""
+"""``python -m benchmarks.inference_speed``: prefill and KV-cache decoding per query type (issue 13.4)."""
 
 from __future__ import annotations
 

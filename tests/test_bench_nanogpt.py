@@ -1,4 +1,4 @@
-"""bench_nanogpt.py --mode profile (benchmarks/versus_nanogpt.py) end to end on the CPU, at the debug shape.
+"""``python -m benchmarks.versus_nanogpt --mode profile`` end to end on the CPU, at the debug shape.
 
 nanoGPT itself is not in this repository: a stand-in train.py written here plays its part the way the
 benchmark uses it (``--key=value`` flags read as configurator.py reads them, ``data/<dataset>/train.bin`` as

@@ -7,7 +7,7 @@ GPU machine, ``./run_tests.sh -m cuda`` (docs/performance.md, "The first GPU run
   is finite (skipped below 8.9, where float8 matmuls do not exist);
 - FSDP2 over NCCL in one process (a world of one on a FileStore): the sharded model computes the unsharded
   model's loss and gradients in fp32, and a compiled bf16 FSDP step is finite;
-- scripts/gpu_check.py end to end on the default profile with ``--steps 3``: exit 0, every figure present
+- ``python -m benchmarks.gpu_check`` end to end on the default profile with ``--steps 3``: exit 0, every figure present
   and consistent, no graph break or recompilation.
 
 The CPU halves of these checks are in tests/test_compile_graphs.py, tests/test_parallel.py and
@@ -185,9 +185,10 @@ def test_fsdp_over_nccl_in_one_process(tmp_path: Path, device: torch.device) -> 
 @pytest.mark.integration  # compiles gpt_small and trains a few 491,520-token steps per row: minutes
 def test_gpu_check_on_the_default_profile(tmp_path: Path) -> None:
     out_json, steps, warmup = tmp_path / "gpu_check.json", 3, 2
-    done = subprocess.run([sys.executable, str(REPO / "scripts/gpu_check.py"), "--steps", str(steps),
-                           "--warmup", str(warmup), "--json", str(out_json)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=3600, env={**os.environ}, check=False)
+    # As from the repository root (the benchmarks package is not installed), in a folder of its own.
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--steps", str(steps),
+                           "--warmup", str(warmup), "--json", str(out_json)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=3600, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Traceback" not in done.stderr
     data = json.loads(out_json.read_text())

@@ -3,9 +3,9 @@
 Two levels:
 
 * every command line in the docs (README.md and docs/*.md, indented code) is checked statically:
-  the script exists, every ``--option`` it passes is one the script's ``--help`` lists (or, for
-  ``./run_train.sh`` and ``run_suite.py``, a config key that exists), and the config and suite
-  files it names exist;
+  the script (or the module of ``python -m benchmarks.NAME``) exists, every ``--option`` it passes
+  is one its ``--help`` lists (or, for ``./run_train.sh`` and the config-driven tools, a config key
+  that exists), and the config and suite files it names exist;
 * the README's own commands are run as written, in order, in a copy of the checkout, as a
   newcomer would type them after ``./run_train.sh``: activating ``.venv``, the model summary,
   the checkpointed debug run, export, sampling, evaluation and TensorBoard's server. Commands
@@ -73,13 +73,30 @@ def commands_in(markdown: str) -> list[str]:
 ALL_COMMANDS = sorted({(path.relative_to(REPO_ROOT).as_posix(), c) for path in DOCS for c in documented_commands(path)})
 
 
+#: The commands whose other arguments are a config and its --section.key overrides.
+CONFIG_DRIVEN = ("scripts/run_suite.py", "scripts/model_summary.py", "benchmarks.train_step",
+                 "benchmarks.cpu_allocator", "benchmarks.gpu_check", "benchmarks.versus_nanogpt")
+
+
 @cache
-def script_help(script: str) -> str:
-    """A script's --help text (run as a user would, with this interpreter)."""
-    done = subprocess.run([sys.executable, str(REPO_ROOT / script), "--help"], capture_output=True, text=True,
-                          timeout=120, cwd=REPO_ROOT)
+def program_help(program: str) -> str:
+    """The --help text of a script (``scripts/x.py``) or a module (``benchmarks.x``), run as a user would: with
+    this interpreter, from the repository root."""
+    argv = [str(REPO_ROOT / program)] if program.endswith(".py") else ["-m", program]
+    done = subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def module_file(module: str) -> Path | None:
+    """The file ``python -m module`` runs from the repository root: the benchmarks (not installed) and torchnlq."""
+    if module.split(".")[0] not in ("benchmarks", "torchnlq"):
+        return None
+    path = REPO_ROOT / module.replace(".", "/")
+    for candidate in (path.with_suffix(".py"), path / "__main__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def options_of(words: list[str]) -> list[str]:
@@ -103,19 +120,25 @@ def test_every_documented_command_names_real_scripts_options_and_files(where: st
         return
     if program == "python" and words[1] == "-c":
         return  # inline Python (e.g. downloading GPT-2 with transformers): nothing of ours to check
-    if program == "python":
+    if program == "python" and words[1] == "-m":
+        module, rest = words[2], words[3:]
+        path = module_file(module)
+        assert path is not None, f"{where}: python -m {module}: no such module of this checkout"
+        runs = path.name == "__main__.py" or 'if __name__ == "__main__":' in path.read_text()
+        assert runs, f"{where}: python -m {module} runs nothing"
+        config_driven, help_text = module in CONFIG_DRIVEN, program_help(module)
+    elif program == "python":
         script, rest = words[1], words[2:]
         assert (REPO_ROOT / script).is_file(), f"{where}: {script} does not exist"
-        config_driven = script.endswith(("run_suite.py", "model_summary.py", "bench.py", "bench_cpu_allocator.py", "gpu_check.py",
-                                         "bench_nanogpt.py"))
-        help_text = script_help(script)
+        config_driven, help_text = script in CONFIG_DRIVEN, program_help(script)
     else:
         assert program == "./run_train.sh", f"{where}: unknown program in {command!r}"
         rest, config_driven, help_text = words[1:], True, ""
     for option in options_of(rest):
         known = option in help_text or (config_driven and option[2:] in CONFIG_KEYS)
         known = known or option in ("--help", "--print-config")
-        assert known, f"{where}: {command!r} passes {option}, which {program} {words[1] if program == 'python' else ''} does not take"
+        program_words = " ".join(words[:len(words) - len(rest)])
+        assert known, f"{where}: {command!r} passes {option}, which {program_words} does not take"
     for word in rest:
         if re.fullmatch(r"(train_configs|suites)/[\w.-]+\.toml", word):
             assert (REPO_ROOT / word).is_file(), f"{where}: {word} does not exist"
@@ -154,7 +177,8 @@ NOT_RUN = {
     "python scripts/run_suite.py suites/table1.toml": "seven Table 1 runs",
     "python scripts/convert_checkpoint.py CKPT OUT --format hf-gpt2": "needs a linear-query model: tests/test_export.py",
     "python scripts/convert_checkpoint.py CKPT OUT --format hf-llama": "needs a linear-query Llama-style model: tests/test_hf_llama.py",
-    "python scripts/gpu_check.py": "a GPU: tests/test_gpu_check.py runs its CPU smoke mode",
+    "python scripts/convert_checkpoint.py CKPT OUT --format hf-qwen3": "needs a QK-norm Llama-style model: tests/test_hf_qwen3.py",
+    "python -m benchmarks.gpu_check": "a GPU: tests/test_gpu_check.py runs its CPU smoke mode",
     # The quickstart's commands, run as written by test_the_readme_quickstart_runs_as_written.
     "python scripts/prepare_data.py --files data/tinyshakespeare.txt": "the quickstart (its own test)",
     "OMP_NUM_THREADS=1 python scripts/run_suite.py suites/quickstart.toml": "the quickstart (its own test)",

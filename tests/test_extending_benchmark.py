@@ -1,11 +1,11 @@
 """The benchmark walk-through of docs/extending.md ("A new benchmark"), performed as written there.
 
-The section has two ```python blocks: the benchmark module (``benchmarks/forward_batch.py``
-in the docs) and its entry point (``scripts/bench_forward.py``). They are taken from the
-markdown and written into tmp_path, never into the working tree: the module is imported from
-there and its ``main`` run with tiny sizes; for the layering rules and the script, both go
-into a copy of the repository's code (``tmp/torchnlq/...``, ``tmp/benchmarks/...``, ``tmp/scripts/...``) and the import-linter
-contracts of pyproject.toml (tests/test_layering.py) run on that copy, the script in a subprocess.
+The section has one ```python block: the benchmark module (``benchmarks/forward_batch.py`` in the docs),
+run as ``python -m benchmarks.forward_batch``. It is taken from the markdown and written into tmp_path, never
+into the working tree: the module is imported from there and its ``main`` run with tiny sizes; for the
+layering rules and the command, it goes into a copy of the repository's code (``tmp/torchnlq/...``,
+``tmp/benchmarks/...``) and the import-linter contracts of pyproject.toml (tests/test_layering.py) run on
+that copy, the command in a subprocess from the copy's root.
 """
 
 from __future__ import annotations
@@ -28,29 +28,28 @@ from torchnlq.cli import run_cli
 DOC = REPO_ROOT / "docs" / "extending.md"
 MODULE = "benchmarks.forward_batch"  # where the docs put the example
 MODULE_PATH = "benchmarks/forward_batch.py"
-SCRIPT_PATH = "scripts/bench_forward.py"
 TINY = ["--batches", "1", "2", "--seq", "8", "--layers", "1", "--dim", "16", "--heads", "2",
         "--steps", "2", "--warmup", "1"]
 
 
-def doc_blocks() -> dict[str, str]:
-    """The section's two python blocks: ``module`` (defines main) and ``script`` (calls run_cli)."""
+def doc_module() -> str:
+    """The section's python block: the module, with its ``main`` and the ``__main__`` block that runs it."""
     text = DOC.read_text()
     match = re.search(r"^## A new benchmark.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
     assert match, "docs/extending.md has no section '## A new benchmark'"
     blocks = re.findall(r"```python\n(.*?)```", match.group(0), flags=re.DOTALL)
-    modules = [b for b in blocks if re.search(r"^def main\(", b, flags=re.MULTILINE)]
-    scripts = [b for b in blocks if "run_cli(main)" in b]
-    assert len(blocks) == 2 and len(modules) == 1 and len(scripts) == 1, (
-        "the benchmark section should have two python blocks: the module (def main) and the script (run_cli)")
-    return {"module": modules[0], "script": scripts[0]}
+    assert len(blocks) == 1, "the benchmark section should have one python block: the module"
+    module = blocks[0]
+    assert re.search(r"^def main\(", module, flags=re.MULTILINE), "the module defines main(argv)"
+    assert 'if __name__ == "__main__":\n    sys.exit(run_cli(main))' in module, "the module runs main via run_cli"
+    return module
 
 
 @pytest.fixture
 def example(tmp_path: Path) -> ModuleType:
     """The docs' benchmark module, written to tmp_path and imported from there (not registered in sys.modules)."""
     path = tmp_path / "forward_batch.py"
-    path.write_text(doc_blocks()["module"])
+    path.write_text(doc_module())
     spec = importlib.util.spec_from_file_location("docs_forward_batch", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -96,7 +95,7 @@ def test_example_prints_one_row_per_variant(example, capsys):
 
 
 def test_example_bad_input_is_one_error_line(example, capsys):
-    """Through run_cli, as the script calls it: a UserError is one line and exit code 2."""
+    """Through run_cli, as its ``__main__`` block calls it: a UserError is one line and exit code 2."""
     assert run_cli(example.main, ["--batches", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
@@ -104,7 +103,7 @@ def test_example_bad_input_is_one_error_line(example, capsys):
 
 def test_example_follows_the_layering_rules(tmp_path):
     """In benchmarks/ the example imports only what the benchmarks layer may import."""
-    source = doc_blocks()["module"]
+    source = doc_module()
     assert re.search(r"^from benchmarks\.timing import ", source, flags=re.MULTILINE), (
         "the example should use the timing helpers")
     package_copy(tmp_path, source)
@@ -113,7 +112,7 @@ def test_example_follows_the_layering_rules(tmp_path):
 
 def test_layering_check_would_catch_a_bad_example(tmp_path):
     """Control: the same check reports the example once it imports the experiments, or the library imports it."""
-    source = doc_blocks()["module"] + "\nfrom torchnlq.experiments import suite  # noqa: E402\n"
+    source = doc_module() + "\nfrom torchnlq.experiments import suite  # noqa: E402\n"
     root = package_copy(tmp_path, source)
     (root / "train" / "uses_bench.py").write_text(f"from {MODULE} import main\n")
     problems = example_problems(tmp_path)
@@ -122,17 +121,17 @@ def test_layering_check_would_catch_a_bad_example(tmp_path):
 
 
 @pytest.mark.integration
-def test_script_runs_the_example(tmp_path):
-    """``python scripts/bench_forward.py`` in a copy of the repository with both blocks in place."""
-    blocks = doc_blocks()
-    package_copy(tmp_path, blocks["module"])
-    script = tmp_path / SCRIPT_PATH
-    script.parent.mkdir()
-    script.write_text(blocks["script"])
-    proc = subprocess.run([sys.executable, str(script), *TINY], cwd=tmp_path, env=script_env(tmp_path),
+def test_python_m_runs_the_example(tmp_path):
+    """``python -m benchmarks.forward_batch`` from the root of a copy of the repository with the module in place."""
+    package_copy(tmp_path, doc_module())
+    command = [sys.executable, "-m", MODULE]
+    proc = subprocess.run([*command, *TINY], cwd=tmp_path, env=script_env(tmp_path),
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     check_table(proc.stdout, ("linear", "residual_mlp"), n_batches=2)
-    bad = subprocess.run([sys.executable, str(script), "--steps", "0"], cwd=tmp_path, env=script_env(tmp_path),
+    bad = subprocess.run([*command, "--steps", "0"], cwd=tmp_path, env=script_env(tmp_path),
                          capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1, bad.stderr
+    typo = subprocess.run([*command, "--stpes", "2"], cwd=tmp_path, env=script_env(tmp_path),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert typo.returncode == 2 and typo.stderr.startswith(f"error: python -m {MODULE}: "), typo.stderr

@@ -1,6 +1,6 @@
 """Generated mistakes (Hypothesis): configs and option pairs, run-folder states, corrupted files.
 
-The catalogue (tests/test_catalogue.py) lists the documented mistakes one by one; these tests draw
+The catalogue (tests/catalogue/) lists the documented mistakes one by one; these tests draw
 the rest and hold every entry point to the same invariant: exit 0 with the promised result, or exit 2
 with exactly one ``error:`` line, no traceback, and no change to any file the user owns. A fixed
 seed (``derandomize``) and small example counts keep them reproducible and within CI's budget.

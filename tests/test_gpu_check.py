@@ -1,5 +1,5 @@
-"""scripts/gpu_check.py on a CPU: the smoke run's figures against independent computations, the counters,
-the verdicts on synthetic figures, and the mistakes (one ``error:`` line, exit 2, nothing written).
+"""``python -m benchmarks.gpu_check`` on a CPU: the smoke run's figures against independent computations, the
+counters, the verdicts on synthetic figures, and the mistakes (one ``error:`` line, exit 2, nothing written).
 
 What is computed independently here: tokens per step from the overrides the test passes, the
 median of the recorded step times, FLOPs per token from the parameters of a model built on meta
@@ -473,7 +473,7 @@ def test_query_type_lists() -> None:
 def test_help_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(gpu_check.main, ["--help"]) == 0
     out = capsys.readouterr().out
-    assert "scripts/gpu_check.py" in out and "--query-types" in out and "--device cpu" in out
+    assert "python -m benchmarks.gpu_check" in out and "--query-types" in out and "--device cpu" in out
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -510,4 +510,4 @@ def test_mistakes_are_one_line_and_write_nothing(argv: list[str], fragment: str,
     assert captured.out == ""
     assert list(tmp_path.iterdir()) == []
     if not argv or argv[0] == "--device" and argv[1] == "cuda":
-        assert "gpu_check.py train_configs/debug_model.toml --device cpu" in captured.err
+        assert "python -m benchmarks.gpu_check train_configs/debug_model.toml --device cpu" in captured.err

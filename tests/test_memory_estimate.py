@@ -1,8 +1,8 @@
 """The memory estimate (torchnlq/parallel/memory_estimate.py) against the memory a real training step allocates.
 
 The reference is independent of the estimate: a real Trainer step on the CPU, its allocations and
-frees recorded by torch's profiler (what scripts/bench.py reports as peak memory: parameters and
-optimizer state, plus the highest point the step reaches above them). The estimate runs the same
+frees recorded by torch's profiler (what ``python -m benchmarks.train_step`` reports as peak memory:
+parameters and optimizer state, plus the highest point the step reaches above them). The estimate runs the same
 step on fake tensors. The issue's target is 15%; at these shapes both agree to a few percent.
 """
 
@@ -36,7 +36,7 @@ CASES = {
 
 
 def measured_peak(trainer: Trainer) -> int:
-    """Parameters + optimizer state + the peak a step allocates above them (as scripts/bench.py measures)."""
+    """Parameters + optimizer state + the peak a step allocates above them (as benchmarks.train_step measures)."""
     trainer.train_step()  # creates the optimizer state
     trainer.optimizer.zero_grad(set_to_none=True)
     static = tensor_bytes(trainer.model.parameters())
