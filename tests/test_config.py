@@ -196,13 +196,12 @@ def test_the_docs_options_tables_show_each_doc_whole() -> None:
 def test_registry_backed_options_list_the_registries_names() -> None:
     """The choice lists are written once, in the registries: help and docs show exactly those names."""
     from torchnlq.config.registries import registry_choices
-    from torchnlq.models.args import POSITIONS
-    from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES
-    from torchnlq.models.registry import FLAVORS
+    from torchnlq.models.query import ACTIVATIONS, QUERY_NORMS, QUERY_TYPES
+    from torchnlq.models.registry import BLOCKS, FLAVORS
 
     expected = {
-        "model.flavor": FLAVORS, "model.positions": POSITIONS, "model.query.type": QUERY_TYPES,
-        "model.query.activation": ACTIVATIONS, "model.query.input_norm": NORMS, "model.query.output_norm": NORMS,
+        "model.flavor": FLAVORS, "model.block": BLOCKS, "model.query.type": QUERY_TYPES,
+        "model.query.activation": ACTIVATIONS, "model.query.input_norm": QUERY_NORMS, "model.query.output_norm": QUERY_NORMS,
     }
     assert registry_choices() == {name: list(registry) for name, registry in expected.items()}
     text = help_text(registries=registry_choices())

@@ -128,7 +128,7 @@ def test_the_export_ships_the_model_package_not_a_copy():
     for path in models.glob("*.py"):
         assert code[PACKAGE_FILE if path.name == "__init__.py" else path.name] == path.read_text(encoding="utf-8")
     wrapper = code[HF_MODELING_FILE]
-    assert "from .torchnlq_models import GPT, ModelArgs" in wrapper and "from torchnlq" not in wrapper
+    assert "from .torchnlq_models import ModelArgs, build_model" in wrapper and "from torchnlq" not in wrapper
     assert set(code) == {HF_MODELING_FILE, PACKAGE_FILE} | {p.name for p in models.glob("*.py") if p.name != "__init__.py"}
 
 
@@ -330,7 +330,7 @@ def test_config_json_round_trips_every_model_field(transformers):
     args = ModelArgs(n_layers=3, dim=48, n_heads=6, n_kv_heads=2, mlp_hidden=80, vocab_size=300, max_seq_len=40,
                      tie_embeddings=False, positions="rope", rope_theta=5e5, norm_eps=1e-6, init_std=0.03, bias=True,
                      mlp_activation="swiglu", norm="rms", qk_norm=True, rope_scaling_factor=8.0,
-                     rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16,
+                     rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16, block="parallel",
                      query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False))
     defaults = ModelArgs()
     same = [f.name for f in fields(ModelArgs) if f.name not in ("init", "head_dim")

@@ -32,18 +32,13 @@ import pytest
 import torch
 from torch import nn
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from helpers.paper import as_paper_state_dict, paper_initial_weights
 
 from torchnlq.config.job_config import Query
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import ConfigError
 from torchnlq.models import GPT, ModelArgs
-from torchnlq.models.args import INIT_SCHEMES
+from torchnlq.models.config import INIT_SCHEMES
 from torchnlq.models.query import QUERY_TYPES, QueryProjection, register_query
 from torchnlq.train.preflight import check_job_config
 
@@ -119,10 +114,10 @@ def test_the_identity_term_attends_at_the_papers_scale(mode: str) -> None:
 
 
 def _arms(suite: Path) -> list[tuple[str, list[str]]]:
-    """(name, load_job_config argv) of every run of a suite file, grid left out."""
-    data = tomllib.loads(suite.read_text())
-    return [(run["name"], [str(suite.parent / run.get("config", data.get("config"))), *data.get("overrides", []),
-                           *run.get("overrides", [])]) for run in data["runs"]]
+    """(name, load_job_config argv) of every run of a suite file, as the suite runner expands it."""
+    from torchnlq.experiments.suite import load_suite
+
+    return [(run.name, run.argv()) for run in load_suite(suite).runs]
 
 
 @pytest.mark.parametrize("suite", sorted((REPO_ROOT / "suites").glob("*.toml")), ids=lambda p: p.name)

@@ -25,6 +25,7 @@ IN_PROCESS = [
         setup=write({"syntax.toml": "[model\n"})),
     row("model_summary.py", "unknown-key", ["--model.dimm=64"], "unknown key 'model.dimm' in model; did you mean 'dim'?"),
     row("model_summary.py", "unknown-flavor", ["--model.flavor=gpt_huge"], "model.flavor: unknown 'gpt_huge'"),
+    row("model_summary.py", "unknown-block-family", ["--model.block=moe"], "model.block: unknown 'moe'"),
     row("model_summary.py", "heads-do-not-divide-dim", ["--model.dim=100", "--model.n_heads=3"],
         "model.n_heads=3 does not divide model.dim=100"),
     row("model_summary.py", "seq-len-above-the-positions", ["--training.seq_len=2048"], "exceeds the model's max_seq_len=256"),

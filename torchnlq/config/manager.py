@@ -362,7 +362,9 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
         raise ConfigError(f"{key} must be a finite number, got {value}")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, choices))}{_suggest(str(value), list(choices))}")
+        match = closest(str(value), [str(c) for c in choices])
+        raise ConfigError(f"{key}: '{value}' is not one of {', '.join(map(str, choices))}"
+                          + (f"; did you mean '{match}'?" if match else ""))
     lo, hi = meta.get("min"), meta.get("max")
     if lo is not None and (value < lo or (meta.get("min_exclusive") and value == lo)):
         bound = f"> {lo}" if meta.get("min_exclusive") else f">= {lo}"

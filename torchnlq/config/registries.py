@@ -6,9 +6,8 @@ from collections.abc import Sequence
 
 from torchnlq.config.job_config import JobConfig
 from torchnlq.config.render import iter_options
-from torchnlq.models.args import POSITIONS
-from torchnlq.models.query import ACTIVATIONS, NORMS, QUERY_TYPES
-from torchnlq.models.registry import FLAVORS
+from torchnlq.models.query import ACTIVATIONS, QUERY_NORMS, QUERY_TYPES
+from torchnlq.models.registry import BLOCKS, FLAVORS
 
 
 def registry_choices() -> dict[str, list[str]]:
@@ -16,9 +15,9 @@ def registry_choices() -> dict[str, list[str]]:
     registries: dict[str, Sequence[str]] = {
         "query types": list(QUERY_TYPES),
         "activations": list(ACTIVATIONS),
-        "norms": list(NORMS),
+        "norms": list(QUERY_NORMS),
         "flavors": list(FLAVORS),
-        "positions": list(POSITIONS),
+        "blocks": list(BLOCKS),
     }
     choices = {}
     for name, f, _ in iter_options(JobConfig()):

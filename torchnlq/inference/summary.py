@@ -8,12 +8,14 @@ import sys
 from typing import Any
 
 import torch
+import torch.nn as nn
 
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT, Block
+from torchnlq.models.gpt import GPT
 from torchnlq.models.query import query_params_in_model
+from torchnlq.models.registry import block_class, build_model
 from torchnlq.parallel.memory_estimate import (
     DEFAULT_CARD_GIB,
     GIB,
@@ -84,7 +86,7 @@ def component_of(name: str) -> str:
     return next(component for component, starts in COMPONENTS if local.startswith(starts))
 
 
-def parameter_split(args: ModelArgs, shell: GPT, first: Block) -> dict[str, int]:
+def parameter_split(args: ModelArgs, shell: GPT, first: nn.Module) -> dict[str, int]:
     """Parameters by component, counted from one block on meta times n_layers (a query that differs by layer
     is counted by its own formula): their sum is ``args.num_params()``. ``shell``, ``first``: see summarize."""
     split = dict.fromkeys(("embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"), 0)
@@ -98,7 +100,7 @@ def parameter_split(args: ModelArgs, shell: GPT, first: Block) -> dict[str, int]
     return split
 
 
-def parameter_lines(cfg: JobConfig, args: ModelArgs, shell: GPT, first: Block) -> list[str]:
+def parameter_lines(cfg: JobConfig, args: ModelArgs, shell: GPT, first: nn.Module) -> list[str]:
     """``params_<component>`` lines, and the difference from the same config with a linear query."""
     lines = [f"params_{component}: {count:,}" for component, count in parameter_split(args, shell, first).items()]
     if args.tie_embeddings:
@@ -118,8 +120,8 @@ def summarize(cfg: JobConfig) -> list[str]:
     # Counted, not built: the shapes come from a one-block model and from block 0 itself, on meta (a model of
     # 10^8 blocks is summarised as fast as one of 2); the totals are ModelArgs' analytic counts.
     with torch.device("meta"):
-        shell = GPT(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
-        first = Block(args, 0)
+        shell = build_model(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
+        first = block_class(args)(args, 0)
 
     sizes = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden", "vocab_size", "max_seq_len",
              "positions", "tie_embeddings")

@@ -29,6 +29,7 @@ from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.files import writing
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.config import PRENORM
 from torchnlq.models.gpt import GPT
 from torchnlq.paths import is_within, protected_folders
 
@@ -281,6 +282,9 @@ def export_standard(
 
     loaded, target = prepare_export(source, dtype)
     reason = incompatibility(loaded.args)
+    if loaded.args.block != PRENORM:  # every standard architecture is some pre-norm block
+        reason = f"model.block={loaded.args.block!r} has no standard Hugging Face architecture; export with " \
+                 f"--format hf (it carries the family's code) or --format safetensors"
     if reason:
         raise UserError(reason)
     with export_folder(loaded, out_dir, overwrite) as tmp:

@@ -27,6 +27,7 @@ from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.gpt import GPT
 from torchnlq.models.recorded import check_record, shown
+from torchnlq.models.registry import build_model
 
 
 @dataclass
@@ -129,7 +130,7 @@ def planned_model(args: ModelArgs, device: torch.device, where: str | Path) -> G
     from torchnlq.parallel.memory_estimate import GIB, device_memory_bytes
 
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     limit = device_memory_bytes(device)
     if limit is not None and need > limit:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import ModelArgs, build_model
 from torchnlq.models.rope import RotaryEmbedding, rope_at, rope_scaling
 
 # torchnlq-export: plugin imports (the export adds one line per plugin module it ships)
@@ -103,7 +103,8 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: TorchnlqConfig) -> None:
         super().__init__(config)
-        self.model = GPT(config.model_args())
+        self.model = build_model(config.model_args())
+        self._no_split_modules = [type(self.model.layers[0]).__name__]  # accelerate's device_map keeps a block whole
         self.post_init()
 
     def _init_weights(self, module: torch.nn.Module) -> None:

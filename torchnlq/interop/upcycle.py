@@ -15,8 +15,8 @@ from torchnlq.errors import UserError
 from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
 from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
 from torchnlq.models.query import QUERY_TYPES, get_query_class
+from torchnlq.models.registry import build_model
 
 def check_carries_tokenizer(loaded: LoadedModel) -> None:
     """An imported model must bring a tokenizer into its export (generate.py has no other): else one line saying
@@ -103,7 +103,7 @@ def upcycle(source: str | Path, query: Query | None = None, seed: int = 0) -> Lo
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device("cpu"):
-            model = GPT(target)  # sized above: its weights fit this machine
+            model = build_model(target)  # sized above: its weights fit this machine
     model.load_state_dict(sd, strict=False)
     model.eval()
     return LoadedModel(model, target, loaded.tokenizer, meta, loaded.path, loaded.kind)

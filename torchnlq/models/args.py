@@ -2,39 +2,45 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import dataclasses
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .config import LIMITS, REMOVED_QUERY_FIELDS, Query
+from .config import FIRST_BLOCK_FIELDS, LIMITS, PRENORM, REMOVED_QUERY_FIELDS, BlockOptions, Query
 from .errors import ConfigError, unknown_choice
 from .query import query_params_in_model
 from .recorded import Field, check_record, integer, number
 
-POSITIONS = ("learned", "rope")
-#: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
-MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
-NORMS = ("layer", "rms")
-#: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out.
-LATER_FIELDS: dict[str, Any] = {
-    "bias": False, "mlp_activation": "gelu", "norm": "layer", "qk_norm": False, "rope_scaling_factor": 1.0,
-    "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0, "rope_original_max_seq_len": 8192,
-}
+#: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out: every block
+#: option but the first ones (models/config.py).
+LATER_FIELDS: dict[str, Any] = {f.name: f.default for f in fields(BlockOptions) if f.name not in FIRST_BLOCK_FIELDS}
 LATER_QUERY_FIELDS: dict[str, Any] = {"layers": "all", "train_anchor": True}
-#: ``model.init``: the initial weights (:meth:`GPT.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
-INIT_SCHEMES = ("torchnlq", "depth", "paper")
+
+
+def _recorded(f: dataclasses.Field) -> Field:
+    """The schema of a recorded block option, from its declaration: its type and range (models/config.py). A
+    string's choices are :meth:`ModelArgs.validate`'s, with a did-you-mean."""
+    kind = typing.get_type_hints(BlockOptions)[f.name]
+    null = typing.get_origin(kind) in (typing.Union, types.UnionType)
+    base = next(a for a in typing.get_args(kind) if a is not type(None)) if null else kind
+    if base in (bool, str):
+        return Field(base, null=null)
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if base is int:
+        return integer(lo, hi, null=null)
+    return number(hi=hi, above=lo, null=null) if f.metadata.get("min_exclusive") else number(lo, hi, null=null)
+
 
 #: What a recorded model (a checkpoint's or export's ``model_args``, a Hugging Face config.json) may hold: exact types,
 #: and sizes beyond any model trained today yet small enough that the model is sized on the meta device in a second.
 #: The choices of the strings are :meth:`ModelArgs.validate`'s (with a did-you-mean).
 MODEL_FIELDS: dict[str, Field] = {
     "n_layers": integer(1, LIMITS["n_layers"]), "dim": integer(1, LIMITS["dim"]), "n_heads": integer(1, LIMITS["n_heads"]),
-    "n_kv_heads": integer(1, LIMITS["n_heads"], null=True), "head_dim": integer(1, 2**16, null=True),
-    "mlp_hidden": integer(1, LIMITS["mlp_hidden"], null=True), "vocab_size": integer(1, LIMITS["vocab_size"]),
-    "max_seq_len": integer(1, LIMITS["max_seq_len"]),
-    "tie_embeddings": Field(bool), "positions": Field(str), "rope_theta": number(above=0), "norm_eps": number(above=0),
-    "init_std": number(0), "bias": Field(bool), "mlp_activation": Field(str), "norm": Field(str),
-    "qk_norm": Field(bool), "rope_scaling_factor": number(1), "rope_low_freq_factor": number(above=0),
-    "rope_high_freq_factor": number(above=0), "rope_original_max_seq_len": integer(1, 2**24),
+    "n_kv_heads": integer(1, LIMITS["n_heads"], null=True), "mlp_hidden": integer(1, LIMITS["mlp_hidden"], null=True),
+    "vocab_size": integer(1, LIMITS["vocab_size"]), "max_seq_len": integer(1, LIMITS["max_seq_len"]),
+    **{f.name: _recorded(f) for f in fields(BlockOptions) if f.name != "init"},
 }
 QUERY_FIELDS: dict[str, Field] = {
     "type": Field(str), "activation": Field(str), "input_norm": Field(str), "output_norm": Field(str),
@@ -45,8 +51,9 @@ _NEWER = " (written by a newer torchnlq?); upgrade torchnlq"
 
 
 @dataclass
-class ModelArgs:
-    """Everything :class:`torchnlq.models.gpt.GPT` needs to build itself.
+class ModelArgs(BlockOptions):
+    """Everything :class:`torchnlq.models.gpt.GPT` needs to build itself: the resolved sizes below and the block
+    options of :class:`~torchnlq.models.config.BlockOptions` (declared there once, for the config too).
 
     ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` left ``None`` are derived in ``__post_init__``
     (n_heads, dim // n_heads, 4 * dim). ``init`` says how the weights start, not what the model is,
@@ -58,25 +65,10 @@ class ModelArgs:
     dim: int = 64
     n_heads: int = 4
     n_kv_heads: int | None = None
-    head_dim: int | None = None
     mlp_hidden: int | None = None
     vocab_size: int = 256
     max_seq_len: int = 256
-    tie_embeddings: bool = True
-    positions: str = "learned"
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
     query: Query = field(default_factory=Query)
-    init: str = "torchnlq"
-    bias: bool = False
-    mlp_activation: str = "gelu"
-    norm: str = "layer"
-    qk_norm: bool = False
-    rope_scaling_factor: float = 1.0
-    rope_low_freq_factor: float = 1.0
-    rope_high_freq_factor: float = 4.0
-    rope_original_max_seq_len: int = 8192
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -104,18 +96,14 @@ class ModelArgs:
                 f"model.n_kv_heads={self.n_kv_heads} must be in 1..{self.n_heads} and divide "
                 f"model.n_heads={self.n_heads}; use one of {divisors} (or leave it unset for multi-head)"
             )
-        if self.positions not in POSITIONS:
-            raise unknown_choice("model.positions", self.positions, POSITIONS)
-        if self.mlp_activation not in MLP_ACTIVATIONS:
-            raise unknown_choice("model.mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
-        if self.init not in INIT_SCHEMES:
-            raise unknown_choice("model.init", self.init, INIT_SCHEMES)
-        if self.norm not in NORMS:
-            raise unknown_choice("model.norm", self.norm, NORMS)
+        for f in fields(BlockOptions):  # the choices each block option declares
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise unknown_choice(f"model.{f.name}", getattr(self, f.name), list(choices))
         if self.init == "paper" and not self.is_gpt2_block:
             raise ConfigError(
-                "model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.norm='layer', a GELU "
-                "MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' for this block"
+                "model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.block='prenorm', "
+                "model.norm='layer', a GELU MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' for this block"
             )
         if self.rope_scaling_factor != 1.0 and self.positions != "rope":
             raise ConfigError(
@@ -166,8 +154,8 @@ class ModelArgs:
 
     @property
     def is_gpt2_block(self) -> bool:
-        """LayerNorms, a GELU MLP and no QK-norm: the paper's block (RoPE and GQA aside)."""
-        return self.norm == "layer" and self.mlp_activation != "swiglu" and not self.qk_norm
+        """The pre-norm block with LayerNorms, a GELU MLP and no QK-norm: the paper's (RoPE and GQA aside)."""
+        return self.block == PRENORM and self.norm == "layer" and self.mlp_activation != "swiglu" and not self.qk_norm
 
     @property
     def q_dim(self) -> int:

@@ -87,38 +87,29 @@ class Query:
     )
 
 
-@dataclass
-class Model:
-    """The model: a named flavor, with optional per-field overrides."""
+#: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
+MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
+#: ``model.norm``: the block's norms (the query's own norms are query.QUERY_NORMS).
+BLOCK_NORMS = ("layer", "rms")
+#: ``model.init``: the initial weights (:meth:`GPT.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
+INIT_SCHEMES = ("torchnlq", "depth", "paper")
+#: ``model.positions``: learned absolute embeddings or rotary.
+POSITIONS = ("learned", "rope")
+#: ``model.block``: the built-in block family (models/gpt.py: Block); plugins register more (models/registry.py).
+PRENORM = "prenorm"
 
-    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
-    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1,
-                                  max=LIMITS["n_layers"])
-    dim: int | None = option(None, "Override the flavor's model width d.", min=1, max=LIMITS["dim"])
-    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1,
-                                 max=LIMITS["n_heads"])
-    n_kv_heads: int | None = option(
-        None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
-    )
+
+@dataclass
+class BlockOptions:
+    """What the model is beyond its sizes: ``[model]`` keys that are :class:`~torchnlq.models.args.ModelArgs` fields
+    as they are (both classes derive from this one: a field declared here reaches the config, ``--help``, the
+    docs, the resolved model, its records and every export). Declare a new block option here, nowhere else.
+    """
+
     head_dim: int | None = option(
         None, "Width of each attention head; unset means dim / n_heads. Qwen3 sets its own (e.g. 128 at dim 1024 "
         "with 16 heads); the queries that contain X need n_heads x head_dim = dim.", min=1, max=LIMITS["n_heads"],
     )
-    mlp_ratio: float | None = option(
-        None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
-        min=0.0, min_exclusive=True,
-    )
-    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1,
-                                    max=LIMITS["mlp_hidden"])
-    max_seq_len: int | None = option(
-        None, "Override the flavor's number of positions (learned position table size).", min=1,
-        max=LIMITS["max_seq_len"],
-    )
-    vocab_size: int | None = option(
-        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1,
-        max=LIMITS["vocab_size"],
-    )
-    vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     tie_embeddings: bool = option(True, "Share the token embedding with the LM head (GPT-2 does).")
     bias: bool = option(
         False,
@@ -129,19 +120,19 @@ class Model:
         "gelu",
         "The MLP: gelu (exact erf form: nanoGPT, the paper), gelu_tanh (GPT-2's gelu_new, for imported GPT-2 "
         "weights), or swiglu (Llama's gated MLP: down(silu(gate(x)) * up(x)), three matrices).",
-        choices=("gelu", "gelu_tanh", "swiglu"),
-    )
-    mlp_multiple_of: int = option(
-        256,
-        "swiglu without mlp_hidden: the hidden size is int(2/3 · mlp_ratio · dim) rounded up to a multiple of "
-        "this (Llama's rule: 4 · 256 -> 768), so that the gated MLP has the GELU MLP's parameters.",
-        min=1,
+        choices=MLP_ACTIVATIONS,
     )
     norm: str = option(
         "layer",
         "The block's norms (ln_1, ln_2, ln_f): layer (LayerNorm, GPT-2) or rms (RMSNorm, Llama); "
         "epsilon norm_eps. The query's own norms are model.query.input_norm/output_norm.",
-        choices=("layer", "rms"),
+        choices=BLOCK_NORMS,
+    )
+    block: str = option(
+        PRENORM,
+        "The transformer block family (BLOCKS in torchnlq/models/registry.py): prenorm is x + attn(norm(x)), then "
+        "x + mlp(norm(x)) (GPT-2 and Llama, by the options below); a plugin adds one with @register_block.",
+        registry="blocks",
     )
     qk_norm: bool = option(
         False,
@@ -150,7 +141,7 @@ class Model:
         "model.query.half_scale cancels (the gains, from 1, set the attention temperature).",
     )
     positions: str = option(
-        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", registry="positions"
+        "learned", "Position encoding: learned absolute embeddings (GPT-2) or rotary (rope).", choices=POSITIONS
     )
     rope_theta: float = option(10000.0, "RoPE base frequency (positions = rope only).", min=0.0, min_exclusive=True)
     rope_scaling_factor: float = option(
@@ -168,7 +159,8 @@ class Model:
         min=0.0, min_exclusive=True,
     )
     rope_original_max_seq_len: int = option(
-        8192, "Llama-3 RoPE scaling: the context length the unscaled frequencies were trained for.", min=1
+        8192, "Llama-3 RoPE scaling: the context length the unscaled frequencies were trained for.", min=1,
+        max=LIMITS["max_seq_len"],
     )
     norm_eps: float = option(1e-5, "Epsilon of every LayerNorm/RMSNorm.", min=0.0, min_exclusive=True)
     init_std: float = option(0.02, "Std of the normal init of Linear and Embedding weights (nanoGPT).", min=0.0)
@@ -180,6 +172,48 @@ class Model:
         "torchnlq scheme in the draw order of the paper's training script: its module constructors, fused Q,K,V "
         "matrix, nanoGPT's init, so that for the same training.seed the initial weights are bitwise its own; "
         "GPT-2 blocks only).",
-        choices=("torchnlq", "depth", "paper"),
+        choices=INIT_SCHEMES,
     )
+
+
+#: The block options of the first checkpoints: ModelArgs.to_dict always writes them. Every later one (any option
+#: added to :class:`BlockOptions` since) is written only when not at its default, so that a model which does not use it
+#: keeps the record (and resume fingerprint) it had.
+FIRST_BLOCK_FIELDS = ("head_dim", "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init")
+
+
+@dataclass
+class Model(BlockOptions):
+    """The model: a named flavor, with optional per-field overrides, and its block options (:class:`BlockOptions`)."""
+
+    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
+    n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1,
+                                  max=LIMITS["n_layers"])
+    dim: int | None = option(None, "Override the flavor's model width d.", min=1, max=LIMITS["dim"])
+    n_heads: int | None = option(None, "Override the flavor's number of attention (query) heads.", min=1,
+                                 max=LIMITS["n_heads"])
+    n_kv_heads: int | None = option(
+        None, "Key/value heads for GQA/MQA (must divide n_heads); unset means n_heads (multi-head).", min=1
+    )
+    mlp_ratio: float | None = option(
+        None, "MLP hidden size as a multiple of dim (4.0 for GPT-2); ignored when mlp_hidden is set.",
+        min=0.0, min_exclusive=True,
+    )
+    mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1,
+                                    max=LIMITS["mlp_hidden"])
+    mlp_multiple_of: int = option(
+        256,
+        "swiglu without mlp_hidden: the hidden size is int(2/3 · mlp_ratio · dim) rounded up to a multiple of "
+        "this (Llama's rule: 4 · 256 -> 768), so that the gated MLP has the GELU MLP's parameters.",
+        min=1,
+    )
+    max_seq_len: int | None = option(
+        None, "Override the flavor's number of positions (learned position table size).", min=1,
+        max=LIMITS["max_seq_len"],
+    )
+    vocab_size: int | None = option(
+        None, "Vocabulary size; unset means the tokenizer's, padded to a multiple of vocab_multiple.", min=1,
+        max=LIMITS["vocab_size"],
+    )
+    vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     query: Query = field(default_factory=Query, metadata={"doc": "The attention query projection."})

@@ -5,7 +5,8 @@ block: LayerNorms, a GELU MLP, learned absolute positions, no biases anywhere (`
 adds GPT-2's, for imported GPT-2 weights). The options make it a Llama-style block: RMSNorm,
 the gated SwiGLU MLP, RoPE (with Llama 3's frequency scaling), QK-norm; one K,V projection
 with optional GQA/MQA; the LM head optionally tied to the token embedding. Parallelism, logging
-and files are applied from outside, block by block, through ``model.layers``.
+and files are applied from outside, block by block, through ``model.layers``; another block family
+(``model.block``) replaces :class:`Block` with its own class (``torchnlq/models/registry.py``).
 
 For sampling, ``forward(tokens, cache=KVCache(...))`` runs incrementally (a prompt once, then one
 token per step). The Hugging Face wrapper (``torchnlq/interop/modeling_torchnlq.py``) drives the same
@@ -15,12 +16,14 @@ blocks with transformers' cache (anything with ``pos`` and ``update(k, v)``) and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .args import ModelArgs
+from .config import PRENORM
 from .lm_loss import HeadLoss
 from .paper_init import init_like_paper
 from .query import QueryProjection, build_query
@@ -270,9 +273,15 @@ class GPT(nn.Module):
     is the only consumer of the RNG, so both paths give identical weights for the same seed.
     """
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, block: Callable[[ModelArgs, int], nn.Module] | None = None) -> None:
+        """``block(args, layer)`` builds each transformer block; the library passes the class ``args.block`` names
+        (:func:`torchnlq.models.registry.build_model`, the one constructor). Unset: the pre-norm :class:`Block`."""
         super().__init__()
         args.validate()
+        if block is None:
+            if args.block != PRENORM:
+                raise ValueError(f"model.block={args.block!r}: build this model with models.build_model(args)")
+            block = Block
         self.args = args
         device = torch.get_default_device()
         # Build on meta so that nn.Linear/nn.Embedding skip their own random init: it would
@@ -284,7 +293,7 @@ class GPT(nn.Module):
                 RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta, rope_scaling(args))
                 if args.positions == "rope" else None
             )
-            self.layers = nn.ModuleList(Block(args, layer) for layer in range(args.n_layers))
+            self.layers = nn.ModuleList(block(args, layer) for layer in range(args.n_layers))
             self.ln_f = build_norm(args, args.dim)
             # A tied head is no module at all: forward reuses tok_emb.weight, so the weight is
             # one tensor in state_dict and stays shared through to_empty and sharding.

@@ -381,7 +381,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu2": _relu_squared,
     "silu": F.silu,
 }
-NORMS = ("rms", "layer", "none")
+#: The query's own norms (input_norm, output_norm); the block's are config.BLOCK_NORMS.
+QUERY_NORMS = ("rms", "layer", "none")
 
 
 def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
@@ -427,8 +428,8 @@ class ResidualMLPQuery(QueryProjection):
         if cfg.activation not in ACTIVATIONS:
             raise unknown_choice("model.query.activation", cfg.activation, list(ACTIVATIONS))
         for key, kind in (("input_norm", cfg.input_norm), ("output_norm", cfg.output_norm)):
-            if kind not in NORMS:
-                raise unknown_choice(f"model.query.{key}", kind, list(NORMS))
+            if kind not in QUERY_NORMS:
+                raise unknown_choice(f"model.query.{key}", kind, list(QUERY_NORMS))
         rank = cls.bottleneck_width(cfg, dim)
         if rank < 1:
             raise ConfigError(

@@ -1,18 +1,24 @@
-"""Named model flavors and the builders from the ``[model]`` config section.
+"""Named model flavors, block families, and the one constructor of a model.
 
 Adding a flavor is one entry in :data:`FLAVORS`. A flavor fixes the sizes;
-every non-None field of the ``[model]`` section overrides it.
+every non-None field of the ``[model]`` section overrides it. Adding a block family is one
+``nn.Module`` class with ``@register_block(name)`` (``model.block = name``). Every model the library
+builds comes from :func:`build_model`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch.nn as nn
+
 from .args import ModelArgs
-from .config import Model
+from .config import PRENORM, BlockOptions, Model
 from .errors import ConfigError, unknown_choice
-from .gpt import GPT
+from .gpt import GPT, Block
 
 
 @dataclass(frozen=True)
@@ -65,11 +71,8 @@ def mlp_width(cfg: Model, flavor: Flavor, dim: int) -> int:
     return hidden
 
 
-#: The ``[model]`` fields that pass to ModelArgs unchanged.
-COPIED_FIELDS = (
-    "head_dim", "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init", "bias", "mlp_activation", "norm",
-    "qk_norm", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq_len",
-)
+#: The ``[model]`` fields that pass to ModelArgs unchanged: the block options (models/config.py: BlockOptions).
+COPIED_FIELDS = tuple(f.name for f in dataclasses.fields(BlockOptions))
 
 
 def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
@@ -102,6 +105,47 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     )
 
 
+#: ``model.block``: the class of every transformer block, by name. A family is built as ``cls(args, layer)``
+#: and provides ``init_weights(init_std, residual_std)`` (draw every parameter from the global RNG, in a fixed
+#: order) and ``forward(x, rope, cache=None, mask=None)`` as :class:`~torchnlq.models.gpt.Block` does.
+BLOCKS: dict[str, type[nn.Module]] = {PRENORM: Block}
+
+
+def register_block(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Class decorator: make an ``nn.Module`` block class selectable as ``model.block = name``."""
+
+    def decorator(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in BLOCKS:
+            raise ValueError(f"block family {name!r} is already registered by {BLOCKS[name].__name__}")
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise TypeError(f"@register_block({name!r}) must decorate an nn.Module subclass")
+        BLOCKS[name] = cls
+        return cls
+
+    return decorator
+
+
+def block_class(args: ModelArgs) -> type[nn.Module]:
+    """The registered class of ``args.block``; unknown names raise ConfigError with a did-you-mean."""
+    if args.block not in BLOCKS:
+        error = unknown_choice("model.block", args.block, list(BLOCKS))
+        raise ConfigError(f"{error}; a family a plugin module registers needs that module imported first "
+                          "([job] plugins in a config, --plugins for the tools)")
+    return BLOCKS[args.block]
+
+
 def build_model(args: ModelArgs) -> GPT:
-    """Build a GPT on the current default device (``torch.device("meta")`` for a shape-only model)."""
-    return GPT(args)
+    """The one constructor of a model: a GPT of ``args.block``'s blocks on the current default device
+    (``torch.device("meta")`` for a shape-only model, initialised by the caller).
+
+    A family other than the built-in one must have the parameters ``args.num_params()`` counts (the pre-norm
+    block's): parameter matching, MFU and the scaling fits read that count. Raises ConfigError.
+    """
+    model = GPT(args, block_class(args))
+    if args.block != PRENORM and model.num_params() != args.num_params():
+        raise ConfigError(
+            f"model.block={args.block!r} builds {model.num_params():,} parameters where the pre-norm block has "
+            f"{args.num_params():,}; a block family keeps the pre-norm block's parameters (their counts set "
+            "parameter matching, MFU and the scaling fits): change the family's layers"
+        )
+    return model

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
+from torchnlq.models.registry import build_model
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 
 GIB = 2**30
@@ -200,7 +200,7 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
 
     t = cfg.training
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     apply_activation_checkpointing(model, cfg.activation_checkpoint)
     chunk = loss_chunk_tokens(t, device_type)
     if chunk == 0 and t.compile:
@@ -241,7 +241,7 @@ def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device
     bf16 = device_type == "cuda" and cfg.training.mixed_precision == "bf16"
     precision = "bf16" if bf16 else "fp32"
     with torch.device("meta"):
-        named = [(n, p) for n, p in GPT(args).named_parameters() if p.requires_grad]
+        named = [(n, p) for n, p in build_model(args).named_parameters() if p.requires_grad]
     master = sum(4 * p.numel() for _, p in named)  # fp32 weights and gradients in every mode
     optimizer = _optimizer_state_bytes(cfg, named)
     if world_size == 1:

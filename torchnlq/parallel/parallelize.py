@@ -17,7 +17,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
-from torchnlq.models.gpt import GPT
+from torchnlq.models.registry import build_model
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.float8 import apply_float8
@@ -59,18 +59,18 @@ def parallelize_model(model: nn.Module, *, training: Training, ac: ActivationChe
 
 
 def reference_state_dict(args: object, seed: int) -> dict[str, torch.Tensor]:
-    """The state dict of ``torch.manual_seed(seed); GPT(args)`` built on the CPU, leaving the global RNG as it was."""
+    """The state dict of ``torch.manual_seed(seed); build_model(args)`` on the CPU, leaving the global RNG as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device("cpu"):
-            return GPT(args).state_dict()
+            return build_model(args).state_dict()
 
 
 @torch.no_grad()
 def materialize_and_init(model: nn.Module, device: torch.device, seed: int, mesh: DeviceMesh | None) -> nn.Module:
     """Allocate a meta-built (possibly sharded) model on ``device`` and initialise it, leaving the global RNG alone.
 
-    The weights equal ``torch.manual_seed(seed); GPT(args)`` on the CPU, bit for bit, on any device and world
+    The weights equal ``torch.manual_seed(seed); build_model(args)`` on the CPU, bit for bit, on any device and world
     size (CUDA's generator draws other numbers); with a mesh, rank 0 builds them and broadcasts them.
     """
     model.to_empty(device=device)

@@ -20,9 +20,8 @@ from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
 from torchnlq.models.query import ignored_knobs
-from torchnlq.models.registry import build_model_args
+from torchnlq.models.registry import build_model, build_model_args
 from torchnlq.train.optim import decay_length, lr_at, plan_groups
 
 
@@ -99,7 +98,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     if cfg.optimizer.groups or cfg.optimizer.name == "muon":
         with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
-            plan_groups(cfg.optimizer, GPT(args))
+            plan_groups(cfg.optimizer, build_model(args))
     return args
 
 

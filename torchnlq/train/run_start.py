@@ -34,7 +34,7 @@ from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks, hf_tokenizer_files
 from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
-from torchnlq.models import GPT
+from torchnlq.models import build_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.parallel.parallelize import reference_state_dict
 from torchnlq.train.run_lock import RunLock
@@ -211,7 +211,7 @@ def initial_query_weights(
         _, pretrained = pretrained_weights(source)
         state.update({k: v for k, v in pretrained.items() if k in state})
     with torch.device("meta"):
-        reference = GPT(args)
+        reference = build_model(args)
     reference.load_state_dict(state, assign=True)
     return initial_matrices(reference)
 

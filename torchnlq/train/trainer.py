@@ -28,7 +28,7 @@ from torchnlq.data.loader import MicroBatchSource, RunData, build_data
 from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
-from torchnlq.models import GPT
+from torchnlq.models import build_model
 from torchnlq.parallel.dist import build_mesh, init_distributed
 from torchnlq.parallel.memory_estimate import check_fits_device, device_memory_bytes, estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
@@ -207,9 +207,9 @@ class Trainer:
         np.random.seed(tcfg.seed % 2**32)
         torch.manual_seed(tcfg.seed)
         # Built on meta, wrapped, then materialised: a sharded model never exists whole on one device,
-        # and materialize_and_init gives the same weights as GPT(args) on one device with this seed.
+        # and materialize_and_init gives the same weights as build_model(args) on one device with this seed.
         with torch.device("meta"):
-            model = GPT(self.model_args)
+            model = build_model(self.model_args)
         self.model = parallelize_model(
             model, training=tcfg, ac=cfg.activation_checkpoint, float8=cfg.float8,
             parallelism=cfg.parallelism, mesh=self.mesh, device=self.device,
