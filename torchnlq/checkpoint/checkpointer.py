@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torchnlq.checkpoint.metadata import META_FILE, MODEL_KEY, read_meta, write_meta
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp, refused_global
+from torchnlq.config.every import Every
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
 from torchnlq.files import environment_fault, os_error_line
@@ -242,6 +243,7 @@ class Checkpointer:
         extra_files: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.schedule = Every(cfg.interval if cfg.enabled else 0)  # the loop's saves
         self.folder = run_dir / "checkpoints"
         self.rank = rank
         self.logger = logger
@@ -255,10 +257,6 @@ class Checkpointer:
         self._extra_files: Mapping[str, bytes] | None = None  # asked for at the first save
 
     # ----- saving ---------------------------------------------------------------------------
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether the loop should save after ``step``: every ``interval`` steps and at the last one."""
-        return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
     def save(self, record: RunRecord, model: nn.Module, optimizer: Optimizers) -> None:
         """Write ``step-N`` for ``record.step`` (in the background with ``async_mode``); a full disk or read-only

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torchnlq.config.every import Every
 from torchnlq.models.query import QueryProjection
 from torchnlq.train.weight_dynamics import whole_fp32, with_means
 
@@ -77,11 +78,7 @@ class QueryDiagnostics:
     """When to log :func:`query_diagnostics` (0: never), and on which tokens; all ranks :meth:`run` together."""
 
     def __init__(self, interval: int, tokens: torch.Tensor) -> None:
-        self.interval, self.tokens = interval, tokens
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether to log the statistics after ``step``."""
-        return self.interval > 0 and (last or step % self.interval == 0)
+        self.schedule, self.tokens = Every(interval), tokens
 
     def run(self, model: nn.Module, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, float]:
         """The statistics of ``model`` on this object's tokens (see :func:`query_diagnostics`)."""

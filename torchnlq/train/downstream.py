@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
+from torchnlq.config.every import Every
 from torchnlq.config.job_config import Downstream as DownstreamConfig
 from torchnlq.data.tokenizer import Tokenizer
 from torchnlq.errors import UserError
@@ -236,10 +237,7 @@ class Downstream:
         self.interval = cfg.interval or validation_interval
         self.batch_size, self.autocast, self.tokenizer = cfg.batch_size, autocast, tokenizer
         self.tasks = {task_name(path): read_rows(path, cfg.max_examples) for path in cfg.tasks}
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether to score the tasks after ``step``."""
-        return bool(self.tasks) and (last or step % self.interval == 0)
+        self.schedule = Every(self.interval if self.tasks else 0)
 
     def describe(self) -> str:
         """What one evaluation scores, for the run's header (its cost: the endings scored, one sequence each)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from torchnlq.config.every import Every
 from torchnlq.config.job_config import JobConfig
 from torchnlq.files import environment_fault, open_append, writing
 from torchnlq.models.args import ModelArgs
@@ -234,7 +235,7 @@ class MetricsLogger:
         sink: WandbLogger | None = None,
     ) -> None:
         self.logger = logger
-        self.log_interval = log_interval
+        self.schedule = Every(log_interval)  # the step line
         self.device = device
         self.flops_per_token = flops_per_token
         self.peak = peak
@@ -260,10 +261,6 @@ class MetricsLogger:
         self.validation_plan: ValidationPlan | None = None
         self._validation_s = 0.0  # validation time of this start, left out of the training speed
         self._last_validation_s: float | None = None
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether to write the step line after ``step``: every ``log_interval`` steps and at the last one."""
-        return last or step % self.log_interval == 0
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         """Write one scalar to TensorBoard and to the sink, when they exist (neither on ranks other than 0)."""

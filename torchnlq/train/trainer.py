@@ -567,22 +567,22 @@ class Trainer:
                 step, last = self.step, self.step == steps
                 pause_point("step", step)  # fault tests: a step done, nothing of it logged or saved
                 self.metrics.count_tokens(self.tokens_per_step)
-                if any(piece.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
+                if any(piece.schedule.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
                                                            self.weight_dynamics, self.downstream, self.checkpointer)):
                     self._raise_if_diverged()  # the only wait for the device in most steps
-                if self.metrics.due(step, last):
+                if self.metrics.schedule.due(step, last):
                     self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
                                           self.record.tokens_seen, self._group_lrs())
                     self.metrics.scalar("skipped_steps", self.skipped_steps, step)
-                if self.validator.due(step, last):
+                if self.validator.schedule.due(step, last):
                     self.validate()
-                if self.diagnostics.due(step, last):
+                if self.diagnostics.schedule.due(step, last):
                     self.log_query_diagnostics()
-                if self.weight_dynamics.due(step, last):
+                if self.weight_dynamics.schedule.due(step, last):
                     self.log_weight_dynamics()
-                if self.downstream.due(step, last):
+                if self.downstream.schedule.due(step, last):
                     self.log_downstream()
-                saved = self.checkpointer.due(step, last)
+                saved = self.checkpointer.schedule.due(step, last)
                 if saved:
                     with preemption.deferred():  # a signal during a save waits until it is written
                         self.save_checkpoint()

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from torchnlq.config.every import Every
 from torchnlq.config.job_config import Validation
 from torchnlq.data.batches import PaperValidationRows, ValidationSet
 from torchnlq.data.mixture import MixtureValidation
@@ -88,6 +89,7 @@ class Validator:
         self.autocast, self.rank, self.world_size = autocast, rank, world_size
         self.report: Callable[[str], None] | None = None  # progress lines of a long validation (rank 0)
         self.report_every = 10.0  # seconds: a validation longer than this reports its progress at this interval
+        self.schedule = Every(cfg.interval if cfg.enabled else 0)
 
     def describe(self) -> str:
         """What one validation evaluates, for the run's header."""
@@ -98,10 +100,6 @@ class Validator:
         if parts is not None:
             return f"{self.cfg.sequences:,} fixed sequences of each of {len(parts(0))} sources"
         return f"{sequences:,} fixed sequences"
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether to validate after ``step`` (1-based updates done)."""
-        return self.cfg.enabled and (last or step % self.cfg.interval == 0)
 
     def due_before_training(self, step: int, branch: bool = False) -> bool:
         """Whether to validate before the first update: the paper's protocol at step 0 (not on a resume), and a

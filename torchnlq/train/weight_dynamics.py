@@ -12,6 +12,7 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from torchnlq.config.every import Every
 from torchnlq.models.query import QueryProjection
 
 def whole_fp32(weight: torch.Tensor) -> torch.Tensor:
@@ -86,12 +87,8 @@ class WeightDynamics:
     """When to log :func:`weight_stats` (0: never), and ``initial``: the step-0 matrices ``drift`` compares with."""
 
     def __init__(self, interval: int, initial: dict[tuple[int, str], torch.Tensor] | None) -> None:
-        self.interval = interval
+        self.schedule = Every(interval)
         self.initial = initial
-
-    def due(self, step: int, last: bool) -> bool:
-        """Whether to compute the statistics after ``step``."""
-        return self.interval > 0 and (last or step % self.interval == 0)
 
     def run(self, model: nn.Module) -> dict[str, float]:
         """The statistics now (all ranks call this together)."""
