@@ -12,21 +12,14 @@ point of forward and backward.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.timing import interleave, markdown_table
+from benchmarks.timing import interleave, markdown_table, measure_allocations
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import ActivationCheckpoint, Query
 from torchnlq.errors import UserError
@@ -47,56 +40,6 @@ class StepStats:
     cpu_ms: float
     held_mb: float
     peak_mb: float
-
-
-def _walk(events: list[Any]) -> Iterator[Any]:
-    for event in events:
-        yield event
-        yield from _walk(event.children)
-
-
-def measure_allocations(fn: Callable[[], Any]) -> tuple[Any, int, int]:
-    """Run ``fn`` under the profiler: (its result, bytes allocated and not freed, peak bytes above the start).
-
-    The garbage collector is paused: a collection inside would free earlier tensors, counted as ``fn``'s.
-    """
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    gc.collect()
-    gc.disable()
-    try:
-        # kineto prints a profiler_start/stop line on stderr at a level no environment variable
-        # lowers: hidden around start and stop only, so whatever fn prints still shows.
-        with _quiet_native_stderr():
-            prof.start()
-        try:
-            result = fn()
-        finally:
-            with _quiet_native_stderr():
-                prof.stop()
-    finally:
-        gc.enable()
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    events = [e for e in _walk(tree) if e.tag == _EventType.Allocation]
-    events.sort(key=lambda e: e.start_time_ns)
-    live = peak = 0
-    for event in events:
-        live += event.extra_fields.alloc_size  # negative for a free
-        peak = max(peak, live)
-    return result, live, peak
-
-
-@contextlib.contextmanager
-def _quiet_native_stderr() -> Iterator[None]:
-    """Silence file descriptor 2 (native code's stderr too) for the duration."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:

@@ -72,7 +72,7 @@ from torchnlq.models import QUERY_TYPES
 from torchnlq.parallel.float8 import MIN_CAPABILITY, float8_supported
 from torchnlq.parallel.memory_estimate import HEADROOM, estimate_memory
 from torchnlq.parallel.parallelize import apply_compile
-from torchnlq.train.metrics import PEAK_BF16_TFLOPS, peak_tflops
+from torchnlq.parallel.device_figures import PEAK_BF16_TFLOPS, peak_tflops
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import TrainingDiverged
 
@@ -293,7 +293,7 @@ def describe_device(device: torch.device, cfg: JobConfig) -> dict[str, Any]:
         out["peak_source"] = "--metrics.peak_tflops"
     elif peak is not None:
         key = next(k for k, v in PEAK_BF16_TFLOPS if k in out["name"])
-        out["peak_source"] = f"torchnlq.train.metrics.PEAK_BF16_TFLOPS entry {key!r}"
+        out["peak_source"] = f"torchnlq.parallel.device_figures.PEAK_BF16_TFLOPS entry {key!r}"
     else:
         out["peak_source"] = None
     return out

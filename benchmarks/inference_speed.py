@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import measure_allocations
 from benchmarks.timing import DeviceTimer, describe_machine, interleave, machine_info, markdown_table, median
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import Query

@@ -16,7 +16,7 @@ steps run interleaved, one of each variant per round in a shuffled order (see
 first variant is the median over rounds of the per-round ratio (paired: both steps of
 a ratio ran in the same round). One more step per variant measures peak memory: the CUDA
 allocator's peak on GPU; on CPU every allocation during the step, recorded by the
-profiler (:func:`benchmarks.activation_memory.measure_allocations`), since process RSS
+profiler (:func:`benchmarks.timing.measure_allocations`), since process RSS
 never shrinks and is shared by all variants. Both add the variant's parameters and
 optimizer state, which exist before the step. The data column is the time spent in
 ``read_batch`` plus the host-to-device copy, as a share of the step.
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import measure_allocations
 from benchmarks.timing import (
     DeviceTimer,
     describe_machine,
@@ -64,7 +64,7 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
-from torchnlq.train.metrics import peak_tflops
+from torchnlq.parallel.device_figures import peak_tflops
 from torchnlq.train.trainer import Trainer
 
 # Overrides every benchmark run gets after the user's: no files worth keeping, nothing but steps.

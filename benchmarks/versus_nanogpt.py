@@ -252,7 +252,7 @@ def _profile_configs(configs: list[str], overrides: list[str], device: torch.dev
 def profile(opts: Any, overrides: list[str]) -> int:
     """``--mode profile``: the table (and ``--json``) of nanoGPT's train.py and each config, one run each."""
     from torchnlq.parallel.memory_estimate import estimate_memory
-    from torchnlq.train.metrics import peak_tflops
+    from torchnlq.parallel.device_figures import peak_tflops
 
     device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():

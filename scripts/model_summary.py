@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import run_cli  # noqa: E402
-from torchnlq.inference.summary import main  # noqa: E402
+from torchnlq.train.summary import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(run_cli(main))

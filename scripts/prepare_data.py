@@ -88,7 +88,7 @@ def adopt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         flag = "--" + given[0].replace("_", "-")
         raise UserError(f"{flag} does not apply to --adopt: the folder is already tokenized and is taken as it is; "
                         f"drop {flag} (or prepare text with --out)")
-    from torchnlq.data.prepare import adopt_folder, format_adoption
+    from torchnlq.data.adopt_nanogpt import adopt_folder, format_adoption
 
     meta, notes = adopt_folder(args.adopt, args.tokenizer, overwrite=args.overwrite)
     print(format_adoption(meta, args.adopt, notes))

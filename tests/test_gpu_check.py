@@ -427,12 +427,12 @@ def header_for(argv: list[str]) -> str:
 
 
 def test_the_gpu_header_names_the_peak_and_float8(fake_gpu: dict[str, Any]) -> None:
-    from torchnlq.train.metrics import PEAK_BF16_TFLOPS
+    from torchnlq.parallel.device_figures import PEAK_BF16_TFLOPS
 
     header = header_for([])  # the default profile
     h100 = dict(PEAK_BF16_TFLOPS)["H100"]
     assert "device: NVIDIA H100 80GB HBM3, compute capability 9.0, 80 GiB" in header
-    assert f"peak bf16: {h100:g} TFLOP/s dense (torchnlq.train.metrics.PEAK_BF16_TFLOPS entry 'H100')" in header
+    assert f"peak bf16: {h100:g} TFLOP/s dense (torchnlq.parallel.device_figures.PEAK_BF16_TFLOPS entry 'H100')" in header
     assert "float8: a row per query type" in header
     assert "profile: gpt_small, bf16 autocast, compile (inductor" in header and "micro-batch 12 x 1024" in header
     opts = gpu_check.parse_args([])

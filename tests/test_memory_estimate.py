@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers.train import tiny_config
 
-from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import measure_allocations
 from benchmarks.train_step_support import tensor_bytes
 from torchnlq.parallel.memory_estimate import GIB, MemoryEstimate, estimate_memory, fit_warning
 from torchnlq.train.preflight import check_job_config
@@ -89,7 +89,7 @@ def test_a_config_that_does_not_fit_gets_a_warning_with_what_to_change() -> None
 def test_model_summary_reports_the_estimate_and_warns_when_it_does_not_fit(capsys: pytest.CaptureFixture) -> None:
     from helpers import REPO_ROOT
 
-    from torchnlq.inference.summary import main
+    from torchnlq.train.summary import main
 
     config = str(REPO_ROOT / "train_configs" / "gpt_small_res_gelu.toml")
     assert main([config, "--model.n_layers=2", "--training.device=cuda"]) == 0

@@ -627,7 +627,8 @@ def test_the_step_line_names_its_memory_figure_and_writes_it_as_the_estimate_doe
 
     import torch
 
-    from torchnlq.train.metrics import MetricsLogger, resident_bytes
+    from torchnlq.parallel.device_figures import resident_bytes
+    from torchnlq.train.metrics import MetricsLogger
 
     log = logging.getLogger("memory-line-test")
     logger = MetricsLogger(log, None, torch.device("cpu"), 1, None, total_steps=10)

@@ -392,7 +392,7 @@ def test_config_errors(cfg, message):
 def test_summary_splits_the_parameters_by_component_and_against_a_linear_query(overrides):
     """model_summary's params_* lines against a real model's parameters, grouped by name here."""
     from torchnlq.config.manager import load_job_config
-    from torchnlq.inference.summary import summarize
+    from torchnlq.train.summary import summarize
     from torchnlq.train.preflight import check_job_config
 
     def built_counts(extra: list[str]) -> dict[str, int]:
@@ -435,7 +435,7 @@ def test_identity_like_query_on_mismatched_shape(qtype):
 
 
 def test_summary():
-    from torchnlq.inference.summary import main, summarize
+    from torchnlq.train.summary import main, summarize
 
     cfg = JobConfig()
     cfg.model.flavor, cfg.model.query.type, cfg.training.seq_len = "gpt_small", "residual_mlp", 1024

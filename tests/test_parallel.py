@@ -21,7 +21,7 @@ from torchnlq.parallel.parallelize import (
     set_gradient_sync,
 )
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing, is_checkpointed
-from benchmarks.activation_memory import measure_allocations
+from benchmarks.timing import measure_allocations
 from torchnlq.parallel.float8 import apply_float8, convert_to_float8, quiet_torchao_import
 
 CPU = torch.device("cpu")

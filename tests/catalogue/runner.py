@@ -102,7 +102,7 @@ ENTRIES: dict[str, EntryPoint] = {
     "compare_runs.py": EntryPoint("scripts/compare_runs.py", _attr("torchnlq.experiments.compare")),
     "fit_scaling.py": EntryPoint("scripts/fit_scaling.py", _attr("torchnlq.experiments.scaling")),
     "loss_compare.py": EntryPoint("scripts/loss_compare.py", _attr("torchnlq.experiments.loss_compare")),
-    "model_summary.py": EntryPoint("scripts/model_summary.py", _attr("torchnlq.inference.summary")),
+    "model_summary.py": EntryPoint("scripts/model_summary.py", _attr("torchnlq.train.summary")),
     "gen_config_docs.py": EntryPoint("scripts/gen_config_docs.py", _script("gen_config_docs"), (REPO_ROOT / "docs",)),
     "upcycle.py": EntryPoint("scripts/upcycle.py", _script("upcycle")),
     **{f"benchmarks.{name}": _benchmark(name) for name in BENCHMARKS},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from catalogue.rows import Inputs, Mistake, Setup, folders, row, write
-from catalogue.runner import Launches, check_in_process, check_in_subprocess, check_valid_command
+from catalogue.rows import Inputs, Mistake, folders, row, write
+from catalogue.runner import Launches, check_in_process, check_in_subprocess
 
 IN_PROCESS = [
     row("fit_scaling.py", "no-runs", [], "the following arguments are required: runs"),

@@ -29,6 +29,7 @@ from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import build_model
+from torchnlq.parallel.device_figures import format_memory, memory_label, peak_tflops, resident_bytes
 from torchnlq.parallel.dist import build_mesh, init_distributed
 from torchnlq.parallel.memory_estimate import check_fits_device, device_memory_bytes, estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
@@ -41,10 +42,6 @@ from torchnlq.train.metrics import (
     MetricsLogger,
     RunEnd,
     ValidationPlan,
-    format_memory,
-    memory_label,
-    peak_tflops,
-    resident_bytes,
     run_hparams,
     setup_logging,
 )
