@@ -108,7 +108,7 @@ def test_a_mistake_only_the_workers_find_is_one_error_line(single: tuple[Path, d
     assert "Traceback" not in proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("error: checkpoint "), proc.stderr
-    assert "model.dim=32" in errors[0] and "model.dim=64" in errors[0]
+    assert "model.dim 32 there, 64 here" in errors[0]
     assert {p: p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()} == before  # nothing touched
 
 
