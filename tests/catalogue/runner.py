@@ -274,3 +274,31 @@ def check_valid_command(entry: str, argv: list[str], setup: Setup | None, inputs
     assert outcome.code == 0, outcome.err[-3000:]
     assert "error:" not in outcome.err and "Traceback" not in outcome.err
     assert_unchanged(before, snapshot(inputs.root))
+
+
+def mistake_tests(in_process: list[Any], in_subprocess: list[Any]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """An entry point's two tests of its rows, which its module binds as ``test_mistake`` and
+    ``test_mistake_in_a_subprocess``: each row run in this process, and (integration) as a command."""
+
+    @pytest.mark.parametrize("mistake", in_process)
+    def test_mistake(mistake: Mistake, inputs: Inputs, tmp_path: Path, clean_env: pytest.MonkeyPatch,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+        check_in_process(mistake, inputs, tmp_path, clean_env, capsys)
+
+    @pytest.mark.integration
+    @pytest.mark.parametrize("mistake", in_subprocess)
+    def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
+        check_in_subprocess(mistake, request, launched)
+
+    return test_mistake, test_mistake_in_a_subprocess
+
+
+def valid_command_test(controls: list[Any]) -> Callable[..., None]:
+    """The test of an entry point's valid commands next to its mistakes (``test_the_valid_command_works``)."""
+
+    @pytest.mark.parametrize(("entry", "argv", "setup"), controls)
+    def test_the_valid_command_works(entry: str, argv: list[str], setup: Setup | None, inputs: Inputs, tmp_path: Path,
+                                     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        check_valid_command(entry, argv, setup, inputs, tmp_path, clean_env, capsys)
+
+    return test_the_valid_command_works

@@ -5,12 +5,10 @@ The rule every row must meet, and how to add one: tests/catalogue/__init__.py.
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import pytest
 
-from catalogue.rows import Inputs, Mistake, row
-from catalogue.runner import Launches, check_in_process, check_in_subprocess
+from catalogue.rows import row
+from catalogue.runner import mistake_tests
 
 ENTRY = "benchmarks.activation_memory"  # python -m benchmarks.activation_memory, from the repository root
 
@@ -27,13 +25,4 @@ SUBPROCESS = [
 ]
 
 
-@pytest.mark.parametrize("mistake", IN_PROCESS)
-def test_mistake(mistake: Mistake, inputs: Inputs, tmp_path: Path, clean_env: pytest.MonkeyPatch,
-                 capsys: pytest.CaptureFixture[str]) -> None:
-    check_in_process(mistake, inputs, tmp_path, clean_env, capsys)
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("mistake", SUBPROCESS)
-def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
-    check_in_subprocess(mistake, request, launched)
+test_mistake, test_mistake_in_a_subprocess = mistake_tests(IN_PROCESS, SUBPROCESS)

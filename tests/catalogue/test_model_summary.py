@@ -5,12 +5,11 @@ The rule every row must meet, and how to add one: tests/catalogue/__init__.py.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from catalogue.rows import Inputs, Mistake, Setup, row, write
-from catalogue.runner import Launches, check_in_process, check_in_subprocess, check_valid_command
+from catalogue.rows import row, write
+from catalogue.runner import mistake_tests, valid_command_test
 
 IN_PROCESS = [
     row("model_summary.py", "config-file-missing", ["nowhere.toml"], "config file 'nowhere.toml' not found"),
@@ -42,19 +41,7 @@ CONTROLS = [
 ]
 
 
-@pytest.mark.parametrize("mistake", IN_PROCESS)
-def test_mistake(mistake: Mistake, inputs: Inputs, tmp_path: Path, clean_env: pytest.MonkeyPatch,
-                 capsys: pytest.CaptureFixture[str]) -> None:
-    check_in_process(mistake, inputs, tmp_path, clean_env, capsys)
+test_mistake, test_mistake_in_a_subprocess = mistake_tests(IN_PROCESS, SUBPROCESS)
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("mistake", SUBPROCESS)
-def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
-    check_in_subprocess(mistake, request, launched)
-
-
-@pytest.mark.parametrize(("entry", "argv", "setup"), CONTROLS)
-def test_the_valid_command_works(entry: str, argv: list[str], setup: Setup | None, inputs: Inputs, tmp_path: Path,
-                                 clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    check_valid_command(entry, argv, setup, inputs, tmp_path, clean_env, capsys)
+test_the_valid_command_works = valid_command_test(CONTROLS)

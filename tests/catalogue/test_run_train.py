@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from catalogue.rows import (
-    BYTES_300, HF_PICKLED, P, T, TRAIN, Inputs, Mistake, Setup, both, copy_of, drop_key, edit_json, folders,
+    BYTES_300, HF_PICKLED, P, T, TRAIN, both, copy_of, drop_key, edit_json, folders,
     hold_run_lock, row, set_key, token_folder, tokenizer_json, truncate_shard, write,
 )
-from catalogue.runner import Launches, check_in_process, check_in_subprocess, check_valid_command
+from catalogue.runner import mistake_tests, valid_command_test
 
 #: TRAIN resuming a real run: a copy of the shared run folder (RESUMABLE), so a resume that goes wrong
 #: could only spoil the row's own copy.
@@ -408,19 +407,7 @@ CONTROLS = [
 ]
 
 
-@pytest.mark.parametrize("mistake", IN_PROCESS)
-def test_mistake(mistake: Mistake, inputs: Inputs, tmp_path: Path, clean_env: pytest.MonkeyPatch,
-                 capsys: pytest.CaptureFixture[str]) -> None:
-    check_in_process(mistake, inputs, tmp_path, clean_env, capsys)
+test_mistake, test_mistake_in_a_subprocess = mistake_tests(IN_PROCESS, SUBPROCESS)
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("mistake", SUBPROCESS)
-def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
-    check_in_subprocess(mistake, request, launched)
-
-
-@pytest.mark.parametrize(("entry", "argv", "setup"), CONTROLS)
-def test_the_valid_command_works(entry: str, argv: list[str], setup: Setup | None, inputs: Inputs, tmp_path: Path,
-                                 clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    check_valid_command(entry, argv, setup, inputs, tmp_path, clean_env, capsys)
+test_the_valid_command_works = valid_command_test(CONTROLS)
