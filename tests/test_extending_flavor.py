@@ -23,7 +23,7 @@ from torchnlq.config.registries import registry_choices
 from torchnlq.config.render import help_text, markdown_reference
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError
-from torchnlq.inference import summary
+from torchnlq.train import summary
 from torchnlq.models.registry import FLAVORS, Flavor
 from torchnlq.train.preflight import check_job_config
 
