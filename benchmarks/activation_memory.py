@@ -23,9 +23,10 @@ from benchmarks.timing import interleave, markdown_table, measure_allocations
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import ActivationCheckpoint, Query
 from torchnlq.errors import UserError
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
+from torchnlq.models import build_model
 
 MB = 2**20
 
@@ -54,7 +55,7 @@ class _Config:
                  seed: int) -> None:
         torch.manual_seed(seed)
         self.ac, self.compile = ac, compile
-        self.model = apply_activation_checkpointing(GPT(args), ac)
+        self.model = apply_activation_checkpointing(build_model(args), ac)
         if compile:
             apply_compile(self.model)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)

@@ -29,7 +29,7 @@ from benchmarks.timing import (
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import Attention
+from torchnlq.models.layers import Attention
 
 # The arrangements compared (label -> query config); the first is the reference of the ratios.
 VARIANTS: dict[str, Query] = {
@@ -65,7 +65,9 @@ class _Case:
             if opts.rope:
                 from torchnlq.models.rope import RotaryEmbedding
 
-                self.rope = RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta)(opts.seq)
+                rope = RotaryEmbedding(args.head_dim, args.max_seq_len, args.rope_theta)
+                rope.init_weights()  # the tables (buffers are allocated empty)
+                self.rope = rope.span(0, opts.seq)
         self.fn: Callable[..., torch.Tensor] = torch.compile(self.attn) if opts.compile else self.attn
         self.autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if opts.autocast == "bf16" \
             else contextlib.nullcontext

@@ -19,13 +19,14 @@ from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint, Model
 from torchnlq.errors import UserError, unknown_choice
-from torchnlq.models import GPT, build_model_args
-from torchnlq.models.registry import FLAVORS
+from torchnlq.models import Decoder, build_model_args
+from torchnlq.models.family import FLAVORS
+from torchnlq.models import build_model
 
 
-def _model_and_optimizer(flavor: str) -> tuple[GPT, torch.optim.Optimizer]:
+def _model_and_optimizer(flavor: str) -> tuple[Decoder, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    model = GPT(build_model_args(Model(flavor=flavor), vocab_size=50304 if flavor != "debug" else 320))
+    model = build_model(build_model_args(Model(flavor=flavor), vocab_size=50304 if flavor != "debug" else 320))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3

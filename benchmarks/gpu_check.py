@@ -18,7 +18,7 @@ capability >= 8.9) a float8 row per query type. A row is a real Trainer of the c
 ``python -m benchmarks.train_step`` builds it (random tokens, no checkpoints, no
 validation): --warmup untimed steps (the first compiles), --steps timed steps, one more step for the
 peak memory. Each row gives tokens/s, step time, TFLOP/s, MFU, peak memory (with the memory estimate
-from torchnlq.parallel.memory_estimate), graph breaks and recompilations (dynamo's counters), the
+from torchnlq.train.memory_estimate), graph breaks and recompilations (dynamo's counters), the
 data loader's share of the step, and ends with a verdict: ``ok`` or what is wrong and what to do.
 When the config's micro-batch runs out of GPU memory, the row says so and retries with half the
 micro-batch and twice the accumulation steps (the same tokens per step).
@@ -70,7 +70,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, script_command, unknown_choice
 from torchnlq.models import QUERY_TYPES
 from torchnlq.parallel.float8 import MIN_CAPABILITY, float8_supported
-from torchnlq.parallel.memory_estimate import HEADROOM, estimate_memory
+from torchnlq.train.memory_estimate import HEADROOM, estimate_memory
 from torchnlq.parallel.parallelize import apply_compile
 from torchnlq.parallel.device_figures import PEAK_BF16_TFLOPS, peak_tflops
 from torchnlq.train.preflight import check_job_config
@@ -355,7 +355,7 @@ def format_header(info: dict[str, Any], cfg: JobConfig, opts: CheckOptions, conf
     ])
 
 
-# ----- the memory estimate (torchnlq/parallel/memory_estimate.py) ------------------------------------
+# ----- the memory estimate (torchnlq/train/memory_estimate.py) ------------------------------------
 
 def memory_estimate(cfg: JobConfig, device_type: str) -> tuple[int | None, str]:
     """(bytes, '') of the memory estimate for one process, else (None, why): it must never stop the check."""

@@ -27,7 +27,8 @@ from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT, KVCache
+from torchnlq.models.layers import KVCache
+from torchnlq.models import build_model
 
 # The arrangements compared (label -> query config, extra ModelArgs); the first is the reference.
 VARIANTS: dict[str, tuple[Query, dict]] = {
@@ -64,7 +65,7 @@ class _Case:
                               vocab_size=opts.vocab, max_seq_len=opts.prompt + opts.decode, query=query)
         torch.manual_seed(0)
         with torch.device(device):
-            self.model = GPT(self.args)
+            self.model = build_model(self.args)
             self.model.init_weights()
         self.model.eval()
         if opts.autocast == "bf16":

@@ -40,13 +40,13 @@ from typing import Any
 
 import torch
 
-from benchmarks.timing import measure_allocations
 from benchmarks.timing import (
     DeviceTimer,
     describe_machine,
     interleave,
     machine_info,
     markdown_table,
+    measure_allocations,
     median,
 )
 from benchmarks.train_step_args import (
@@ -64,6 +64,7 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import UserError
+from torchnlq.models.counts import flops_per_token
 from torchnlq.parallel.device_figures import peak_tflops
 from torchnlq.train.trainer import Trainer
 
@@ -160,7 +161,7 @@ class Variant:
         step_s = median(self.times)
         data_s = median(self.data_times)
         tokens_per_s = trainer.tokens_per_step / step_s
-        fpt = trainer.model_args.flops_per_token(self.cfg.training.seq_len)
+        fpt = flops_per_token(trainer.model_args, self.cfg.training.seq_len)
         tflops = fpt * tokens_per_s / 1e12
         peak = peak_tflops(trainer.device, self.cfg.metrics.peak_tflops)
         return VariantResult(

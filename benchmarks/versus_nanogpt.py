@@ -14,9 +14,9 @@ shape (layers, width, heads, vocabulary rows, micro-batch, sequence length, accu
 bf16 on CUDA or fp32). Each program trains ``--steps`` optimizer steps; tokens/s is the median over the
 steps after the first two, from each program's own per-step log (torchnlq's TensorBoard
 ``throughput/tokens_per_s``, nanoGPT's ``iter N: ... time T ms``: both include the wait for the loss
-that the log line reads). MFU is torchnlq's count (``ModelArgs.flops_per_token``) for every row, peak memory the
+that the log line reads). MFU is torchnlq's count (``torchnlq.models.counts.flops_per_token``) for every row, peak memory the
 CUDA allocator's peak (nanoGPT's read by a launcher at exit), the estimate torchnlq's
-(``parallel/memory_estimate.py``), the first step the wall time from the program's start to the end of its
+(``train/memory_estimate.py``), the first step the wall time from the program's start to the end of its
 first step (compilation included). ``--json OUT`` writes every figure, each step's time included.
 On the CPU (``--device cpu``) it runs at any shape a CPU trains, e.g. the debug config (the test does).
 
@@ -51,6 +51,7 @@ from benchmarks.timing import (children_cpu_seconds, interleave, long_short_step
                                ratio_table)
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
+from torchnlq.models.counts import flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 128, "batch_size": 16, "block_size": 128}
@@ -251,7 +252,7 @@ def _profile_configs(configs: list[str], overrides: list[str], device: torch.dev
 
 def profile(opts: Any, overrides: list[str]) -> int:
     """``--mode profile``: the table (and ``--json``) of nanoGPT's train.py and each config, one run each."""
-    from torchnlq.parallel.memory_estimate import estimate_memory
+    from torchnlq.train.memory_estimate import estimate_memory
     from torchnlq.parallel.device_figures import peak_tflops
 
     device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -269,7 +270,7 @@ def profile(opts: Any, overrides: list[str]) -> int:
              "batch_size": t.micro_batch_size, "gradient_accumulation_steps": t.grad_accum_steps,
              "device": device.type, "dtype": "bfloat16" if bf16 else "float32", "compile": t.compile}
     tokens_per_step = t.micro_batch_size * t.seq_len * t.grad_accum_steps
-    flops = args.flops_per_token(t.seq_len)
+    flops = flops_per_token(args, t.seq_len)
     peak = peak_tflops(device, first.metrics.peak_tflops)
     if opts.json:
         _check_json_path(opts.json)

@@ -73,6 +73,7 @@ from benchmarks.timing import children_cpu_seconds, interleave, long_short_steps
 from benchmarks.train_step_support import write_random_corpus
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
+from torchnlq.models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, DIM, LAYERS, HEADS, HIDDEN, BATCH, SEQ = 2048, 256, 6, 16, 768, 8, 256
@@ -168,7 +169,7 @@ def model_only(site: Path, rounds: int) -> int:
     import torch
     import torch.nn.functional as F
 
-    from torchnlq.models import GPT, ModelArgs
+    from torchnlq.models import ModelArgs
     from torchnlq.train.cpu_allocator import keep_freed_memory
 
     sys.path.insert(0, str(site))
@@ -182,7 +183,7 @@ def model_only(site: Path, rounds: int) -> int:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
     titan = spec.build()
     torch.manual_seed(0)
-    ours = GPT(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=HEADS, mlp_hidden=HIDDEN, vocab_size=VOCAB, max_seq_len=SEQ,
+    ours = build_model(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=HEADS, mlp_hidden=HIDDEN, vocab_size=VOCAB, max_seq_len=SEQ,
                          tie_embeddings=False, positions="rope", rope_theta=500000.0, norm="rms",
                          mlp_activation="swiglu", init="depth"))
     weights = ours.state_dict()

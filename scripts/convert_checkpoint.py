@@ -27,29 +27,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
-#: --format -> (module, function) of its writer, each (source, out, dtype, overwrite=...) -> the folder written.
+#: --format -> (module, function) of its writer, each (source, out, dtype, overwrite=...) -> the folder written; the
+#: standard Hugging Face architectures of the model families (hf-gpt2, hf-llama, ...) are added by standard_formats().
 FORMATS = {
     "safetensors": ("torchnlq.interop.export", "export_safetensors"),
     "hf": ("torchnlq.interop.hf_export", "export_hf"),
-    "hf-gpt2": ("torchnlq.interop.hf_gpt2", "export_hf_gpt2"),
-    "hf-llama": ("torchnlq.interop.hf_llama", "export_hf_llama"),
-    "hf-qwen3": ("torchnlq.interop.hf_qwen3", "export_hf_qwen3"),
 }
 
 
+def standard_formats() -> dict[str, str]:
+    """The families' standard Hugging Face architectures: format -> transformers class (hf-llama: LlamaForCausalLM)."""
+    from torchnlq.interop.hf_folder import standard_architectures
+
+    return {name: arch.architecture for name, arch in standard_architectures().items()}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    standard = standard_formats()
     p = ArgumentParser(
         description="Convert a torchnlq checkpoint into safetensors (torchnlq.load_pretrained), "
-        "a Hugging Face transformers folder of any query type (hf: AutoModelForCausalLM.from_pretrained) "
-        "or a Hugging Face GPT-2, Llama or Qwen3 folder of a linear-query model without remote code (hf-gpt2: "
-        "transformers.GPT2LMHeadModel; hf-llama, Llama-style blocks: transformers.LlamaForCausalLM; hf-qwen3, "
-        "Llama-style blocks with model.qk_norm: transformers.Qwen3ForCausalLM).",
+        "a Hugging Face transformers folder of any model (hf: AutoModelForCausalLM.from_pretrained, carrying "
+        "torchnlq's model code) or a standard Hugging Face folder of a linear-query model without remote code ("
+        + "; ".join(f"{name}: transformers.{cls}" for name, cls in standard.items()) + ").",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder, a safetensors export or a "
                    "Hugging Face GPT-2, Llama or Qwen3 folder")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
-    p.add_argument("--format", default="safetensors", choices=tuple(FORMATS), help="output format")
+    p.add_argument("--format", default="safetensors", choices=(*FORMATS, *standard), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
     p.add_argument("--tiktoken-file", default=None, help="GPT-2 .tiktoken ranks file, for a gpt2 model that carries "
@@ -68,9 +73,14 @@ def main(argv: list[str]) -> int:
 
     loaded = load_model(args.checkpoint)
     loaded.tiktoken_file = args.tiktoken_file
-    module, writer = FORMATS[args.format]
-    export = getattr(importlib.import_module(module), writer)  # imported on use: --help stays fast
-    out = export(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    if args.format in FORMATS:
+        module, writer = FORMATS[args.format]
+        export = getattr(importlib.import_module(module), writer)  # imported on use: --help stays fast
+        out = export(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    else:
+        from torchnlq.interop.export import export_hf_standard
+
+        out = export_hf_standard(loaded, args.out, args.format, args.dtype, overwrite=args.overwrite)
     step = loaded.meta.get("step", "?")
     print(f"wrote {out} ({args.format}, {args.dtype}, {loaded.model.num_params():,} parameters, step {step})")
     return 0

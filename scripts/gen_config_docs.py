@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from torchnlq.cli import ArgumentParser, run_cli
-from torchnlq.config.registries import registry_choices
+from torchnlq.train.registries import registry_choices
 from torchnlq.config.render import markdown_reference
 
 BEGIN, END = "<!-- BEGIN GENERATED OPTIONS -->", "<!-- END GENERATED OPTIONS -->"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT
+from torchnlq.models.counts import num_params
 
 #: What nanoGPT's train.py does that the benchmark relies on, and no more (a tiny model, not GPT-2's).
 STAND_IN = r'''
@@ -111,7 +112,7 @@ def test_profile_mode_runs_both_programs_at_one_shape_and_reads_their_own_step_t
     assert ours["tokens_per_s"] == pytest.approx(statistics.median(logged[2:]), rel=1e-6)
     assert ours["vs_nanogpt"] == pytest.approx(ours["tokens_per_s"] / nano["tokens_per_s"])
     # MFU: 6 FLOPs per parameter of the blocks and head, 12·L·H·hd·T for attention, against the given peak.
-    non_embedding = args.num_params(non_embedding=True) + (args.vocab_size * args.dim if args.tie_embeddings else 0)
+    non_embedding = num_params(args, non_embedding=True) + (args.vocab_size * args.dim if args.tie_embeddings else 0)
     flops = 6 * non_embedding + 12 * args.n_layers * args.n_heads * args.head_dim * 128
     assert ours["mfu"] == pytest.approx(flops * ours["tokens_per_s"] / 1e9, rel=1e-6)
     assert 0 < ours["first_step_s"] < 120 and 0 < nano["first_step_s"] < 120

@@ -11,10 +11,12 @@ import torch
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
 from torchnlq.models.config import Model
-from torchnlq.models.registry import build_model_args
+from torchnlq.models.family import build_model_args
 from torchnlq.models.rope import inverse_frequencies, rope_scaling
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 QUERY_TYPES = ("linear", "identity", "residual", "residual_mlp", "anchored")
 
@@ -25,9 +27,9 @@ def llama_args(**overrides: object) -> ModelArgs:
     return ModelArgs(**{**base, **overrides})
 
 
-def seeded(args: ModelArgs, seed: int = 0) -> GPT:
+def seeded(args: ModelArgs, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    model = GPT(args)
+    model = build_model(args)
     with torch.no_grad():  # gains away from 1, so that a missing gain would show
         for name, p in model.named_parameters():
             if p.ndim == 1:
@@ -63,7 +65,7 @@ def test_qk_norm_attention_against_a_written_out_attention(qtype: str):
     model = seeded(args)
     attn = model.layers[0].attn
     x = torch.randn(2, 6, 32)
-    cos, sin = model.rope(6)
+    cos, sin = model.rope.span(0, 6)
     hd, h, kvh = args.head_dim, args.n_heads, args.n_kv_heads
     q = attn.query(x).view(2, 6, h, hd)
     k, v = (x @ attn.kv.weight.T).split(kvh * hd, dim=-1)
@@ -100,7 +102,7 @@ def test_qk_norm_makes_the_half_scale_cancel():
 def test_depth_init_scales_the_residual_projections_by_block():
     args = llama_args(n_layers=4, dim=256, n_heads=4, n_kv_heads=4, mlp_hidden=256, init="depth", qk_norm=False)
     torch.manual_seed(0)
-    model = GPT(args)
+    model = build_model(args)
     for index, layer in enumerate(model.layers):
         want = 0.02 / math.sqrt(2 * (index + 1))
         for weight in (layer.attn.proj.weight, layer.mlp.proj.weight):
@@ -108,7 +110,7 @@ def test_depth_init_scales_the_residual_projections_by_block():
         for weight in (layer.attn.kv.weight, layer.mlp.gate.weight, layer.mlp.fc.weight):
             assert weight.std().item() == pytest.approx(0.02, rel=0.03)
     torch.manual_seed(0)
-    flat = GPT(llama_args(n_layers=4, dim=256, n_heads=4, n_kv_heads=4, mlp_hidden=256, qk_norm=False))
+    flat = build_model(llama_args(n_layers=4, dim=256, n_heads=4, n_kv_heads=4, mlp_hidden=256, qk_norm=False))
     assert flat.layers[0].attn.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(8), rel=0.03)
 
 
@@ -116,7 +118,7 @@ def test_init_is_unchanged_for_the_gpt2_block():
     """The default scheme draws what it always drew: nanoGPT's stds, every block at 1/sqrt(2 n_layers)."""
     args = ModelArgs(n_layers=3, dim=256, n_heads=4, mlp_hidden=256)
     torch.manual_seed(0)
-    model = GPT(args)
+    model = build_model(args)
     for layer in model.layers:
         assert layer.mlp.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(6), rel=0.03)
         assert layer.mlp.gate is None and layer.attn.q_norm is None
@@ -130,10 +132,10 @@ def test_every_block_option_with_every_query_type_counts_and_runs(qtype: str, op
     """The shape formula (ModelArgs.num_params) equals the built model's tensors; meta + init equals eager."""
     args = llama_args(query=Query(type=qtype), tie_embeddings=False, **options)
     torch.manual_seed(3)
-    model = GPT(args)
-    assert sum(p.numel() for p in model.parameters()) == args.num_params()
+    model = build_model(args)
+    assert sum(p.numel() for p in model.parameters()) == num_params(args)
     with torch.device("meta"):
-        meta = GPT(args)
+        meta = build_model(args)
     meta.to_empty(device="cpu")
     torch.manual_seed(3)
     meta.init_weights()
@@ -144,7 +146,7 @@ def test_every_block_option_with_every_query_type_counts_and_runs(qtype: str, op
 def test_the_kv_cache_decodes_what_the_full_forward_computes():
     model = seeded(llama_args(rope_scaling_factor=8.0, rope_original_max_seq_len=8))
     tokens = torch.randint(0, 96, (1, 12))
-    from torchnlq.models.gpt import KVCache
+    from torchnlq.models.layers import KVCache
 
     cache = KVCache.for_model(model)
     steps = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, i:i + 1], cache=cache) for i in range(5, 12)]
@@ -213,7 +215,7 @@ def test_the_llama3_1b_flavor_has_llama_3_2_1bs_parameters():
         hf = transformers.LlamaForCausalLM(config)
     theirs = sum(p.numel() for p in hf.parameters())
     cfg = Model(flavor="llama3_1b", mlp_activation="swiglu", norm="rms", positions="rope")
-    assert build_model_args(cfg, 128256).num_params() == theirs
+    assert num_params(build_model_args(cfg, 128256)) == theirs
 
 
 def test_options_that_cannot_work_together_are_one_line():

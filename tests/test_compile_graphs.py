@@ -21,9 +21,10 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from torchnlq.config.job_config import ActivationCheckpoint, Query
-from torchnlq.models import GPT, QUERY_TYPES, ModelArgs
+from torchnlq.models import QUERY_TYPES, ModelArgs
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
+from torchnlq.models import build_model
 
 pytestmark = pytest.mark.integration  # torch.compile (dynamo + AOT autograd), ~1 s per case
 
@@ -56,7 +57,7 @@ def test_compiled_blocks_have_no_graph_breaks_and_no_recompiles(
     args = ModelArgs(n_layers=2, dim=32, n_heads=2, vocab_size=64, max_seq_len=16,
                      query=Query(type=qtype, **query_kw), **model_kw)
     torch.manual_seed(0)
-    model = GPT(args)
+    model = build_model(args)
     apply_activation_checkpointing(model, ActivationCheckpoint(mode=ac_mode, every=2))
     torch._dynamo.reset()
     counters.clear()

@@ -157,7 +157,7 @@ def test_paper_profile_of_gpt_small_configs() -> None:
 
 
 def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
-    from torchnlq.config.registries import registry_choices
+    from torchnlq.train.registries import registry_choices
 
     registries = registry_choices()
     text = help_text(registries=registries)
@@ -173,7 +173,7 @@ def test_every_option_has_a_doc_and_appears_in_help_and_docs() -> None:
 def test_the_docs_options_tables_show_each_doc_whole() -> None:
     """A ``|`` inside a doc (|f(X)|) is escaped: a Markdown parser reads each option's doc back whole."""
     markdown_it = pytest.importorskip("markdown_it")
-    from torchnlq.config.registries import registry_choices
+    from torchnlq.train.registries import registry_choices
 
     table = markdown_reference(registries=registry_choices())
     tokens = markdown_it.MarkdownIt("commonmark").enable("table").parse(table)
@@ -195,17 +195,24 @@ def test_the_docs_options_tables_show_each_doc_whole() -> None:
 
 def test_registry_backed_options_list_the_registries_names() -> None:
     """The choice lists are written once, in the registries: help and docs show exactly those names."""
-    from torchnlq.config.registries import registry_choices
+    from torchnlq.models.family import FAMILIES, FLAVORS
     from torchnlq.models.query import ACTIVATIONS, QUERY_NORMS, QUERY_TYPES
-    from torchnlq.models.registry import BLOCKS, FLAVORS
+    from torchnlq.parallel.activation_checkpoint import MODES
+    from torchnlq.train.lr_schedule import DECAY_SHAPES, SCHEDULES
+    from torchnlq.train.optim import GROUP_OPTIMIZERS, KINDS, OPTIMIZERS
+    from torchnlq.train.registries import registry_choices
 
     expected = {
-        "model.flavor": FLAVORS, "model.block": BLOCKS, "model.query.type": QUERY_TYPES,
+        "model.flavor": FLAVORS, "model.family": FAMILIES, "model.query.type": QUERY_TYPES,
         "model.query.activation": ACTIVATIONS, "model.query.input_norm": QUERY_NORMS, "model.query.output_norm": QUERY_NORMS,
+        "optimizer.name": OPTIMIZERS, "optimizer.groups.kind": KINDS, "optimizer.groups.optimizer": GROUP_OPTIMIZERS,
+        "lr_schedule.name": SCHEDULES, "lr_schedule.decay_shape": DECAY_SHAPES, "activation_checkpoint.mode": MODES,
     }
     assert registry_choices() == {name: list(registry) for name, registry in expected.items()}
     text = help_text(registries=registry_choices())
     for name, registry in expected.items():
+        if name.count(".") > 1 and not name.startswith("model.query."):  # a [[section.key]] entry's: in the docs
+            continue
         assert f"--{name}\n      " in text
         assert "one of " + "|".join(registry) in text.split(f"--{name}\n", 1)[1].split("\n", 1)[0]
 
@@ -245,8 +252,12 @@ def test_run_train_print_config_and_help_write_nothing(tmp_path: Path) -> None:
     printed = run_train(tmp_path, config, "--training.steps", "40", "--print-config", timeout=120)
     assert printed.returncode == 0, printed.stderr
     # The printed TOML is the config the command line describes, and it loads back to the same thing.
-    expected = load_job_config([str(config), "--training.steps", "40"])
+    from torchnlq.train.preflight import check_job_config, resolved_config
+
+    described = load_job_config([str(config), "--training.steps", "40"])
+    expected = resolved_config(described, check_job_config(described))  # the flavor's options written out
     assert load_job_config([write(tmp_path, printed.stdout, "printed.toml")]) == expected
+    assert expected.model.norm == "layer" and described.model.norm is None
     assert "warning: lr_schedule.warmup_steps=2000 is not shorter than training.steps=40" in printed.stderr
     helped = run_train(tmp_path, "--job.config_file", config, "--help", timeout=120)
     assert helped.returncode == 0 and 'this config: "gpt_small_res_gelu"' in helped.stdout

@@ -119,7 +119,7 @@ def test_runs_that_cannot_do_what_they_look_like_warn_before_they_start(tmp_path
     # A WSD run that ends before its decay starts is a stable phase to branch from: never advised away.
     wsd = dict(lr_schedule__name="wsd", lr_schedule__decay_steps=100, lr_schedule__decay_length=20)
     stable = config_warnings(tiny_config(tmp_path, **wsd))  # 12 steps; the decay starts at step 100 - 20
-    assert len(stable) == 1 and "in the stable phase (the WSD decay starts at step 80)" in stable[0]
+    assert len(stable) == 1 and "in the stable phase (the wsd decay starts at step 80)" in stable[0]
     assert "right for a stable run that decays branch from" in stable[0]
     midway = config_warnings(tiny_config(tmp_path, **{**wsd, "lr_schedule__decay_steps": 16,
                                                       "lr_schedule__decay_length": 8}))  # stops in the decay

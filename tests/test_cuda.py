@@ -35,8 +35,9 @@ from torch.distributed.tensor import DTensor
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Query, Training
 from torchnlq.config.manager import load_job_config
-from torchnlq.models import GPT, QUERY_TYPES, ModelArgs
+from torchnlq.models import QUERY_TYPES, ModelArgs
 from torchnlq.parallel.float8 import MIN_CAPABILITY, convert_to_float8, quiet_torchao_import
+from torchnlq.models import build_model
 from torchnlq.parallel.parallelize import (
     apply_compile,
     clip_grad_norm,
@@ -100,7 +101,7 @@ def no_tf32() -> Iterator[None]:
 @pytest.mark.parametrize("query_type", [name for name in QUERY_TYPES if not name.startswith("my_")])
 def test_bf16_compiled_step_per_query_type(query_type: str, device: torch.device) -> None:
     torch.manual_seed(0)
-    model = GPT(small_args(query_type)).to(device)
+    model = build_model(small_args(query_type)).to(device)
     torch._dynamo.reset()
     counters.clear()
     apply_compile(model, fullgraph=True)  # inductor, as the trainer compiles
@@ -116,7 +117,7 @@ def test_bf16_compiled_step_per_query_type(query_type: str, device: torch.device
 @pytest.mark.parametrize("query_type", ["linear", "residual_mlp"])
 def test_float8_compiled_step(query_type: str, device: torch.device) -> None:
     torch.manual_seed(0)
-    model = GPT(small_args(query_type)).to(device)
+    model = build_model(small_args(query_type)).to(device)
     convert_to_float8(model, "tensorwise")
     with quiet_torchao_import():
         from torchao.float8.float8_linear import Float8Linear
@@ -147,12 +148,12 @@ def test_fsdp_over_nccl_in_one_process(tmp_path: Path, device: torch.device) -> 
 
         # fp32: the sharded model is the unsharded one (same init, loss, gradients, clipped norm).
         with torch.device("meta"):
-            sharded = GPT(args)
+            sharded = build_model(args)
         parallelize_model(sharded, training=Training(mixed_precision="fp32"), ac=ActivationCheckpoint(),
                           float8=Float8(), parallelism=parallelism, mesh=mesh, device=device)
         materialize_and_init(sharded, device, seed=5, mesh=mesh)
         assert all(isinstance(p, DTensor) for p in sharded.parameters())
-        plain = GPT(args).to(device)
+        plain = build_model(args).to(device)
         plain.load_state_dict(reference_state_dict(args, 5))
         x, y = batch(device)
         losses = []
@@ -168,7 +169,7 @@ def test_fsdp_over_nccl_in_one_process(tmp_path: Path, device: torch.device) -> 
 
         # bf16 compute (FSDP's MixedPrecisionPolicy) with compiled blocks, as a multi-GPU run trains.
         with torch.device("meta"):
-            fast = GPT(args)
+            fast = build_model(args)
         parallelize_model(fast, training=Training(mixed_precision="bf16", compile=True), ac=ActivationCheckpoint(),
                           float8=Float8(), parallelism=parallelism, mesh=mesh, device=device)
         materialize_and_init(fast, device, seed=5, mesh=mesh)

@@ -11,15 +11,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.config.job_config import Query
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
 from torchnlq.train.diagnostics import query_diagnostics
+from torchnlq.models import build_model
 
 DIM, LAYERS = 16, 2
 
 
-def make_model(query_type: str, **query: object) -> GPT:
+def make_model(query_type: str, **query: object) -> Decoder:
     torch.manual_seed(0)
-    return GPT(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=2, vocab_size=64, max_seq_len=16,
+    return build_model(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=2, vocab_size=64, max_seq_len=16,
                          query=Query(type=query_type, **query)))
 
 
@@ -27,7 +28,7 @@ def tokens() -> torch.Tensor:
     return torch.randint(0, 64, (3, 8), generator=torch.Generator().manual_seed(1))
 
 
-def layer0_input(model: GPT, toks: torch.Tensor) -> torch.Tensor:
+def layer0_input(model: Decoder, toks: torch.Tensor) -> torch.Tensor:
     """ln_1 of the embeddings, written out: the first query's X."""
     e = model.tok_emb.weight[toks] + model.pos_emb.weight[: toks.shape[1]]
     mu = e.mean(-1, keepdim=True)

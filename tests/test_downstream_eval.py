@@ -31,7 +31,7 @@ from torchnlq.inference.multiple_choice import (
     score_continuations,
 )
 from torchnlq.inference.sampling import generate_tokens
-from torchnlq.models.gpt import GPT
+from torchnlq.models.decoder import Decoder
 
 from helpers import REPO_ROOT
 from helpers.checkpoints import load_script, tiny_model, write_checkpoint
@@ -53,7 +53,7 @@ QUESTIONS = [
 
 # ---------------------------------------------------------------- the direct computation
 
-def direct_logprob(model: GPT, context: list[int], ending: list[int]) -> float:
+def direct_logprob(model: Decoder, context: list[int], ending: list[int]) -> float:
     """Sum of log P(ending token | everything before it), the context cut from the left to fit."""
     max_len = model.args.max_seq_len
     seq = (context + ending)[-(max_len + 1):]
@@ -67,7 +67,7 @@ def direct_logprob(model: GPT, context: list[int], ending: list[int]) -> float:
     return total
 
 
-def direct_byte_scores(model: GPT, context: str, endings: list[str]) -> list[tuple[float, int]]:
+def direct_byte_scores(model: Decoder, context: str, endings: list[str]) -> list[tuple[float, int]]:
     """(sum of log-probabilities, token count) of each ending: bytes of the context, bytes of " " + ending."""
     ctx = list(context.encode("utf-8"))
     out = []
@@ -85,7 +85,7 @@ def argmax_first(values: list[float]) -> int:
     return best
 
 
-def write_questions(path: Path, model: GPT) -> tuple[float, float, list[list[tuple[float, int]]]]:
+def write_questions(path: Path, model: Decoder) -> tuple[float, float, list[list[tuple[float, int]]]]:
     """The questions as a HellaSwag file, with labels that make the expected accuracy 1/2 (raw).
 
     Even rows get the ending the direct computation ranks first, odd rows another one, so a
@@ -111,12 +111,12 @@ def write_questions(path: Path, model: GPT) -> tuple[float, float, list[list[tup
 
 
 @pytest.fixture(scope="module")
-def mc_model() -> GPT:
+def mc_model() -> Decoder:
     return tiny_model("residual_mlp", init_std=0.3)
 
 
 @pytest.fixture(scope="module")
-def mc_files(tmp_path_factory: pytest.TempPathFactory, mc_model: GPT) -> dict[str, Path]:
+def mc_files(tmp_path_factory: pytest.TempPathFactory, mc_model: Decoder) -> dict[str, Path]:
     """A checkpoint and an export of the residual_mlp model, and the questions file."""
     tmp = tmp_path_factory.mktemp("mc")
     write_checkpoint(tmp / "ckpt", mc_model)
@@ -296,7 +296,7 @@ def _instances(request_type: str, args: list[tuple]) -> list:
 
 
 @pytest.fixture(scope="module")
-def query_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[GPT, Path]]:
+def query_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Decoder, Path]]:
     tmp = tmp_path_factory.mktemp("queries")
     out = {}
     for qtype in QUERY_TYPES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import pytest
@@ -15,7 +16,7 @@ from torchnlq.errors import ConfigError, UserError
 from torchnlq.models import ModelArgs
 from torchnlq.interop.export import export_safetensors
 from torchnlq.interop.load import LoadedModel, load_model
-from torchnlq.interop.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.export import export_hf_standard
 
 from helpers.checkpoints import BYTE_TOKENIZER, SEQ_LEN, VALIDATION, load_script, tiny_args, tiny_model, write_checkpoint
 
@@ -214,7 +215,7 @@ def test_a_hugging_face_gpt2_export_loads_back_as_the_same_model(tmp_path):
     """load_model opens a Hugging Face folder too (generate.py, evaluate.py): the same logits as the source."""
     pytest.importorskip("transformers")
     model = tiny_model()
-    export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-gpt2")
     loaded = load_model(tmp_path / "hf")
     x = torch.randint(0, model.args.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -235,7 +236,7 @@ def test_hf_gpt2_logits_match(tmp_path, qtype, tie, mlp_hidden):
     transformers = pytest.importorskip("transformers")
     model = tiny_model(qtype, tie_embeddings=tie, mlp_hidden=mlp_hidden)
     write_checkpoint(tmp_path / "ckpt", model)
-    out = export_hf_gpt2(tmp_path / "ckpt", tmp_path / "hf")
+    out = export_hf_standard(tmp_path / "ckpt", tmp_path / "hf", "hf-gpt2")
     hf = transformers.GPT2LMHeadModel.from_pretrained(str(out)).eval()
     assert hf.config.activation_function == "gelu" and hf.config.n_inner == model.args.mlp_hidden
     assert (hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()) == tie
@@ -247,7 +248,8 @@ def test_hf_gpt2_logits_match(tmp_path, qtype, tie, mlp_hidden):
     "kw,message",
     [
         (dict(qtype="residual_mlp"),
-         "query type residual_mlp has no GPT-2 equivalent; export with --format safetensors"),
+         "query type residual_mlp has no GPT-2 equivalent (GPT-2's query is linear in X, this one is not); export "
+         "with --format hf (any model) or --format safetensors"),
         (dict(positions="rope"), "positions='rope'"),
         (dict(n_kv_heads=2), "GQA/MQA"),
         (dict(head_dim=4), "head_dim = dim / n_heads"),
@@ -255,8 +257,8 @@ def test_hf_gpt2_logits_match(tmp_path, qtype, tie, mlp_hidden):
 )
 def test_hf_gpt2_refuses_what_it_cannot_represent(tmp_path, kw, message):
     model = tiny_model(**kw)
-    with pytest.raises(UserError, match=message.replace("(", r"\(")):
-        export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    with pytest.raises(UserError, match=re.escape(message)):
+        export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-gpt2")
     assert not (tmp_path / "hf").exists()
 
 
@@ -293,13 +295,13 @@ def test_hf_gpt2_asks_the_query_class_not_its_name(tmp_path, restore_query_types
             return torch.tanh(self.w_q(x))
 
     model = tiny_model("half_residual_test")
-    export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-gpt2")
     hf = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
     with torch.no_grad():
         torch.testing.assert_close(hf(TOKENS).logits, logits(model), rtol=0, atol=1e-4)
     nonlinear = tiny_model("tanh_linear_test")
     with pytest.raises(UserError, match="query type tanh_linear_test has no GPT-2 equivalent"):
-        export_hf_gpt2(LoadedModel(nonlinear, nonlinear.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf2")
+        export_hf_standard(LoadedModel(nonlinear, nonlinear.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf2", "hf-gpt2")
 
 
 # ---------------------------------------------------------------- scripts/convert_checkpoint.py

@@ -19,12 +19,12 @@ import pytest
 
 from helpers import REPO_ROOT
 from torchnlq.config.manager import load_job_config
-from torchnlq.config.registries import registry_choices
+from torchnlq.train.registries import registry_choices
 from torchnlq.config.render import help_text, markdown_reference
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError
 from torchnlq.train import summary
-from torchnlq.models.registry import FLAVORS, Flavor
+from torchnlq.models.family import FLAVORS, Flavor
 from torchnlq.train.preflight import check_job_config
 
 DOC = REPO_ROOT / "docs" / "extending.md"

@@ -27,8 +27,10 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
 from torchnlq.interop.hf_export import export_hf
 from torchnlq.interop.load import LoadedModel, load_model
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
 from torchnlq.models.query import QUERY_TYPES
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 from helpers import REPO_ROOT, WITHOUT_TORCHNLQ
 
@@ -64,9 +66,9 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         sys.modules.pop("my_queries", None)
 
 
-def tiny(query_type: str) -> GPT:
+def tiny(query_type: str) -> Decoder:
     torch.manual_seed(0)
-    model = GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=48, max_seq_len=64, query=Query(type=query_type)))
+    model = build_model(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=48, max_seq_len=64, query=Query(type=query_type)))
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 1:
@@ -89,7 +91,7 @@ def test_the_plugin_type_matches_its_formula_and_counts(plugin: Path) -> None:
     model = tiny("anchored_mlp")
     query = model.layers[0].attn.query
     assert isinstance(query, my_queries.AnchoredMLPQuery)
-    assert model.args.num_params() == model.num_params()  # the docs' analytic count is what is allocated
+    assert num_params(model.args) == model.num_params()  # the docs' analytic count is what is allocated
     seen = {}
     query.register_forward_hook(lambda module, args, out: seen.update(x=args[0], q=out))
     with torch.no_grad():

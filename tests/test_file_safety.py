@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from torchnlq.interop.export import check_export_folder, export_safetensors
-from torchnlq.interop.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.export import export_hf_standard
 from torchnlq.data import token_format as fmt
 from torchnlq.data.prepare import prepare_dataset
 from torchnlq.errors import ConfigError, UserError
@@ -156,7 +156,7 @@ def test_an_export_with_foreign_files_a_link_or_a_file_is_not_replaced(run, tmp_
     assert snapshot(tmp_path) == before
     # An empty folder is fine (nothing to lose).
     (tmp_path / "empty").mkdir()
-    export_hf_gpt2(ckpt, tmp_path / "empty", overwrite=True)
+    export_hf_standard(ckpt, tmp_path / "empty", "hf-gpt2", overwrite=True)
     assert (tmp_path / "empty" / "config.json").is_file()
 
 
@@ -165,7 +165,7 @@ def test_exports_get_ordinary_permissions(tmp_path, umask):
     ckpt = write_checkpoint(tmp_path / "ckpt", tiny_model())
     old = os.umask(umask)
     try:
-        outs = [export_safetensors(ckpt, tmp_path / "st"), export_hf_gpt2(ckpt, tmp_path / "hf")]
+        outs = [export_safetensors(ckpt, tmp_path / "st"), export_hf_standard(ckpt, tmp_path / "hf", "hf-gpt2")]
         outs.append(export_safetensors(ckpt, tmp_path / "st", overwrite=True))  # replaced: same modes
     finally:
         os.umask(old)

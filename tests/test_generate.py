@@ -12,7 +12,7 @@ import torch
 from torchnlq.data.batches import ValidationSet
 from torchnlq.data.token_file import TokenFile
 from torchnlq.errors import UserError
-from torchnlq.models.gpt import KVCache
+from torchnlq.models.layers import KVCache
 from torchnlq.inference.evaluation import evaluate_source
 from torchnlq.interop.export import export_safetensors
 from torchnlq.interop.load import load_model
@@ -37,9 +37,9 @@ def test_kv_cache_matches_full_forward(qtype, positions, n_kv):
         cache = KVCache.for_model(model)
         # A prefill from 0 (is_causal), a multi-token chunk after cached positions (explicit mask),
         # then one token at a time (no mask).
-        parts = [model(tokens[:, :9], cache), model(tokens[:, 9:14], cache)]
-        parts += [model(tokens[:, i : i + 1], cache) for i in range(14, 30)]
-    assert cache.pos == 30
+        parts = [model(tokens[:, :9], cache=cache), model(tokens[:, 9:14], cache=cache)]
+        parts += [model(tokens[:, i : i + 1], cache=cache) for i in range(14, 30)]
+    assert cache.get_seq_length() == 30
     torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-5)
 
 
@@ -47,10 +47,10 @@ def test_kv_cache_refuses_positions_past_the_context():
     model = tiny_model()
     cache = KVCache.for_model(model)
     with torch.no_grad():
-        model(torch.zeros(1, 31, dtype=torch.long), cache)
-        model(torch.zeros(1, 1, dtype=torch.long), cache)
+        model(torch.zeros(1, 31, dtype=torch.long), cache=cache)
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
         with pytest.raises(ValueError, match="exceeds the model's max_seq_len=32"):
-            model(torch.zeros(1, 1, dtype=torch.long), cache)
+            model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
 
 
 # ---------------------------------------------------------------- sampling

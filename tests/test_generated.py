@@ -25,6 +25,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.train.__main__ import main as train_main
 from torchnlq.train.preflight import check_job_config, config_warnings
+from torchnlq.models import build_model
 
 from helpers.checkpoints import load_script, tiny_model, write_checkpoint
 from helpers.train import tiny_args
@@ -236,7 +237,6 @@ def _toml(value: object) -> str:
 def test_any_optimizer_groups_give_a_config_or_one_line(entries: list[dict[str, object]], name: str) -> None:
     """Any [[optimizer.groups]] tables either build and check (every trainable parameter in exactly one group)
     or are one UserError line, before anything is written."""
-    from torchnlq.models import GPT
     from torchnlq.train.optim import plan_groups
 
     with scratch() as tmp:
@@ -250,6 +250,6 @@ def test_any_optimizer_groups_give_a_config_or_one_line(entries: list[dict[str, 
             assert str(e) and "\n" not in str(e), str(e)
             assert sorted(p.name for p in tmp.iterdir()) == ["g.toml"]  # nothing written
             return
-        model = GPT(args)
+        model = build_model(args)
         claimed = [id(p) for plan in plan_groups(cfg.optimizer, model) for p in plan.params]
         assert sorted(claimed) == sorted(id(p) for p in model.parameters())

@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 
 from torchnlq.cli import run_cli
 from torchnlq.interop.export import export_safetensors
-from torchnlq.interop.hf_gpt2 import export_hf_gpt2
-from torchnlq.interop.hf_llama import export_hf_llama
+from torchnlq.interop.export import export_hf_standard
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.train.__main__ import main as train_main
 
@@ -67,9 +66,9 @@ def sources() -> Iterator[Path]:
         write_checkpoint(root / "ckpt", model, fingerprint={"model": model.args.to_dict()})
         export_safetensors(load_model(root / "ckpt"), root / "export")
         biased = tiny_model(**GPT2_MODEL)
-        export_hf_gpt2(LoadedModel(biased, biased.args, BYTE_TOKENIZER, {}, root, "test"), root / "gpt2")
+        export_hf_standard(LoadedModel(biased, biased.args, BYTE_TOKENIZER, {}, root, "test"), root / "gpt2", "hf-gpt2")
         llama = tiny_model(**LLAMA_MODEL)
-        export_hf_llama(LoadedModel(llama, llama.args, BYTE_TOKENIZER, {}, root, "test"), root / "llama")
+        export_hf_standard(LoadedModel(llama, llama.args, BYTE_TOKENIZER, {}, root, "test"), root / "llama", "hf-llama")
         other = tiny_model(dim=16, n_heads=2, mlp_hidden=48)
         export_safetensors(LoadedModel(other, other.args, BYTE_TOKENIZER, {}, root, "test"), root / "other")
         write_byte_data(root / "data")

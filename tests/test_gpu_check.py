@@ -28,9 +28,10 @@ from benchmarks import gpu_check
 from benchmarks.gpu_check import Row, judge
 from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
-from torchnlq.models import GPT, QUERY_TYPES
+from torchnlq.models import QUERY_TYPES
 from torchnlq.models.query import LinearQuery, register_query
 from torchnlq.train.preflight import check_job_config
+from torchnlq.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO, SEQ, ACCUM = 2, 32, 2
@@ -64,7 +65,7 @@ def expected_flops_per_token(query_type: str) -> int:
     """6·N + 12·L·H·head_dim·T from the built model's parameters (not from ModelArgs' count)."""
     args = check_job_config(load_job_config([*TINY, f"--model.query.type={query_type}"]))
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     n = sum(p.numel() for name, p in model.named_parameters() if name not in ("tok_emb.weight", "pos_emb.weight"))
     n += model.tok_emb.weight.numel()  # the tied LM head is a matmul: V·d FLOPs per token
     return 6 * n + 12 * args.n_layers * args.n_heads * (args.dim // args.n_heads) * SEQ
@@ -73,7 +74,7 @@ def expected_flops_per_token(query_type: str) -> int:
 def parameter_count(query_type: str) -> int:
     args = check_job_config(load_job_config([*TINY, f"--model.query.type={query_type}"]))
     with torch.device("meta"):
-        return sum(p.numel() for p in GPT(args).parameters())
+        return sum(p.numel() for p in build_model(args).parameters())
 
 
 # ----- the smoke run: every printed figure against the JSON and an independent computation ----------
@@ -93,7 +94,7 @@ def test_cpu_smoke_run_figures_agree(compiled: bool, tmp_path: Path, capsys: pyt
     assert "device: cpu (" in out and f"torch {torch.__version__}" in out
     assert "peak bf16: none for a CPU, MFU not defined" in out
     assert "float8: not run: this device is a CPU" in out
-    # The memory estimate (torchnlq/parallel/memory_estimate.py) is in the header and beside each row's peak.
+    # The memory estimate (torchnlq/train/memory_estimate.py) is in the header and beside each row's peak.
     assert re.search(r"estimate: [0-9.]+ GiB for the config's micro-batch", out)
     for row in data["rows"]:
         assert row["estimate_bytes"] > 0

@@ -330,8 +330,8 @@ CATALOGUE = {
                             "model.qk_norm=True: Llama has RoPE, RMSNorm, the SwiGLU MLP and no QK-norm; this model "
                             "is a standard Qwen3: export it with --format hf-qwen3"),
     "hf-qwen3-of-an-anchored-query": ("convert_checkpoint", "qwen3", anchored, ["{out}", "--format", "hf-qwen3"],
-                                      "query type anchored has no Qwen3 equivalent (its query is linear); export with "
-                                      "--format hf (any model)"),
+                                      "query type anchored has no Qwen3 equivalent (Qwen3's query is linear in X, this one is not); "
+                                      "export with --format hf (any model)"),
     "qwen3-sliding-window": ("upcycle", "qwen3", edit_config(layer_types=["full_attention", "sliding_attention"]),
                              ["{out}"], "Qwen3 sliding-window attention (use_sliding_window, layer_types)"),
     "qwen3-sliding-window-4x": ("upcycle", "qwen3", edit_config(layer_types=None, use_sliding_window=True,

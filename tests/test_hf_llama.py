@@ -18,11 +18,13 @@ import torch.nn.functional as F
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
-from torchnlq.interop.hf_llama import export_hf_llama
+from torchnlq.interop.export import export_hf_standard
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.interop.hf_folder import read_hf_model
 from torchnlq.interop.upcycle import upcycle
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 from helpers.train import tiny_config
 
@@ -75,12 +77,12 @@ def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def llama_style(qtype: str = "linear", **kw: object) -> GPT:
+def llama_style(qtype: str = "linear", **kw: object) -> Decoder:
     base = dict(n_layers=2, dim=32, n_heads=4, n_kv_heads=2, mlp_hidden=48, vocab_size=320, max_seq_len=64,
                 positions="rope", norm="rms", mlp_activation="swiglu")
     args = ModelArgs(**{**base, **kw}, query=Query(type=qtype))
     torch.manual_seed(1)
-    model = GPT(args).eval()
+    model = build_model(args).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.ndim == 1:
@@ -102,7 +104,7 @@ EXPORT_CASES = {
 ])
 def test_a_llama_style_model_exports_as_transformers_llama(tmp_path: Path, kw: dict, qtype: str) -> None:
     model = llama_style(qtype, **kw)
-    out = export_hf_llama(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    out = export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-llama")
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama" and "auto_map" not in config  # no remote code
     assert not any(p.suffix == ".py" for p in out.iterdir())
@@ -114,7 +116,7 @@ def test_a_llama_style_model_exports_as_transformers_llama(tmp_path: Path, kw: d
 
 def test_greedy_generation_of_the_export_is_torchnlqs(tmp_path: Path) -> None:
     model = llama_style(tie_embeddings=False, rope_scaling_factor=8.0, rope_original_max_seq_len=16)
-    out = export_hf_llama(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+    out = export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-llama")
     hf = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     prompt = tokens(1, 5)
     generated = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
@@ -134,7 +136,7 @@ def test_what_llama_cannot_compute_is_one_line(tmp_path: Path, what: str, kw: di
     qtype = kw.pop("qtype", "linear")
     model = llama_style(qtype, **kw)
     with pytest.raises(UserError, match=what) as info:
-        export_hf_llama(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf")
+        export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, tmp_path, "test"), tmp_path / "hf", "hf-llama")
     assert "--format hf" in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "hf").exists()
 
@@ -145,7 +147,7 @@ def test_an_imported_llama_gives_transformers_logits(llama_folder: Path) -> None
         "rms", "swiglu", "rope", 2, 8.0)
     loaded = upcycle(llama_folder)
     hf = transformers.LlamaForCausalLM.from_pretrained(llama_folder)
-    assert loaded.model.num_params() == args.num_params() == sum(p.numel() for p in hf.parameters())
+    assert loaded.model.num_params() == num_params(args) == sum(p.numel() for p in hf.parameters())
     x = tokens()
     with torch.no_grad():
         assert max_relative_error(loaded.model(x), hf_logits(llama_folder, x)) <= 1e-5
@@ -169,7 +171,7 @@ def test_the_anchored_query_starts_as_the_pretrained_llama(llama_folder: Path, l
 
 
 def test_an_imported_llama_exports_back(llama_folder: Path, tmp_path: Path) -> None:
-    out = export_hf_llama(upcycle(llama_folder), tmp_path / "back")
+    out = export_hf_standard(upcycle(llama_folder), tmp_path / "back", "hf-llama")
     x = tokens()
     assert max_relative_error(hf_logits(out, x), hf_logits(llama_folder, x)) <= 1e-6
     assert (out / "tokenizer.json").read_bytes() == (llama_folder / "tokenizer.json").read_bytes()

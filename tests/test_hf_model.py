@@ -1,7 +1,7 @@
 """--format hf: every torchnlq model as a Hugging Face transformers model (torchnlq/interop/).
 
 The export ships torchnlq's model package and a thin wrapper; these tests hold it to independent
-references: torchnlq's own ``GPT`` (logits), ``torchnlq.inference.sampling.generate_tokens`` (greedy
+references: torchnlq's own ``Decoder`` (logits), ``torchnlq.inference.sampling.generate_tokens`` (greedy
 decoding), a cross-entropy written here (the labels loss), and fresh processes for what only a
 process shows (registration, loading with ``trust_remote_code`` where torchnlq cannot be imported,
 a plugin's query type, the conversion script). Every registered query type is exported.
@@ -32,8 +32,9 @@ from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.interop.hf_export import AUTO_MAP, export_hf, hf_config
 from torchnlq.interop.ship_code import PACKAGE_FILE, export_code
+from torchnlq.models import build_model
 from torchnlq.inference.sampling import STOP_EOT, generate_tokens
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
 from torchnlq.models.query import QUERY_TYPES
 
 from helpers import REPO_ROOT, WITHOUT_TORCHNLQ
@@ -65,11 +66,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def make_model(qtype: str = "linear", query: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> GPT:
-    """A tiny byte-vocabulary GPT with norm gains away from 1 (a dropped gain shows in the logits)."""
+def make_model(qtype: str = "linear", query: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> Decoder:
+    """A tiny byte-vocabulary Decoder with norm gains away from 1 (a dropped gain shows in the logits)."""
     base: dict[str, Any] = dict(n_layers=2, dim=32, n_heads=4, vocab_size=320, max_seq_len=32, init_std=0.1)
     torch.manual_seed(seed)
-    model = GPT(ModelArgs(**{**base, **kw}, query=Query(type=qtype, **(query or {}))))
+    model = build_model(ModelArgs(**{**base, **kw}, query=Query(type=qtype, **(query or {}))))
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 1:
@@ -77,12 +78,12 @@ def make_model(qtype: str = "linear", query: dict[str, Any] | None = None, seed:
     return model.eval()
 
 
-def loaded(model: GPT, folder: Path) -> LoadedModel:
+def loaded(model: Decoder, folder: Path) -> LoadedModel:
     return LoadedModel(model, model.args, dict(BYTE_TOKENIZER), {"step": 3}, folder, "test")
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[GPT, Path]]:
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Decoder, Path]]:
     """Every config of CONFIGS exported once for the module: name -> (torchnlq model, export folder)."""
     root = tmp_path_factory.mktemp("hf_exports")
     out = {}
@@ -106,7 +107,7 @@ def max_relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.float() - expected.float()).abs().max() / expected.abs().max()).item()
 
 
-def torchnlq_greedy(model: GPT, prompt: list[int], n: int) -> list[int]:
+def torchnlq_greedy(model: Decoder, prompt: list[int], n: int) -> list[int]:
     """torchnlq's greedy continuation as transformers writes it: prompt + new tokens (+ the end-of-text it stopped at)."""
     result = generate_tokens(model, prompt, n, temperature=0, eot_id=EOT)
     return prompt + result.new_tokens + ([EOT] if result.stop_reason == STOP_EOT else [])
@@ -122,14 +123,24 @@ def until_eot(ids: list[int], start: int) -> list[int]:
 
 
 def test_the_export_ships_the_model_package_not_a_copy():
-    """Every file of torchnlq/models/ travels unchanged; the wrapper's imports point at those files."""
+    """Every file of torchnlq/models/ travels, flat, changed in its imports only; each import names a shipped file."""
+    import re
+
     code = export_code("residual_mlp")
     models = REPO_ROOT / "torchnlq" / "models"
-    for path in models.glob("*.py"):
-        assert code[PACKAGE_FILE if path.name == "__init__.py" else path.name] == path.read_text(encoding="utf-8")
+    imports = re.compile(r"^\s*from \.+[\w.]* import", re.MULTILINE)
+    for path in models.rglob("*.py"):
+        parts = path.relative_to(models).with_suffix("").parts
+        flat = PACKAGE_FILE if parts == ("__init__",) else "_".join(p for p in parts if p != "__init__") + ".py"
+        source = path.read_text(encoding="utf-8")
+        shipped = code[flat]
+        assert imports.sub("", shipped) == imports.sub("", source), flat  # the code itself unchanged
+        for module in re.findall(r"^\s*from \.(\w+) import", shipped, flags=re.MULTILINE):
+            assert f"{module}.py" in code, (flat, module)  # a flat sibling transformers finds and copies
+        assert not re.search(r"^\s*from \.\.", shipped, flags=re.MULTILINE) and "from torchnlq" not in shipped
     wrapper = code[HF_MODELING_FILE]
     assert "from .torchnlq_models import ModelArgs, build_model" in wrapper and "from torchnlq" not in wrapper
-    assert set(code) == {HF_MODELING_FILE, PACKAGE_FILE} | {p.name for p in models.glob("*.py") if p.name != "__init__.py"}
+    assert len(code) == 1 + sum(1 for _ in models.rglob("*.py"))
 
 
 def test_export_folder(tmp_path):
@@ -330,7 +341,7 @@ def test_config_json_round_trips_every_model_field(transformers):
     args = ModelArgs(n_layers=3, dim=48, n_heads=6, n_kv_heads=2, mlp_hidden=80, vocab_size=300, max_seq_len=40,
                      tie_embeddings=False, positions="rope", rope_theta=5e5, norm_eps=1e-6, init_std=0.03, bias=True,
                      mlp_activation="swiglu", norm="rms", qk_norm=True, rope_scaling_factor=8.0,
-                     rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16, block="parallel",
+                     rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16, family="parallel",
                      query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False))
     defaults = ModelArgs()
     same = [f.name for f in fields(ModelArgs) if f.name not in ("init", "head_dim")

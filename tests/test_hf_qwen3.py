@@ -16,11 +16,14 @@ import torch
 
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
-from torchnlq.interop.hf_qwen3 import export_hf_qwen3, qwen3_model_args
+from torchnlq.interop.export import export_hf_standard
+from torchnlq.models.dense.hf import qwen3_model_args
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.interop.hf_folder import read_hf_model
 from torchnlq.interop.upcycle import upcycle
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 from helpers.checkpoints import BYTE_TOKENIZER, load_script, write_checkpoint
 
@@ -60,11 +63,11 @@ def qwen3_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_random_qwen3(tmp_path_factory.mktemp("qwen3") / "hf", rope_theta=1e6)
 
 
-def qk_norm_model(qtype: str = "linear", **kw: object) -> GPT:
+def qk_norm_model(qtype: str = "linear", **kw: object) -> Decoder:
     base = dict(n_layers=2, dim=32, n_heads=4, n_kv_heads=2, mlp_hidden=48, vocab_size=320, max_seq_len=64,
                 positions="rope", norm="rms", mlp_activation="swiglu", qk_norm=True)
     torch.manual_seed(1)
-    model = GPT(ModelArgs(**{**base, **kw}, query=Query(type=qtype))).eval()
+    model = build_model(ModelArgs(**{**base, **kw}, query=Query(type=qtype))).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 1:
@@ -72,8 +75,8 @@ def qk_norm_model(qtype: str = "linear", **kw: object) -> GPT:
     return model
 
 
-def export(model: GPT, out: Path) -> Path:
-    return export_hf_qwen3(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, out.parent, "test"), out)
+def export(model: Decoder, out: Path) -> Path:
+    return export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, out.parent, "test"), out, "hf-qwen3")
 
 
 EXPORT_CASES = {
@@ -129,7 +132,7 @@ def test_an_imported_qwen3_gives_transformers_logits(qwen3_folder: Path) -> None
     assert (args.qk_norm, args.head_dim, args.n_kv_heads, args.bias, args.tie_embeddings) == (True, 16, 2, False, False)
     loaded = load_model(qwen3_folder)
     hf = transformers.Qwen3ForCausalLM.from_pretrained(qwen3_folder)
-    assert loaded.model.num_params() == args.num_params() == sum(p.numel() for p in hf.parameters())
+    assert loaded.model.num_params() == num_params(args) == sum(p.numel() for p in hf.parameters())
     x = tokens()
     with torch.no_grad():
         assert relative_error(loaded.model(x), hf_logits(qwen3_folder, x)) <= 1e-5
@@ -145,7 +148,7 @@ def test_the_anchored_query_starts_as_the_pretrained_qwen3(qwen3_folder: Path, l
 
 
 def test_an_imported_qwen3_exports_back(qwen3_folder: Path, tmp_path: Path) -> None:
-    out = export_hf_qwen3(upcycle(qwen3_folder), tmp_path / "back")
+    out = export_hf_standard(upcycle(qwen3_folder), tmp_path / "back", "hf-qwen3")
     config = json.loads((out / "config.json").read_text())
     assert config["layer_types"] == ["full_attention"] * 3 and config["use_sliding_window"] is False
     x = tokens()

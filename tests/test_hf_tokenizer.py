@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from functools import partial
+
 import pytest
 import regex
 import torch
 
 from torchnlq.checkpoint.checkpointer import Checkpointer
 from torchnlq.interop.export import export_safetensors
-from torchnlq.interop.hf_gpt2 import export_hf_gpt2
+from torchnlq.interop.export import export_hf_standard
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.checkpoint.record import RunRecord
 from torchnlq.config.job_config import Checkpoint
@@ -308,7 +310,7 @@ def check_auto_tokenizer(folder: Path, v: Vocab) -> None:
 @pytest.mark.parametrize("fmt_name", ["safetensors", "hf-gpt2"])
 def test_auto_tokenizer_of_an_export_encodes_to_torchnlqs_ids(vocab, fmt_name, tmp_path, monkeypatch):
     model = model_for(vocab)
-    export = export_safetensors if fmt_name == "safetensors" else export_hf_gpt2
+    export = export_safetensors if fmt_name == "safetensors" else partial(export_hf_standard, format="hf-gpt2")
     out = export(loaded(model, vocab.desc, tmp_path), tmp_path / "export")
     check_auto_tokenizer(out, vocab)
     # Without tokenizer.json, transformers builds the tokenizer from vocab.json and merges.txt.

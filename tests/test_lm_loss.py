@@ -17,9 +17,10 @@ import torch.nn.functional as F
 from helpers.train import run_train, scalars, tiny_args, tiny_config
 
 from torchnlq.config.job_config import Query
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import ModelArgs
 from torchnlq.config.job_config import loss_chunk_tokens
 from torchnlq.models.lm_loss import DEFAULT_CHUNK_TOKENS, HeadLoss, linear_cross_entropy
+from torchnlq.models import build_model
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -60,7 +61,7 @@ def test_the_models_loss_path_gives_every_parameter_the_same_gradient(tied: bool
     args = ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, tie_embeddings=tied,
                      query=Query(type="residual_mlp"))
     torch.manual_seed(0)
-    model = GPT(args)
+    model = build_model(args)
     model.init_weights()
     x, y = torch.randint(0, 64, (2, 2, 16), generator=torch.Generator().manual_seed(1))
     model(x, targets=y, loss_chunk_tokens=5).backward()

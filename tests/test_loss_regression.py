@@ -22,7 +22,7 @@ import pytest
 from helpers.loss_baselines import CASES, FOLDER, train_case
 
 from torchnlq.experiments.loss_compare import Losses, difference_table, read_loss_file
-from torchnlq.models.gpt import MLP
+from torchnlq.models.layers import MLP
 
 TOLERANCE = 1e-5
 

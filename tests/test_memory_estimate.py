@@ -1,4 +1,4 @@
-"""The memory estimate (torchnlq/parallel/memory_estimate.py) against the memory a real training step allocates.
+"""The memory estimate (torchnlq/train/memory_estimate.py) against the memory a real training step allocates.
 
 The reference is independent of the estimate: a real Trainer step on the CPU, its allocations and
 frees recorded by torch's profiler (what ``python -m benchmarks.train_step`` reports as peak memory:
@@ -15,9 +15,10 @@ from helpers.train import tiny_config
 
 from benchmarks.timing import measure_allocations
 from benchmarks.train_step_support import tensor_bytes
-from torchnlq.parallel.memory_estimate import GIB, MemoryEstimate, estimate_memory, fit_warning
+from torchnlq.train.memory_estimate import GIB, MemoryEstimate, estimate_memory, fit_warning
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.trainer import Trainer
+from torchnlq.models.counts import num_params
 
 SHAPE = dict(model__n_layers=4, model__dim=128, model__n_heads=4, training__seq_len=128, training__micro_batch_size=8)
 CASES = {
@@ -58,7 +59,7 @@ def test_the_parts_follow_the_parameter_count_and_sharding(tmp_path: Path) -> No
     cfg = tiny_config(tmp_path, "parts", **SHAPE)
     args = check_job_config(cfg)
     one = estimate_memory(cfg, args, 1, "cpu")
-    n_params = args.num_params()
+    n_params = num_params(args)
     assert one.weights == one.gradients == 4 * n_params  # fp32 master weights and gradients
     assert one.optimizer == 8 * n_params  # AdamW's two fp32 moments
     four = estimate_memory(cfg, args, 4, "cpu")
@@ -96,7 +97,7 @@ def test_model_summary_reports_the_estimate_and_warns_when_it_does_not_fit(capsy
     out = capsys.readouterr()
     gib = float(next(line for line in out.out.splitlines() if line.startswith("memory_estimate_gib:")).split()[1])
     assert 0 < gib < 32 and "warning: memory" not in out.err
-    assert "; bf16) (eager blocks, compiled full-logits head loss, on CUDA" in out.out
+    assert "; bf16) (eager blocks, compiled head loss from the full logits, on CUDA" in out.out
     assert main([config, "--model.n_layers=2", "--training.device=cuda", "--card-gib", str(gib / 2)]) == 0
     assert "warning: memory estimate" in capsys.readouterr().err
     # A CPU run is estimated as the trainer runs it there: fp32, no autocast (the config asks for bf16 on CUDA),
@@ -114,7 +115,7 @@ def test_model_summary_reports_the_estimate_and_warns_when_it_does_not_fit(capsy
 @pytest.mark.integration
 def test_every_shipped_config_fits_a_32_gb_card_with_headroom() -> None:
     from torchnlq.config.manager import load_job_config
-    from torchnlq.parallel.memory_estimate import DEFAULT_CARD_GIB
+    from torchnlq.train.memory_estimate import DEFAULT_CARD_GIB
 
     from helpers import REPO_ROOT
 

@@ -1,4 +1,4 @@
-"""GPT, ModelArgs and the flavor registry against references written out in this file."""
+"""Decoder, ModelArgs and the flavor registry against references written out in this file."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torchnlq.config.job_config import JobConfig, Model, Query
 from torchnlq.errors import ConfigError
 from torchnlq.data.tokenizer import BASE_VOCAB_SIZE, padded_vocab_size
-from torchnlq.models import FLAVORS, GPT, ModelArgs, build_model, build_model_args
+from torchnlq.models import FLAVORS, Decoder, ModelArgs, build_model, build_model_args
 from torchnlq.models.rope import RotaryEmbedding, apply_rotary
+from torchnlq.models.counts import num_params, flops_per_token
 
 QUERY_TYPE_NAMES = ("linear", "identity", "residual", "residual_mlp")
 EPS = 1e-5
@@ -69,7 +70,7 @@ def ref_rotate(x, theta):
     return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
 
 
-def ref_logits(model: GPT, tokens):
+def ref_logits(model: Decoder, tokens):
     a, sd = model.args, model.state_dict()
     B, T = tokens.shape
     H, Hkv, hd = a.n_heads, a.n_kv_heads, a.head_dim
@@ -115,7 +116,7 @@ REF_CASES += [(qtype, "learned", None, True, False) for qtype in ("identity", "r
 def test_forward_matches_reference(qtype, positions, n_kv, tie, half):
     torch.manual_seed(0)
     query = Query(type=qtype, half_scale=half)
-    model = GPT(tiny(query=query, positions=positions, n_kv_heads=n_kv, tie_embeddings=tie, init_std=0.2))
+    model = build_model(tiny(query=query, positions=positions, n_kv_heads=n_kv, tie_embeddings=tie, init_std=0.2))
     model = model.double()
     if model.rope is not None:
         model.rope.init_weights()  # float64 tables, to compare at float64 precision
@@ -145,19 +146,19 @@ def test_forward_matches_reference(qtype, positions, n_kv, tie, half):
 def test_paper_non_embedding_counts(flavor, qtype, expected):
     args = paper_model(flavor, qtype)
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     assert model.num_params(non_embedding=True) == expected
-    assert args.num_params(non_embedding=True) == expected
+    assert num_params(args, non_embedding=True) == expected
     d = model.tok_emb.weight.shape[1]
-    assert args.num_params() == sum(p.numel() for p in model.parameters()) == expected + (50304 + 1024) * d
+    assert num_params(args) == sum(p.numel() for p in model.parameters()) == expected + (50304 + 1024) * d
 
 
 @pytest.mark.parametrize("flavor,qtype", list(itertools.product(FLAVORS, QUERY_TYPE_NAMES)))
 def test_num_params_matches_model_for_flavors(flavor, qtype):
     args = paper_model(flavor, qtype)
     with torch.device("meta"):
-        model = GPT(args)
-    assert args.num_params() == sum(p.numel() for p in model.parameters())
+        model = build_model(args)
+    assert num_params(args) == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize(
@@ -167,11 +168,11 @@ def test_num_params_matches_model_for_flavors(flavor, qtype):
 def test_num_params_matches_model_small(qtype, tie, positions, n_kv, mlp_hidden):
     args = tiny(query=Query(type=qtype), tie_embeddings=tie, positions=positions, n_kv_heads=n_kv, mlp_hidden=mlp_hidden)
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     total = sum(p.numel() for p in model.parameters())  # parameters() yields a shared tensor once
-    assert args.num_params() == total
+    assert num_params(args) == total
     embeddings = model.tok_emb.weight.numel() + (model.pos_emb.weight.numel() if model.pos_emb is not None else 0)
-    assert args.num_params(non_embedding=True) == total - embeddings
+    assert num_params(args, non_embedding=True) == total - embeddings
     assert ("lm_head.weight" in dict(model.named_parameters())) == (not tie)
 
 
@@ -180,12 +181,12 @@ def test_flops_per_token_gpt_small():
     block = 2 * d + d * d + d * 2 * d + d * d + 2 * d * 4 * d  # ln_1, W_Q, K/V, out, ln_2, MLP
     n = L * block + d + V * d  # + final norm + LM head matmul (tied)
     expected = 6 * n + 12 * L * H * hd * T
-    assert paper_model("gpt_small", "linear").flops_per_token(T) == expected == 854_770_176
+    assert flops_per_token(paper_model("gpt_small", "linear"), T) == expected == 854_770_176
     # residual_mlp: W1 + W2 = d² like W_Q, plus two gains per block.
-    assert paper_model("gpt_small", "residual_mlp").flops_per_token(T) == expected + 6 * L * 2 * d
+    assert flops_per_token(paper_model("gpt_small", "residual_mlp"), T) == expected + 6 * L * 2 * d
     # An untied head is already a non-embedding parameter: counted once, same FLOPs.
     untied = build_model_args(Model(flavor="gpt_small", tie_embeddings=False), 50304)
-    assert untied.flops_per_token(T) == expected
+    assert flops_per_token(untied, T) == expected
 
 
 # ---------------------------------------------------------------- attention behaviour
@@ -193,7 +194,7 @@ def test_flops_per_token_gpt_small():
 @pytest.mark.parametrize("qtype,positions", list(itertools.product(QUERY_TYPE_NAMES, ("learned", "rope"))))
 def test_causal(qtype, positions):
     torch.manual_seed(0)
-    model = GPT(tiny(query=Query(type=qtype), positions=positions, n_kv_heads=2))
+    model = build_model(tiny(query=Query(type=qtype), positions=positions, n_kv_heads=2))
     tokens = torch.randint(0, 48, (2, 16))
     t = 9
     changed = tokens.clone()
@@ -205,8 +206,8 @@ def test_causal(qtype, positions):
 
 def test_gqa_equals_multi_head_with_repeated_kv_heads():
     torch.manual_seed(0)
-    gqa = GPT(tiny(n_heads=4, n_kv_heads=2, init_std=0.2, query=Query(type="residual_mlp")))
-    mha = GPT(tiny(n_heads=4, n_kv_heads=4, query=Query(type="residual_mlp")))
+    gqa = build_model(tiny(n_heads=4, n_kv_heads=2, init_std=0.2, query=Query(type="residual_mlp")))
+    mha = build_model(tiny(n_heads=4, n_kv_heads=4, query=Query(type="residual_mlp")))
     hd, dim = 8, 32
     sd = gqa.state_dict()
     for i in range(2):
@@ -222,9 +223,9 @@ def test_gqa_equals_multi_head_with_repeated_kv_heads():
 
 def test_unset_kv_heads_is_multi_head():
     torch.manual_seed(3)
-    a = GPT(tiny(n_kv_heads=None))
+    a = build_model(tiny(n_kv_heads=None))
     torch.manual_seed(3)
-    b = GPT(tiny(n_kv_heads=4))
+    b = build_model(tiny(n_kv_heads=4))
     tokens = torch.randint(0, 48, (1, 10))
     assert a.args.n_kv_heads == 4
     assert torch.equal(a(tokens), b(tokens))
@@ -232,7 +233,7 @@ def test_unset_kv_heads_is_multi_head():
 
 @pytest.mark.parametrize("n_kv", [1, 2, 4])
 def test_gqa_and_mqa_shapes(n_kv):
-    model = GPT(tiny(n_heads=4, n_kv_heads=n_kv))
+    model = build_model(tiny(n_heads=4, n_kv_heads=n_kv))
     assert model.layers[0].attn.kv.weight.shape == (2 * n_kv * 8, 32)
     assert model(torch.randint(0, 48, (3, 7))).shape == (3, 7, 48)
 
@@ -241,7 +242,7 @@ def test_rope_depends_only_on_relative_position():
     torch.manual_seed(0)
     rope = RotaryEmbedding(16, 64, 10000.0)
     rope.init_weights()
-    cos, sin = rope(64)
+    cos, sin = rope.span(0, 64)
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
 
     def score(m, n):
@@ -259,7 +260,7 @@ def test_rope_depends_only_on_relative_position():
 def test_init_statistics():
     torch.manual_seed(0)
     L = 4
-    model = GPT(ModelArgs(n_layers=L, dim=256, n_heads=4, vocab_size=512, max_seq_len=256,
+    model = build_model(ModelArgs(n_layers=L, dim=256, n_heads=4, vocab_size=512, max_seq_len=256,
                           query=Query(type="residual_mlp")))
     residual_std = 0.02 / math.sqrt(2 * L)
     for name, p in model.named_parameters():
@@ -275,9 +276,9 @@ def test_init_statistics():
 def test_meta_init_equals_eager_init(positions, tie):
     args = tiny(positions=positions, tie_embeddings=tie, query=Query(type="residual_mlp"), n_kv_heads=2)
     torch.manual_seed(7)
-    eager = GPT(args)
+    eager = build_model(args)
     with torch.device("meta"):
-        lazy = GPT(args)
+        lazy = build_model(args)
     assert all(p.is_meta for p in lazy.parameters())
     lazy.to_empty(device="cpu")
     torch.manual_seed(7)
@@ -294,7 +295,7 @@ def test_meta_init_equals_eager_init(positions, tie):
 
 def test_init_weights_is_reproducible_and_resets():
     torch.manual_seed(1)
-    model = GPT(tiny())
+    model = build_model(tiny())
     first = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         for p in model.parameters():
@@ -308,14 +309,14 @@ def test_init_weights_is_reproducible_and_resets():
 # ---------------------------------------------------------------- misc behaviour
 
 def test_too_long_sequence_raises():
-    model = GPT(tiny(max_seq_len=8))
+    model = build_model(tiny(max_seq_len=8))
     model(torch.zeros(1, 8, dtype=torch.long))
     with pytest.raises(ValueError, match="max_seq_len=8"):
         model(torch.zeros(1, 9, dtype=torch.long))
 
 
 def test_bf16_autocast_with_rope_and_gqa():
-    model = GPT(tiny(positions="rope", n_kv_heads=1, query=Query(type="residual_mlp")))
+    model = build_model(tiny(positions="rope", n_kv_heads=1, query=Query(type="residual_mlp")))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model(torch.randint(0, 48, (2, 10))).shape == (2, 10, 48)
 
@@ -396,7 +397,7 @@ def test_summary_splits_the_parameters_by_component_and_against_a_linear_query(o
     from torchnlq.train.preflight import check_job_config
 
     def built_counts(extra: list[str]) -> dict[str, int]:
-        model = GPT(check_job_config(load_job_config(["--data.tokenizer=byte", *extra])))
+        model = build_model(check_job_config(load_job_config(["--data.tokenizer=byte", *extra])))
         counts = dict.fromkeys(["embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"], 0)
         for name, p in model.named_parameters():  # a tied head is the embedding: named once
             part = name.split(".")
@@ -443,5 +444,5 @@ def test_summary():
     assert lines["layers.*.attn.query.w1.weight"] == "(384, 768)"
     assert lines["non_embedding_params"] == "84,972,288"
     assert lines["total_params"] == f"{84_972_288 + (50304 + 1024) * 768:,}"
-    assert lines["flops_per_token"] == f"{paper_model('gpt_small', 'residual_mlp').flops_per_token(1024):,}"
+    assert lines["flops_per_token"] == f"{flops_per_token(paper_model('gpt_small', 'residual_mlp'), 1024):,}"
     assert main(["--model.flavor=gpt_smal"]) == 2

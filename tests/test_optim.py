@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from torchnlq.config.job_config import LRSchedule, Optimizer
-from torchnlq.train.optim import build_optimizer, lr_at
+from torchnlq.train.lr_schedule import lr_at
+from torchnlq.train.optim import build_optimizer
 
 
 def paper_lr(it: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:

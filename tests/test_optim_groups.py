@@ -11,16 +11,18 @@ import torch
 
 from torchnlq.config.job_config import LRSchedule, Optimizer, OptimizerGroup, Query
 from torchnlq.errors import ConfigError
-from torchnlq.models import GPT, ModelArgs
-from torchnlq.train.optim import OptimizerSet, build_optimizer, lr_at, plan_groups, set_lr
+from torchnlq.models import Decoder, ModelArgs
+from torchnlq.train.lr_schedule import lr_at
+from torchnlq.train.optim import OptimizerSet, build_optimizer, plan_groups, set_lr
+from torchnlq.models import build_model
 
 
-def tiny(qtype: str = "residual_mlp", **kw: object) -> GPT:
+def tiny(qtype: str = "residual_mlp", **kw: object) -> Decoder:
     torch.manual_seed(0)
-    return GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type=qtype), **kw))
+    return build_model(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type=qtype), **kw))
 
 
-def names_of(model: GPT, params: list[torch.Tensor]) -> list[str]:
+def names_of(model: Decoder, params: list[torch.Tensor]) -> list[str]:
     by_id = {id(p): n for n, p in model.named_parameters()}
     return [by_id[id(p)] for p in params]
 

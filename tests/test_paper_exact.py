@@ -37,10 +37,12 @@ from helpers.paper import as_paper_state_dict, paper_initial_weights
 from torchnlq.config.job_config import Query
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import ConfigError
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import ModelArgs
 from torchnlq.models.config import INIT_SCHEMES
 from torchnlq.models.query import QUERY_TYPES, QueryProjection, register_query
 from torchnlq.train.preflight import check_job_config
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EPS = 1e-5
@@ -102,7 +104,7 @@ def test_the_identity_term_attends_at_the_papers_scale(mode: str) -> None:
     outputs = {}
     for half in (True, False):
         torch.manual_seed(1)
-        model = GPT(paper_model_args(mode, init="torchnlq", half_scale=half)).double()
+        model = build_model(paper_model_args(mode, init="torchnlq", half_scale=half)).double()
         with torch.no_grad():
             for p in model.parameters():  # weights large enough that the scale matters, gains away from 1
                 p.copy_(torch.rand_like(p) + 0.5 if p.ndim == 1 else p * 10)
@@ -148,7 +150,7 @@ PAPER_CASES.append(("original", True, round(4.75 * D)))  # Table 1's MLP 4.75d c
 @pytest.mark.parametrize("seed", [0, 1337])
 def test_paper_init_is_bitwise_the_papers(mode: str, tied: bool, hidden: int, seed: int) -> None:
     torch.manual_seed(seed)
-    model = GPT(paper_model_args(mode, tied, hidden))
+    model = build_model(paper_model_args(mode, tied, hidden))
     expected = paper_initial_weights(seed, mode, L, D, V, T, hidden, tied)
     assert_bitwise(as_paper_state_dict(model.state_dict(), L), expected)
 
@@ -203,12 +205,12 @@ def torchnlq_default_weights(seed: int, args: ModelArgs) -> dict[str, torch.Tens
 def test_the_default_init_is_unchanged(mode: str) -> None:
     args = paper_model_args(mode, tied=False, init="torchnlq")
     torch.manual_seed(3)
-    ours = GPT(args).state_dict()
+    ours = build_model(args).state_dict()
     expected = torchnlq_default_weights(3, args)
     assert list(ours) == list(expected)
     assert all(torch.equal(ours[k], expected[k]) for k in expected)
     torch.manual_seed(3)
-    paper = GPT(paper_model_args(mode, tied=False)).state_dict()
+    paper = build_model(paper_model_args(mode, tied=False)).state_dict()
     assert not torch.equal(paper["layers.0.mlp.fc.weight"], ours["layers.0.mlp.fc.weight"])  # another order
 
 
@@ -217,7 +219,7 @@ def test_paper_init_sets_every_parameter_of_gqa_and_rope_models() -> None:
     args = ModelArgs(n_layers=2, dim=32, n_heads=4, n_kv_heads=2, vocab_size=40, max_seq_len=16, positions="rope",
                      tie_embeddings=False, query=Query(type="residual_mlp", input_norm="none"), init="paper")
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     model.to_empty(device="cpu")
     with torch.no_grad():
         for p in model.parameters():
@@ -226,7 +228,7 @@ def test_paper_init_sets_every_parameter_of_gqa_and_rope_models() -> None:
     model.init_weights()
     assert all(torch.isfinite(p).all() for p in model.parameters())
     torch.manual_seed(0)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), GPT(args).state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), build_model(args).state_dict().values()))
 
 
 def test_paper_init_refuses_a_parameter_it_cannot_place() -> None:
@@ -235,8 +237,8 @@ def test_paper_init_refuses_a_parameter_it_cannot_place() -> None:
         requires_full_width = True
         knobs = ("half_scale",)
 
-        def __init__(self, cfg, dim, n_heads, head_dim, norm_eps):
-            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        def __init__(self, cfg, shape):
+            super().__init__(cfg, shape)
             self.gain = nn.Parameter(torch.ones(()))
 
         def forward(self, x):
@@ -245,8 +247,8 @@ def test_paper_init_refuses_a_parameter_it_cannot_place() -> None:
     try:
         args = ModelArgs(query=Query(type="scaled_identity_test"), init="paper")
         with pytest.raises(ConfigError, match=r"model.init = 'paper' does not know .*layers.0.attn.query.gain"):
-            GPT(args)
-        GPT(ModelArgs(query=Query(type="scaled_identity_test")))  # the default init knows it
+            build_model(args)
+        build_model(ModelArgs(query=Query(type="scaled_identity_test")))  # the default init knows it
     finally:
         QUERY_TYPES.pop("scaled_identity_test", None)
 
@@ -309,7 +311,7 @@ def test_against_the_papers_own_model(mode: str, tied: bool, hidden: int) -> Non
     with contextlib.redirect_stdout(io.StringIO()):
         theirs = paper.GPT(cfg)
     torch.manual_seed(1337)
-    ours = GPT(paper_model_args(mode, tied, hidden))
+    ours = build_model(paper_model_args(mode, tied, hidden))
     assert_bitwise(as_paper_state_dict(ours.state_dict(), L), theirs.state_dict())
     tokens = torch.randint(0, V, (2, T))
     with torch.no_grad():
@@ -391,7 +393,7 @@ def _sharded_worker(out: str) -> None:
         args = ModelArgs(**shape, query=Query(type=MODES[mode]), init="paper")
         mesh = build_mesh(info, Parallelism())
         with torch.device("meta"):
-            model = GPT(args)
+            model = build_model(args)
         parallelize_model(model, training=Training(), ac=ActivationCheckpoint(), float8=Float8(),
                           parallelism=Parallelism(), mesh=mesh, device=info.device)
         materialize_and_init(model, info.device, SHARDED_SEED, mesh)
@@ -454,14 +456,14 @@ def paper_lr(it: int, lr: float, min_lr: float, decay_iters: int, warmup: int = 
 
 @pytest.mark.parametrize("config", list(PAPER_RUNS))
 def test_the_schedule_is_the_papers_to_the_step(config: str) -> None:
-    from torchnlq.train.optim import lr_at
+    from torchnlq.train.lr_schedule import lr_at
 
     _, max_iters, decay_iters, lr, min_lr, wd = PAPER_RUNS[config]
     cfg = load_job_config([str(REPO_ROOT / "train_configs" / f"{config}.toml")])
     assert cfg.training.steps == max_iters + 1
     assert (cfg.optimizer.lr, cfg.lr_schedule.min_lr, cfg.optimizer.weight_decay) == (lr, min_lr, wd)
     assert (cfg.lr_schedule.warmup_steps, cfg.training.seed, cfg.model.init) == (2000, 1337, "paper")
-    assert cfg.model.tie_embeddings == (config != "gpt_small_identity_paper")
+    assert check_job_config(cfg).tie_embeddings == (config != "gpt_small_identity_paper")
     # Step s (1-based) takes the LR of the paper's iteration s - 1: the same float at every step.
     steps = range(cfg.training.steps)
     ours = [lr_at(it, cfg.optimizer.lr, cfg.lr_schedule, cfg.training.steps) for it in steps]
@@ -473,9 +475,9 @@ def test_torchnlqs_own_identity_arm_is_the_baselines_configuration() -> None:
                       for c in ("gpt_small_baseline", "gpt_small_identity"))
     assert (identity.optimizer, identity.lr_schedule, identity.training) == (base.optimizer, base.lr_schedule,
                                                                              base.training)
-    assert identity.model.tie_embeddings and "torchnlq's own arm" in (
+    assert check_job_config(identity).tie_embeddings and "torchnlq's own arm" in (
         REPO_ROOT / "train_configs" / "gpt_small_identity.toml").read_text()
-    assert check_job_config(identity).num_params(non_embedding=True) == 77_875_968
+    assert num_params(check_job_config(identity), non_embedding=True) == 77_875_968
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Query, Training
 from torchnlq.errors import UserError
-from torchnlq.models import GPT, QUERY_TYPES, ModelArgs
+from torchnlq.models import Decoder, QUERY_TYPES, ModelArgs
 from torchnlq.parallel.dist import DistInfo, build_mesh, destroy_distributed, init_distributed
 from torchnlq.parallel.parallelize import (
     apply_compile,
@@ -23,6 +23,7 @@ from torchnlq.parallel.parallelize import (
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing, is_checkpointed
 from benchmarks.timing import measure_allocations
 from torchnlq.parallel.float8 import apply_float8, convert_to_float8, quiet_torchao_import
+from torchnlq.models import build_model
 
 CPU = torch.device("cpu")
 AC_MODES = [ActivationCheckpoint(mode="full"), ActivationCheckpoint(mode="selective", every=2),
@@ -35,9 +36,9 @@ def tiny_args(query_type: str = "residual_mlp", **overrides) -> ModelArgs:
     return ModelArgs(**base)
 
 
-def seeded_model(args: ModelArgs, seed: int = 0) -> GPT:
+def seeded_model(args: ModelArgs, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    return GPT(args)
+    return build_model(args)
 
 
 def loss_and_grads(model: nn.Module, seed: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -228,7 +229,7 @@ def test_fsdp_single_process_matches_plain(block: dict) -> None:
         mesh = build_mesh(info, parallelism)
         assert mesh is not None and mesh.mesh_dim_names == ("dp_shard",)
         with torch.device("meta"):
-            model = GPT(args)
+            model = build_model(args)
         parallelize_model(model, training=Training(), ac=ActivationCheckpoint(mode="full"), float8=Float8(),
                           parallelism=parallelism, mesh=mesh, device=CPU)
         materialize_and_init(model, CPU, seed=5, mesh=mesh)
@@ -255,7 +256,7 @@ def test_materialize_without_mesh_equals_seeded_model(positions: str) -> None:
     args = tiny_args(tie_embeddings=positions == "learned", **block)
     positions = args.positions
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     apply_activation_checkpointing(model, ActivationCheckpoint(mode="full"))
     torch.manual_seed(99)
     state = torch.get_rng_state()

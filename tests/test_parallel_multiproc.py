@@ -43,7 +43,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_sharded_init_equals_single_device_init(results: dict) -> None:
-    """Full state dict gathered from 2 shards == torch.manual_seed(s); GPT(args), bitwise; RoPE tables too."""
+    """Full state dict gathered from 2 shards == torch.manual_seed(s); Decoder(args), bitwise; RoPE tables too."""
     assert set(results["init"]) == {"tied_learned", "untied_rope_gqa", "odd_shapes"}
     for variant, checks in results["init"].items():
         assert checks == {"keys_equal": True, "bitwise_equal": True, "rope_ok": True}, variant

@@ -14,10 +14,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.config.job_config import Optimizer, OptimizerGroup, Query
-from torchnlq.models import GPT, ModelArgs
-from torchnlq.models.query import QUERY_TYPES, QueryProjection, register_query
+from torchnlq.models import Decoder, ModelArgs
+from torchnlq.models.query import QUERY_TYPES, QueryProjection, register_query, QueryShape
 from torchnlq.train.optim import build_optimizer, plan_groups, set_lr
 from torchnlq.train.weight_dynamics import weight_stats
+from torchnlq.models import build_model
 
 
 @pytest.fixture
@@ -25,8 +26,9 @@ def oddly_named() -> Iterator[str]:
     """``lens``: Q = X·anchorᵀ + tanh(X·squeezeᵀ)·unsqueezeᵀ, registered for the test only."""
 
     class Lens(QueryProjection):
-        def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        def __init__(self, cfg: Query, shape: QueryShape) -> None:
+            super().__init__(cfg, shape)
+            dim = shape.dim
             self.anchor = nn.Linear(dim, self.q_dim, bias=False)
             self.squeeze = nn.Linear(dim, dim // 4, bias=False)
             self.unsqueeze = nn.Linear(dim // 4, self.q_dim, bias=False)
@@ -48,9 +50,9 @@ def oddly_named() -> Iterator[str]:
         del QUERY_TYPES["lens_for_contract_test"]
 
 
-def model_of(query_type: str, vocab_size: int = 64) -> GPT:
+def model_of(query_type: str, vocab_size: int = 64) -> Decoder:
     torch.manual_seed(0)
-    return GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=vocab_size, max_seq_len=16,
+    return build_model(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=vocab_size, max_seq_len=16,
                          query=Query(type=query_type)))
 
 
@@ -104,8 +106,9 @@ def test_a_plugin_that_starts_from_linear_upcycles_a_pretrained_model(tmp_path) 
     class Widened(QueryProjection):
         upcycles_from = ("linear",)
 
-        def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-            super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+        def __init__(self, cfg: Query, shape: QueryShape) -> None:
+            super().__init__(cfg, shape)
+            dim = shape.dim
             self.w_q = nn.Linear(dim, self.q_dim, bias=False)
             self.squeeze = nn.Linear(dim, 8, bias=False)
             self.unsqueeze = nn.Linear(8, self.q_dim, bias=False)

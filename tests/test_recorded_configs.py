@@ -27,13 +27,17 @@ from torchnlq.cli import run_cli
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import ConfigError, UserError
 from torchnlq.interop.export import export_safetensors
-from torchnlq.interop.hf_gpt2 import export_hf_gpt2, read_hf_gpt2
-from torchnlq.interop.hf_llama import export_hf_llama, read_hf_llama
+from torchnlq.interop.export import export_hf_standard
+from torchnlq.interop.hf_folder import read_hf_architecture
+from torchnlq.models.dense.hf import GPT2, LLAMA
+from torchnlq.models.hf_mapping import HFArchitecture
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.models.args import MODEL_FIELDS, QUERY_FIELDS, ModelArgs
 from torchnlq.models.config import Query
-from torchnlq.models.gpt import GPT, KVCache
+from torchnlq.models.layers import KVCache
 from torchnlq.models.recorded import Field, check_record, check_value, integer, number
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 from helpers.checkpoints import BYTE_TOKENIZER, load_script, tiny_model, write_byte_data, write_checkpoint
 
@@ -141,9 +145,9 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Sources:
     model = tiny_model()
     write_checkpoint(root / "ckpt", model)
     export_safetensors(load_model(root / "ckpt"), root / "export")
-    export_hf_gpt2(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, root, "test"), root / "gpt2")
+    export_hf_standard(LoadedModel(model, model.args, BYTE_TOKENIZER, {}, root, "test"), root / "gpt2", "hf-gpt2")
     llama = tiny_model(positions="rope", norm="rms", mlp_activation="swiglu", n_kv_heads=2)
-    export_hf_llama(LoadedModel(llama, llama.args, BYTE_TOKENIZER, {}, root, "test"), root / "llama")
+    export_hf_standard(LoadedModel(llama, llama.args, BYTE_TOKENIZER, {}, root, "test"), root / "llama", "hf-llama")
     write_byte_data(root / "data")
     return Sources(root)
 
@@ -175,17 +179,17 @@ def put(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 def test_a_model_beyond_the_machine_is_refused_before_anything_is_allocated(tmp_path: Path, sources: Sources,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine is told to hold exactly the model's fp32 weights and buffers less one byte, then exactly them."""
-    import torchnlq.parallel.memory_estimate as memory
+    import torchnlq.parallel.device_memory as memory
 
     args = tiny_model().args
-    built = GPT(args)  # the reference: what the real model holds, counted on real tensors
+    built = build_model(args)  # the reference: what the real model holds, counted on real tensors
     need = sum(t.numel() * t.element_size() for t in (*built.parameters(), *built.buffers()))
-    assert need == 4 * args.num_params()  # learned positions: no buffers
+    assert need == 4 * num_params(args)  # learned positions: no buffers
     monkeypatch.setattr(memory, "device_memory_bytes", lambda device: need - 1)
-    with pytest.raises(UserError, match=rf"torchnlq.json' describes a model of {args.num_params():,} parameters"):
+    with pytest.raises(UserError, match=rf"torchnlq.json' describes a model of {num_params(args):,} parameters"):
         load_model(sources.ckpt)
     monkeypatch.setattr(memory, "device_memory_bytes", lambda device: need)
-    assert load_model(sources.ckpt).model.num_params() == args.num_params()
+    assert load_model(sources.ckpt).model.num_params() == num_params(args)
 
 
 def test_a_record_of_petabytes_is_one_line_at_once(tmp_path: Path, sources: Sources) -> None:
@@ -206,31 +210,31 @@ def test_weights_of_another_shape_are_one_line_naming_tensor_shapes_and_files(tm
 
 
 @pytest.mark.parametrize("reader,folder,key,value,line", [
-    (read_hf_gpt2, "gpt2", "n_embd", 32.0, "config.json': invalid n_embd: 32.0 is a float, not an integer"),
-    (read_hf_gpt2, "gpt2", "n_head", 0, "config.json': invalid n_head: 0 is not an integer from 1 to 65,536"),
-    (read_hf_gpt2, "gpt2", "n_head", 3, "config.json': GPT-2 config n_head=3 does not divide n_embd=32"),
-    (read_hf_gpt2, "gpt2", "n_positions", 10**9, "invalid n_positions: 1000000000 is not an integer from 1 to"),
-    (read_hf_gpt2, "gpt2", "n_inner", 64, "gpt2/model.safetensors': tensor 'transformer.h.0.mlp.c_fc.weight' has "
+    (GPT2, "gpt2", "n_embd", 32.0, "config.json': invalid n_embd: 32.0 is a float, not an integer"),
+    (GPT2, "gpt2", "n_head", 0, "config.json': invalid n_head: 0 is not an integer from 1 to 65,536"),
+    (GPT2, "gpt2", "n_head", 3, "config.json': GPT-2 config n_head=3 does not divide n_embd=32"),
+    (GPT2, "gpt2", "n_positions", 10**9, "invalid n_positions: 1000000000 is not an integer from 1 to"),
+    (GPT2, "gpt2", "n_inner", 64, "gpt2/model.safetensors': tensor 'transformer.h.0.mlp.c_fc.weight' has "
      "shape (32, 128) but config.json gives (32, 64)"),
-    (read_hf_llama, "llama", "hidden_size", "32", 'config.json\': invalid hidden_size: "32" is a string'),
-    (read_hf_llama, "llama", "rope_scaling", [8], "invalid rope_scaling: [8] is a list, not a JSON object"),
-    (read_hf_llama, "llama", "num_key_value_heads", 4, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape "
+    (LLAMA, "llama", "hidden_size", "32", 'config.json\': invalid hidden_size: "32" is a string'),
+    (LLAMA, "llama", "rope_scaling", [8], "invalid rope_scaling: [8] is a list, not a JSON object"),
+    (LLAMA, "llama", "num_key_value_heads", 4, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape "
      "(16, 32) but config.json gives (32, 32)"),
 ])
 def test_hugging_face_configs_are_checked_by_key_and_against_their_weights(
-        tmp_path: Path, sources: Sources, reader: Callable, folder: str, key: str, value: Any, line: str) -> None:
+        tmp_path: Path, sources: Sources, reader: HFArchitecture, folder: str, key: str, value: Any, line: str) -> None:
     copy = edited(getattr(sources, folder), tmp_path / folder, "config.json", put(key, value))
     with pytest.raises(UserError) as e:
-        reader(copy)
+        read_hf_architecture(copy, reader)
     assert line in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
 def test_hugging_face_folders_still_read_as_written(sources: Sources) -> None:
     """The reference: the models the folders were exported from, weight for weight."""
-    args, state = read_hf_llama(sources.llama)
+    args, state = read_hf_architecture(sources.llama, LLAMA)
     reference = tiny_model(positions="rope", norm="rms", mlp_activation="swiglu", n_kv_heads=2)
     assert args.n_kv_heads == 2 and all(torch.equal(state[k], v) for k, v in reference.state_dict().items())
-    args, state = read_hf_gpt2(sources.gpt2)  # exported after write_checkpoint's optimizer step: the checkpoint's
+    args, state = read_hf_architecture(sources.gpt2, GPT2)  # exported after write_checkpoint's optimizer step: the checkpoint's
     reference = load_model(sources.ckpt).model.state_dict()
     assert args.bias and all(torch.equal(state[k], v) for k, v in reference.items())
 
@@ -252,10 +256,10 @@ def test_the_kv_cache_holds_what_the_call_can_write_not_the_recorded_context(mon
     assert sizes == [3 + 4]
     cache, tokens = KVCache(model.args.n_layers, 64), [1, 2, 3]  # the reference: greedy decoding by hand
     with torch.no_grad():
-        logits = model(torch.tensor([tokens]), cache)[:, -1]
+        logits = model(torch.tensor([tokens]), cache=cache)[:, -1]
         for _ in range(4):
             tokens.append(int(logits.argmax()))
-            logits = model(torch.tensor([tokens[-1:]]), cache)[:, -1]
+            logits = model(torch.tensor([tokens[-1:]]), cache=cache)[:, -1]
     assert small.new_tokens == tokens[3:]
 
 

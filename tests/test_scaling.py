@@ -20,6 +20,8 @@ from helpers import REPO_ROOT
 from torchnlq.errors import UserError
 from torchnlq.experiments.scaling import Fit, Point, crossings, fit_all, fit_power_law
 from torchnlq.experiments.suite import load_suite
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 
 def law(c: float, e: float, a: float, alpha: float, c0: float = 1e9) -> float:
@@ -77,7 +79,6 @@ def write_suite(tmp_path: Path, scaling: str, extra: str = "") -> Path:
 
 def test_a_scaling_table_expands_into_sizes_times_query_types_times_seeds_with_their_budgets(tmp_path: Path) -> None:
     from torchnlq.config.manager import load_job_config
-    from torchnlq.models import GPT
     from torchnlq.train.preflight import check_job_config
 
     suite = load_suite(write_suite(tmp_path, 'sizes = [{n_layers = 1, dim = 16, n_heads = 2}, "debug"]\n'
@@ -93,7 +94,7 @@ def test_a_scaling_table_expands_into_sizes_times_query_types_times_seeds_with_t
         # The budget of a size: the first query type's (linear) parameters, for every query type.
         args = check_job_config(load_job_config([*run.argv(), "--model.query.type=linear"]))
         with torch.device("meta"):
-            model = GPT(args)
+            model = build_model(args)
         embedding = sum(p.numel() for n, p in model.named_parameters() if n in ("tok_emb.weight", "pos_emb.weight"))
         non_embedding = sum(p.numel() for p in model.parameters()) - embedding
         tokens_per_step = cfg.training.micro_batch_size * cfg.training.seq_len * cfg.training.grad_accum_steps
@@ -192,7 +193,7 @@ def test_the_dry_run_budget_is_flops_over_the_cards_peak_at_the_measured_mfu(tmp
         args = check_job_config(cfg)
         tokens = cfg.training.steps * 16 * 128
         # 6 N + 12 L H hd T FLOPs per token (N with the tied head), 40% of the card's dense bf16 peak
-        n = args.num_params(non_embedding=True) + args.vocab_size * args.dim
+        n = num_params(args, non_embedding=True) + args.vocab_size * args.dim
         flops = (6 * n + 12 * args.n_layers * args.dim * 128) * tokens
         hours = {"5090": flops / (0.40 * 209.5e12) / 3600, "H100": flops / (0.40 * 989e12) / 3600}
         total_5090 += hours["5090"]

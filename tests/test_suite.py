@@ -284,7 +284,7 @@ def test_shipped_suites_load(suite: Path) -> None:
 def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None:
     from torchnlq.config.manager import load_job_config
     from torchnlq.data.tokenizer import padded_vocab_size
-    from torchnlq.models import build_model_args
+    from torchnlq.models import build_model_args, num_params
 
     suite = load_suite(REPO_ROOT / "suites" / "shakespeare_tiny.toml")
     assert len(suite.runs) == 15
@@ -292,7 +292,8 @@ def test_shakespeare_suite_keeps_the_data_order_and_matches_parameters() -> None
     for run in suite.runs:
         cfg = load_job_config(run.argv())
         assert cfg.data.seed == 42 and cfg.validation.seed == 2357
-        params[run.arm] = build_model_args(cfg.model, padded_vocab_size("byte", cfg.model.vocab_multiple)).num_params(True)
+        params[run.arm] = num_params(build_model_args(cfg.model, padded_vocab_size("byte", cfg.model.vocab_multiple)),
+                                     non_embedding=True)
     assert params["mlp_matched"] == params["res_gelu_lr3e-3"] > params["baseline"]
 
 

@@ -33,7 +33,7 @@ BAD_CONFIGS = [
     # A knob of residual_mlp is checked even when the query type would not read it.
     ({"model__query__type": "linear", "model__query__output_norm": "batch"}, "model.query.output_norm: unknown"),
     ({"model__flavor": "gpt_smal"}, "did you mean 'gpt_small'"),
-    ({"model__block": "paralel"}, "model.block: unknown 'paralel'"),
+    ({"model__family": "paralel"}, "model.family: unknown 'paralel'"),
     ({"model__vocab_size": 100}, "smaller than the data's 257 tokens"),  # checked once the data is open
     ({"data__synthetic": False, "data__path": "missing-folder"}, "does not exist"),
 ]

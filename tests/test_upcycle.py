@@ -21,6 +21,8 @@ from torchnlq.interop.upcycle import upcycle
 from torchnlq.cli import run_cli
 from torchnlq.config.job_config import Query
 from torchnlq.errors import UserError
+from torchnlq.models.counts import num_params
+from torchnlq.models import build_model
 
 from helpers import SHARED_DATA
 from helpers.checkpoints import BYTE_TOKENIZER, load_script
@@ -72,7 +74,7 @@ def test_an_imported_gpt2_gives_transformers_logits(gpt2_folder: Path) -> None:
     args, state, _ = read_hf_model(gpt2_folder)
     assert (args.bias, args.mlp_activation, args.vocab_size, args.max_seq_len) == (True, "gelu_tanh", 320, 64)
     loaded = upcycle(gpt2_folder)
-    assert loaded.model.num_params() == args.num_params() == sum(
+    assert loaded.model.num_params() == num_params(args) == sum(
         p.numel() for p in transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).parameters()
     )
     x = tokens()
@@ -90,7 +92,7 @@ def test_the_anchored_query_starts_as_the_pretrained_function(gpt2_folder: Path,
     # f adds W1 (d x r) + W2 (r x d) + two norm gains per block that has it.
     d, r = 32, 8
     assert model.num_params() == upcycle(gpt2_folder).model.num_params() + len(with_f) * (2 * d * r + 2 * d)
-    assert model.num_params() == loaded.args.num_params()
+    assert model.num_params() == num_params(loaded.args)
     x = tokens()
     with torch.no_grad():
         assert_close(model(x), hf_logits(gpt2_folder, x))
@@ -114,13 +116,13 @@ def test_a_frozen_anchor_has_no_gradient(gpt2_folder: Path) -> None:
 
 def test_an_imported_gpt2_exports_back_to_transformers(gpt2_folder: Path, tmp_path: Path) -> None:
     """GPT-2 -> torchnlq -> --format hf-gpt2 -> GPT2LMHeadModel: the biases and the tanh GELU survive."""
-    from torchnlq.interop.hf_gpt2 import export_hf_gpt2
+    from torchnlq.interop.export import export_hf_standard
 
-    out = export_hf_gpt2(upcycle(gpt2_folder), tmp_path / "back")
+    out = export_hf_standard(upcycle(gpt2_folder), tmp_path / "back", "hf-gpt2")
     x = tokens()
     assert_close(hf_logits(out, x), hf_logits(gpt2_folder, x))
     with pytest.raises(UserError, match="query type anchored has no GPT-2 equivalent"):
-        export_hf_gpt2(upcycle(gpt2_folder, Query(type="anchored")), tmp_path / "anchored")
+        export_hf_standard(upcycle(gpt2_folder, Query(type="anchored")), tmp_path / "anchored", "hf-gpt2")
 
 
 def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path) -> None:
@@ -213,12 +215,11 @@ def test_upcycling_needs_the_same_shapes(gpt2_folder: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize("bias", [False, True])
 def test_the_analytic_count_is_the_built_models(query: Query, bias: bool) -> None:
     from torchnlq.models.args import ModelArgs
-    from torchnlq.models.gpt import GPT
 
     args = ModelArgs(n_layers=3, dim=32, n_heads=4, vocab_size=96, max_seq_len=16, bias=bias, query=query)
     with torch.device("meta"):
-        model = GPT(args)
-    assert args.num_params() == sum(p.numel() for p in model.parameters())
+        model = build_model(args)
+    assert num_params(args) == sum(p.numel() for p in model.parameters())
     biases = [n for n, _ in model.named_parameters() if n.endswith("bias")]
     assert bool(biases) == bias
 
@@ -235,17 +236,16 @@ def test_later_fields_at_their_defaults_leave_the_recorded_model_as_it_was() -> 
 
 def test_an_anchored_query_is_zero_branch_at_init_and_gelu_tanh_is_gpt2s() -> None:
     from torchnlq.models.args import ModelArgs
-    from torchnlq.models.gpt import GPT
 
     torch.manual_seed(0)
     args = ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type="anchored"))
-    model = GPT(args)
+    model = build_model(args)
     x = torch.randn(2, 5, 32)
     for block in model.layers:
         q = block.attn.query
         assert torch.equal(q(x), q.w_q(x)) and q.branch(x).abs().max() == 0
     tanh_args = ModelArgs(n_layers=1, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, mlp_activation="gelu_tanh")
-    mlp = GPT(tanh_args).layers[0].mlp
+    mlp = build_model(tanh_args).layers[0].mlp
     h = mlp.fc(x)
     gelu_new = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))  # GPT-2's, written out
     assert torch.allclose(mlp(x), mlp.proj(gelu_new), atol=1e-6)

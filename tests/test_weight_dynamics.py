@@ -10,8 +10,8 @@ import torch
 
 from torchnlq.config.job_config import Query
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
 from torchnlq.train.weight_dynamics import initial_matrices, spectrum_stats, weight_stats
+from torchnlq.models import build_model
 
 
 def test_spectrum_summaries_match_numpys_singular_values() -> None:
@@ -40,7 +40,7 @@ def test_spectrum_summaries_match_numpys_singular_values() -> None:
 ])
 def test_every_query_matrix_of_every_block_is_summarised(query: Query, matrices: list[str]) -> None:
     torch.manual_seed(0)
-    model = GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=query))
+    model = build_model(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=query))
     stats = weight_stats(model, initial_matrices(model))
     names = {key.split("/")[2] for key in stats if key.startswith("weights/layer")}
     assert names == set(matrices)
@@ -53,7 +53,7 @@ def test_every_query_matrix_of_every_block_is_summarised(query: Query, matrices:
 
 def test_drift_is_the_relative_frobenius_distance_from_init() -> None:
     torch.manual_seed(0)
-    model = GPT(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type="residual_mlp")))
+    model = build_model(ModelArgs(n_layers=2, dim=32, n_heads=4, vocab_size=64, max_seq_len=16, query=Query(type="residual_mlp")))
     initial = initial_matrices(model)
     w1 = model.layers[1].attn.query.w1.weight
     before = w1.detach().clone()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from torchnlq.models.gpt import GPT
+    from torchnlq.models.decoder import Decoder
 
 from torchnlq.version import __version__
 
@@ -14,8 +14,8 @@ from torchnlq.version import __version__
 __all__ = ["__version__", "load_pretrained"]
 
 
-def load_pretrained(path: Any, device: Any = "cpu") -> GPT:
-    """The GPT stored in a checkpoint folder or a safetensors export, in eval mode, fp32, on ``device``.
+def load_pretrained(path: Any, device: Any = "cpu") -> Decoder:
+    """The Decoder stored in a checkpoint folder or a safetensors export, in eval mode, fp32, on ``device``.
 
     Imports torch only when called, so ``import torchnlq`` stays light.
     See :func:`torchnlq.interop.load.load_model` for the metadata too.

@@ -157,7 +157,7 @@ IN_PROCESS = [
     row(T, "qk-norm-not-a-bool", [*TRAIN, "--model.qk_norm=maybe"], "model.qk_norm"),
     row(T, "mlp-multiple-of-zero", [*TRAIN, "--model.mlp_activation=swiglu", "--model.mlp_multiple_of=0"],
         "model.mlp_multiple_of"),
-    row(T, "unknown-block-family", [*TRAIN, "--model.block=parallell"], "model.block: unknown 'parallell'"),
+    row(T, "unknown-model-family", [*TRAIN, "--model.family=parallell"], "model.family: unknown 'parallell'"),
     row(T, "paper-init-with-a-llama-block", [*TRAIN, "--model.init=paper", "--model.norm=rms"],
         "model.init='paper' repeats the draws of the paper's GPT-2 block"),
     row(T, "rope-scaling-with-learned-positions", [*TRAIN, "--model.rope_scaling_factor=8"],
@@ -200,7 +200,7 @@ IN_PROCESS = [
     row(T, "zero-micro-batch", [*TRAIN, "--training.micro_batch_size=0"], "training.micro_batch_size must be >= 1, got 0"),
     row(T, "dp-shard-below-minus-one", [*TRAIN, "--parallelism.dp_shard=-2"], "parallelism.dp_shard must be >= -1, got -2"),
     row(T, "zero-peak-tflops", [*TRAIN, "--metrics.peak_tflops=0"], "metrics.peak_tflops must be > 0.0, got 0.0"),
-    row(T, "unknown-optimizer", [*TRAIN, "--optimizer.name=sgd"], "optimizer.name: 'sgd' is not one of adamw, adamw8bit"),
+    row(T, "unknown-optimizer", [*TRAIN, "--optimizer.name=sgd"], "optimizer.name: unknown 'sgd' (choices: adamw, adamw8bit, muon)"),
     # ---------------------------------------------------------------- run_train.sh: rules between sections
     row(T, "query-type-typo", [*TRAIN, "--model.query.type=residual_mpl"],
         "model.query.type: unknown 'residual_mpl'; did you mean 'residual_mlp'?"),

@@ -17,8 +17,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from torchnlq.config.job_config import Query
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import Decoder, ModelArgs
 from torchnlq.checkpoint.metadata import write_meta
+from torchnlq.models import build_model
 
 from helpers import REPO_ROOT
 from helpers.data import write_token_folder
@@ -35,10 +36,10 @@ def tiny_args(qtype: str = "linear", **kw: Any) -> ModelArgs:
     return ModelArgs(**base, query=Query(type=qtype))
 
 
-def tiny_model(qtype: str = "linear", seed: int = 0, **kw: Any) -> GPT:
+def tiny_model(qtype: str = "linear", seed: int = 0, **kw: Any) -> Decoder:
     """A tiny model with non-trivial norm gains (so a dropped gain would show in the logits)."""
     torch.manual_seed(seed)
-    model = GPT(tiny_args(qtype, **kw))
+    model = build_model(tiny_args(qtype, **kw))
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim == 1:
@@ -46,7 +47,7 @@ def tiny_model(qtype: str = "linear", seed: int = 0, **kw: Any) -> GPT:
     return model.eval()
 
 
-def write_checkpoint(folder: Path, model: GPT, **meta: Any) -> Path:
+def write_checkpoint(folder: Path, model: Decoder, **meta: Any) -> Path:
     """A checkpoint folder laid out as the trainer's: DCP {"model", "optimizer", "train_state"} + torchnlq.json."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.zeros(1, 4, dtype=torch.long)).float().sum().backward()

@@ -18,9 +18,10 @@ import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Query, Training
-from torchnlq.models import GPT, ModelArgs
+from torchnlq.models import ModelArgs
 from torchnlq.parallel.dist import build_mesh, destroy_distributed, init_distributed
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
+from torchnlq.models import build_model
 
 SEED = 1234
 STEPS, ACCUM, GLOBAL_BATCH, SEQ = 3, 2, 4, 32
@@ -36,7 +37,7 @@ def tiny_args(**overrides) -> ModelArgs:
 def sharded_model(args: ModelArgs, info, parallelism: Parallelism, *, compile: bool = False, ac: str = "none"):
     mesh = build_mesh(info, parallelism)
     with torch.device("meta"):
-        model = GPT(args)
+        model = build_model(args)
     parallelize_model(
         model, training=Training(compile=compile), ac=ActivationCheckpoint(mode=ac), float8=Float8(),
         parallelism=parallelism, mesh=mesh, device=info.device,
@@ -45,7 +46,7 @@ def sharded_model(args: ModelArgs, info, parallelism: Parallelism, *, compile: b
 
 
 def check_init(info) -> dict:
-    """Gather the full state dict of sharded models and compare bitwise with torch.manual_seed(SEED); GPT(args)."""
+    """Gather the full state dict of sharded models and compare bitwise with torch.manual_seed(SEED); build_model(args)."""
     results = {}
     variants = {
         "tied_learned": tiny_args(),
@@ -57,11 +58,11 @@ def check_init(info) -> dict:
         model = sharded_model(args, info, Parallelism())
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         rope_ok = all(
-            torch.equal(getattr(model.rope, b), getattr(GPT(args).rope, b)) for b in ("cos", "sin")
+            torch.equal(getattr(model.rope, b), getattr(build_model(args).rope, b)) for b in ("cos", "sin")
         ) if model.rope is not None else True
         if info.rank == 0:
             torch.manual_seed(SEED)
-            ref = GPT(args).state_dict()
+            ref = build_model(args).state_dict()
             results[name] = {
                 "keys_equal": list(full) == list(ref),
                 "bitwise_equal": all(torch.equal(full[k], ref[k]) for k in ref),
@@ -109,7 +110,7 @@ def check_training(info, scenario: str) -> dict:
     result = {"fsdp": train(model, slice(info.rank * half, (info.rank + 1) * half), distributed=True)}
     if info.rank == 0:
         torch.manual_seed(SEED)
-        reference = GPT(args)  # one process, no FSDP, eager: the whole global batch per micro-step
+        reference = build_model(args)  # one process, no FSDP, eager: the whole global batch per micro-step
         result["single"] = train(reference, slice(0, GLOBAL_BATCH), distributed=False)
     dist.barrier()
     return result

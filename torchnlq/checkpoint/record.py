@@ -14,6 +14,7 @@ from torchnlq.config.job_config import SEED_MAX
 from torchnlq.errors import UserError
 from torchnlq.files import replace_file
 from torchnlq.models.args import MODEL_FIELDS, ModelArgs
+from torchnlq.models.counts import flops_per_token, num_params
 from torchnlq.models.recorded import Field, check_record, integer
 
 RUN_INFO_FILE = "run_info.json"
@@ -170,9 +171,9 @@ class RunRecord:
             "last_val_loss": None if self.last_val_loss is None or not math.isfinite(self.last_val_loss)
             else self.last_val_loss,
             "query_type": a.query.type,
-            "total_params": a.num_params(),
-            "non_embedding_params": a.num_params(non_embedding=True),
-            "flops_per_token": a.flops_per_token(self.seq_len or a.max_seq_len),
+            "total_params": num_params(a),
+            "non_embedding_params": num_params(a, non_embedding=True),
+            "flops_per_token": flops_per_token(a, self.seq_len or a.max_seq_len),
             "batch_fingerprint": self.data.batch_fingerprint if self.data else None,
             "validation_fingerprint": self.validation.fingerprint if self.validation else None,
             "world_size": self.world_size,

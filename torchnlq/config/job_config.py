@@ -103,6 +103,8 @@ class Training:
 #: Options that no longer exist: a config or flag that sets one gets this reason and "delete it".
 REMOVED_OPTIONS = {
     "training.compile_loss": "with training.compile = true the LM head and the loss are always compiled",
+    "model.block": "families are model.family now (the pre-norm 'prenorm' blocks are the 'dense' family); set "
+                   "that instead",
 }
 
 
@@ -126,11 +128,12 @@ class OptimizerGroup:
         None,
         "Select by kind (with params: both must hold): hidden (2-D matrices of the blocks), embedding (token and "
         "position tables; a tied head is the token table), head (an untied LM head), gain_bias (norm gains, "
-        "biases), query_mlp (the matrices of the query's nonlinear branch: branch_matrices(), W1 and W2 of the paper's query).",
-        choices=("hidden", "embedding", "head", "gain_bias", "query_mlp"),
+        "biases), query_mlp (the matrices of the query's nonlinear branch: branch_matrices(), W1 and W2 of the "
+        "paper's query).",
+        registry="parameter kinds",
     )
     optimizer: str = option("adamw", "adamw (or adamw8bit's, with optimizer.name) or muon (2-D matrices only).",
-                            choices=("adamw", "muon"))
+                            registry="group optimizers")
     lr_multiplier: float = option(1.0, "The group's LR is the schedule's times this.", min=0.0, min_exclusive=True)
     weight_decay: float | None = option(None, "The group's weight decay; unset means optimizer.weight_decay.", min=0.0)
 
@@ -143,7 +146,7 @@ class Optimizer:
         "adamw",
         "Optimizer: adamw (torch), adamw8bit (torchao's 8-bit AdamW states), or muon (torch's Muon for the blocks' "
         "2-D matrices, AdamW for embeddings, head, gains and biases: modded-nanogpt's split).",
-        choices=("adamw", "adamw8bit", "muon"),
+        registry="optimizers",
     )
     lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
     weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
@@ -174,7 +177,7 @@ class LRSchedule:
         "cosine",
         "cosine (the paper's: decays from the end of the warmup) or wsd (warmup-stable-decay: the peak until the "
         "last decay_length steps, then decay_shape down to min_lr).",
-        choices=("cosine", "wsd"),
+        registry="lr schedules",
     )
     warmup_steps: int = option(10, "Warmup steps: lr * (step + 1) / (warmup_steps + 1).", min=0)
     min_lr: float = option(6e-5, "Learning rate at and after decay_steps.", min=0.0)
@@ -182,7 +185,7 @@ class LRSchedule:
         None, "Step at which the schedule reaches min_lr; unset means training.steps.", min=1
     )
     decay_shape: str = option("linear", "wsd: the decay tail's shape: linear, cosine or 1-sqrt.",
-                              choices=("linear", "cosine", "1-sqrt"))
+                              registry="decay shapes")
     decay_length: int | None = option(None, "wsd: steps of the decay tail; unset means decay_fraction of decay_steps.",
                                       min=1)
     decay_fraction: float = option(0.2, "wsd: the decay tail as a fraction of decay_steps (when decay_length is unset).",
@@ -349,7 +352,7 @@ class ActivationCheckpoint:
         "none",
         "none; full (every block); selective (every n-th block, see every); op (all blocks, keep matmul "
         "outputs, recompute cheap ops).",
-        choices=("none", "full", "selective", "op"),
+        registry="activation checkpointing",
     )
     every: int = option(2, "selective: checkpoint every this many blocks.", min=1)
 

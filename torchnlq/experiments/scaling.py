@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from torchnlq.errors import UserError
+from torchnlq.models.counts import flops_per_token, num_params
 
 SCALING_KEYS = ("sizes", "query_types", "seeds", "tokens_per_parameter", "tokens", "lr", "warmup_fraction")
 SIZE_KEYS = ("flavor", "n_layers", "dim", "n_heads")
@@ -108,7 +109,7 @@ def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any
         cfg, args = load([*size_args, f"--model.query.type={query_types[0]}"])
         t = cfg.training
         tokens_per_step = t.micro_batch_size * t.grad_accum_steps * t.seq_len
-        params = args.num_params(non_embedding=True)
+        params = num_params(args, non_embedding=True)
         tokens = (_positive(f"{where}: [scaling] tokens[{index}]", budgets[index], int) if budgets is not None
                   else ratio * params)
         steps = max(1, math.ceil(tokens / tokens_per_step))
@@ -380,7 +381,7 @@ def budget_table(runs: Sequence[Any]) -> str:
     """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
     of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card."""
     from torchnlq.config.manager import load_job_config
-    from torchnlq.parallel.memory_estimate import GIB, HEADROOM, estimate_memory
+    from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
     from torchnlq.train.preflight import check_job_config
 
     header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
@@ -391,7 +392,7 @@ def budget_table(runs: Sequence[Any]) -> str:
         args = check_job_config(cfg)
         t = cfg.training
         tokens = t.steps * t.micro_batch_size * t.grad_accum_steps * t.seq_len
-        flops = args.flops_per_token(t.seq_len) * tokens
+        flops = flops_per_token(args, t.seq_len) * tokens
         shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
         if shape not in estimates:  # seeds share a size's estimate
             estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
@@ -406,4 +407,4 @@ def budget_table(runs: Sequence[Any]) -> str:
     lines += [f"| {' | '.join(row)} |" for row in rows]
     return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for GPT-2 small "
                                "on one H200, compiled: docs/performance.md) on one card; the memory estimate is the "
-                               "config's micro-batch on CUDA in bf16 (torchnlq/parallel/memory_estimate.py).")
+                               "config's micro-batch on CUDA in bf16 (torchnlq/train/memory_estimate.py).")

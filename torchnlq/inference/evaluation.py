@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.record import RunRecord, ValidationRecord
 from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS, PaperValidationRows, ValidationSet, open_token_files
 from torchnlq.errors import UserError
+from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.train.validate import evaluate
 
 # Used only when the source records no validation settings (e.g. a hand-made export).
@@ -86,7 +86,7 @@ def resolve_settings(
         raise UserError(f"--seq-len={seq_len} exceeds the model's max_seq_len={loaded.args.max_seq_len}")
     # evaluate_source builds every batch (inputs and targets, int64) before the first forward, and the paper
     # protocol's two tables of offsets (int64, a row per validation): bounded by the RAM.
-    from torchnlq.parallel.memory_estimate import device_memory_bytes
+    from torchnlq.parallel.device_memory import device_memory_bytes
 
     tables = 16 * PAPER_EVALUATION_ROWS * sequences if recorded.protocol == "paper" else 0
     needed, ram = 16 * sequences * seq_len + tables, device_memory_bytes(torch.device("cpu"))

@@ -15,13 +15,14 @@ from typing import Any
 
 import torch
 
-from torchnlq.interop.export import export_source
-from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.config.job_config import SEED_MAX
-from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
-from torchnlq.models.gpt import GPT, KVCache
+from torchnlq.interop.export import export_source
+from torchnlq.interop.load import LoadedModel, as_loaded
+from torchnlq.interop.tokenizer_files import tokenizer_from_folder
+from torchnlq.models.decoder import Decoder
+from torchnlq.models.layers import KVCache
 
 STOP_LENGTH = "max_new_tokens"
 STOP_EOT = "end_of_text"
@@ -70,7 +71,7 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, s
 
 @torch.inference_mode()
 def generate_tokens(
-    model: GPT,
+    model: Decoder,
     prompt: list[int],
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -101,7 +102,7 @@ def generate_tokens(
     new: list[int] = []
     stop = STOP_LENGTH
     try:
-        logits = model(torch.tensor([prompt], device=device), cache)[:, -1].float()
+        logits = model(torch.tensor([prompt], device=device), cache=cache, last_positions=1)[:, -1].float()
         for i in range(max_new_tokens):
             if vocab_limit is not None and vocab_limit < logits.shape[-1]:
                 logits[:, vocab_limit:] = float("-inf")
@@ -112,12 +113,12 @@ def generate_tokens(
             new.append(token)
             if i == max_new_tokens - 1:
                 break
-            if cache.pos >= max_len:  # the next token would need position max_seq_len
+            if cache.get_seq_length() >= max_len:  # the next token would need position max_seq_len
                 stop = STOP_CONTEXT
                 break
             if stop_when is not None and stop_when(new):
                 break
-            logits = model(torch.tensor([[token]], device=device), cache)[:, -1].float()
+            logits = model(torch.tensor([[token]], device=device), cache=cache)[:, -1].float()
     finally:
         model.train(was_training)
     return Generation(list(prompt), new, stop)

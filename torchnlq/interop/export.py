@@ -10,13 +10,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.checkpoint.metadata import (
     CONFIG_FILE,
     EXPORT_FORMAT,
@@ -25,12 +24,12 @@ from torchnlq.checkpoint.metadata import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
-from torchnlq.interop.tokenizer_files import write_hf_tokenizer_files
 from torchnlq.errors import UserError
 from torchnlq.files import writing
+from torchnlq.interop.load import LoadedModel, as_loaded
+from torchnlq.interop.tokenizer_files import carried_bos_id, write_hf_tokenizer_files
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.config import PRENORM
-from torchnlq.models.gpt import GPT
+from torchnlq.models.family import FAMILIES
 from torchnlq.paths import is_within, protected_folders
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,7 +37,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
-# The torchnlq-specific file of a Hugging Face export (torchnlq.interop.hf_gpt2): it marks the folder as ours.
+# The torchnlq-specific file of a Hugging Face export: it marks the folder as ours.
 HF_EXPORT_FILE = "torchnlq_export.json"
 # The Hugging Face tokenizer files every export carries (torchnlq.interop.tokenizer_files).
 HF_TOKENIZER_FILES = frozenset({"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer.json"})
@@ -267,28 +266,39 @@ def export_safetensors(
     return Path(out_dir).expanduser()
 
 
-def export_standard(
-    source: str | Path | LoadedModel, out_dir: str | Path, dtype: str, overwrite: bool, *,
-    incompatibility: Callable[[ModelArgs], str | None],
-    state_dict: Callable[[GPT], dict[str, torch.Tensor]],
-    config: Callable[[ModelArgs, dict, torch.dtype], dict[str, Any]],
+def export_hf_standard(
+    source: str | Path | LoadedModel, out_dir: str | Path, format: str, dtype: str = "fp32", overwrite: bool = False
 ) -> Path:
-    """Write a folder of a standard transformers architecture (GPT-2, Llama: no remote code); return its path.
+    """Write a folder of the standard transformers architecture ``format`` names (``hf-gpt2``, ``hf-llama``, ...:
+    no remote code; the families' :class:`~torchnlq.models.hf_mapping.HFArchitecture` s); return its path.
 
-    ``incompatibility(args)`` is why the architecture cannot compute this model; the run's metadata goes to
-    ``torchnlq_export.json``.
+    Refused in one line when the architecture cannot compute the model exactly. The run's metadata goes to
+    ``torchnlq_export.json``; config.json's ``bos_token_id`` is the carried tokenizer's own BOS (Llama's
+    ``<|begin_of_text|>``) where its tokenizer config names one, ``eos_token_id`` the model's end-of-text.
     """
     from safetensors.torch import save_file
 
+    from torchnlq.interop.hf_folder import standard_architectures
+
+    architectures = standard_architectures()
+    if format not in architectures:
+        raise UserError(f"unknown export format {format!r}; choose one of: {', '.join(architectures)}")
+    arch = architectures[format]
     loaded, target = prepare_export(source, dtype)
-    reason = incompatibility(loaded.args)
-    if loaded.args.block != PRENORM:  # every standard architecture is some pre-norm block
-        reason = f"model.block={loaded.args.block!r} has no standard Hugging Face architecture; export with " \
-                 f"--format hf (it carries the family's code) or --format safetensors"
+    owner = next(family for family in FAMILIES.values() if arch in family.hf_architectures)
+    if loaded.args.family != owner.name:
+        raise UserError(f"model.family={loaded.args.family!r}: --format {format} ({arch.architecture}) holds models "
+                        f"of the {owner.name} family; export with --format hf (it carries the family's code) or "
+                        "--format safetensors")
+    reason = arch.incompatibility(loaded.args)
     if reason:
         raise UserError(reason)
     with export_folder(loaded, out_dir, overwrite) as tmp:
-        save_file(cast_weights(state_dict(loaded.model), target), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_file(cast_weights(arch.state_dict(loaded.model), target), str(tmp / WEIGHTS_FILE),
+                  metadata={"format": "pt"})
         write_json(tmp / HF_EXPORT_FILE, run_metadata(loaded))
-        write_json(tmp / CONFIG_FILE, config(loaded.args, loaded.tokenizer, target))
+        config = {**hf_config_base(loaded.args, loaded.tokenizer, target, arch.architecture, arch.model_type),
+                  **arch.config(loaded.args)}
+        bos = carried_bos_id(loaded.tokenizer, export_source(loaded), loaded.args.vocab_size)  # its files are written
+        write_json(tmp / CONFIG_FILE, config | ({"bos_token_id": bos} if bos is not None else {}))
     return Path(out_dir).expanduser()

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from torchnlq.checkpoint.metadata import CONFIG_FILE, WEIGHTS_FILE
 from torchnlq.interop.export import (
     DTYPE_NAMES,
     HF_EXPORT_FILE,
@@ -27,7 +28,6 @@ from torchnlq.interop.export import (
     write_json,
 )
 from torchnlq.interop.load import LoadedModel
-from torchnlq.checkpoint.metadata import CONFIG_FILE, WEIGHTS_FILE
 from torchnlq.interop.ship_code import WRAPPER_SOURCE, export_code
 from torchnlq.interop.tokenizer_files import carried_bos_id
 from torchnlq.models.args import ModelArgs
@@ -70,7 +70,7 @@ def export_hf(
     from safetensors.torch import save_file
 
     loaded, target = prepare_export(source, dtype)
-    code = export_code(loaded.args.query.type, loaded.args.block)  # a plugin that cannot travel is refused before anything is written
+    code = export_code(loaded.args.query.type, loaded.args.family)  # a plugin that cannot travel: refused before any write
     weights = {f"model.{k}": v for k, v in loaded.model.state_dict().items()}
     # code_files: what --overwrite may replace.
     extra = {**run_metadata(loaded), "dtype": DTYPE_NAMES[target], "code_files": sorted(code)}

@@ -20,21 +20,21 @@ from torchnlq.checkpoint.metadata import (
     read_meta,
 )
 from torchnlq.checkpoint.record import TOKENIZER_FIELDS, RunRecord
-from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
-from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
+from torchnlq.interop.hf_folder import hf_model_type, importable_architectures, read_hf_model
+from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
+from torchnlq.models.decoder import Decoder
+from torchnlq.models.family import build_model
 from torchnlq.models.recorded import check_record, shown
-from torchnlq.models.registry import build_model
 
 
 @dataclass
 class LoadedModel:
     """A model ready for inference (eval mode, fp32), its tokenizer description and its run's metadata."""
 
-    model: GPT
+    model: Decoder
     args: ModelArgs
     tokenizer: dict[str, Any]
     meta: dict[str, Any]  # the JSON ``record`` was read from, which exports carry over
@@ -65,6 +65,11 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device '{name}' asked for but no CUDA device is visible; use --device cpu")
     return device
+
+
+def in_words(names: list[str]) -> str:
+    """``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def read_config(path: str | Path) -> dict[str, Any] | None:
@@ -111,7 +116,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     if config is not None:
         raise UserError(
             f"'{path}' is not a torchnlq export, nor a Hugging Face folder torchnlq reads (its model_type is "
-            f"{shown(config.get('model_type'))}; torchnlq reads gpt2, llama and qwen3); load it with transformers, or "
+            f"{shown(config.get('model_type'))}; torchnlq reads {in_words(list(importable_architectures()))}); load it with "
+            "transformers, or "
             "pass a torchnlq checkpoint or a --format safetensors export"
         )
     hint = ""
@@ -123,11 +129,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     )
 
 
-def planned_model(args: ModelArgs, device: torch.device, where: str | Path) -> GPT:
+def planned_model(args: ModelArgs, device: torch.device, where: str | Path) -> Decoder:
     """The model ``args`` describe, on the meta device: its shapes, nothing allocated. A UserError when its fp32
     weights and buffers alone exceed ``device``'s memory (a stranger's record asking for terabytes), before any
     tensor exists; ``where`` names the file that describes it."""
-    from torchnlq.parallel.memory_estimate import GIB, device_memory_bytes
+    from torchnlq.parallel.device_memory import GIB, device_memory_bytes
 
     with torch.device("meta"):
         model = build_model(args)
@@ -143,7 +149,7 @@ def planned_model(args: ModelArgs, device: torch.device, where: str | Path) -> G
     return model
 
 
-def materialize(model: GPT, device: torch.device) -> GPT:
+def materialize(model: Decoder, device: torch.device) -> Decoder:
     """A :func:`planned_model` with allocated but unset parameters (RoPE tables computed), in eval mode."""
     model.to_empty(device=device)
     if model.rope is not None:
@@ -168,7 +174,7 @@ def check_tensors(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[i
                         f"'{config}' have no place for; the two files do not belong together")
 
 
-def _shapes(model: GPT) -> dict[str, tuple[int, ...]]:
+def _shapes(model: Decoder) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 

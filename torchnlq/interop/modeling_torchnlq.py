@@ -1,4 +1,4 @@
-"""torchnlq's GPT as a Hugging Face transformers model: a thin wrapper around ``torchnlq.models``.
+"""torchnlq's model as a Hugging Face transformers model: a thin wrapper around ``torchnlq.models``.
 
 ``--format hf`` ships it beside the model package's files (:mod:`torchnlq.interop.ship_code`);
 docs/checkpoints.md describes the config.json names, weights and generation.
@@ -10,12 +10,11 @@ import dataclasses
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torchnlq.models import ModelArgs, build_model
-from torchnlq.models.rope import RotaryEmbedding, rope_at, rope_scaling
+from torchnlq.models.rope import RotaryEmbedding
 
 # torchnlq-export: plugin imports (the export adds one line per plugin module it ships)
 
@@ -41,7 +40,7 @@ def model_fields() -> dict[str, str]:
 
 
 class TorchnlqConfig(PretrainedConfig):
-    """The shapes and knobs of one torchnlq GPT; :meth:`model_args` validates them (a ConfigError, one line)."""
+    """The shapes and knobs of one torchnlq model; :meth:`model_args` validates them (a ConfigError, one line)."""
 
     model_type = "torchnlq"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]
@@ -66,35 +65,12 @@ class TorchnlqConfig(PretrainedConfig):
         return ModelArgs.from_dict({field: getattr(self, name) for field, name in model_fields().items()})
 
 
-class _LayerCache:
-    """One block's view of a transformers ``Cache``, as torchnlq's attention uses a cache."""
-
-    def __init__(self, cache: Cache, layer: int, past: int) -> None:
-        self.cache, self.layer, self.pos = cache, layer, past
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cache.update(k, v, self.layer)
-
-
-def attention_mask_4d(padding_mask: torch.Tensor, past: int, seq_len: int) -> torch.Tensor:
-    """Boolean ``[B, 1, T, past + T]``: causal, padded keys hidden, and every query sees itself.
-
-    A padding query (left padding) would otherwise see no key at all: SDPA would give NaN there,
-    and the NaN would reach real tokens through 0·NaN in later layers. Its own output is never used.
-    """
-    total = past + seq_len
-    q_pos = torch.arange(past, total, device=padding_mask.device)[:, None]
-    k_pos = torch.arange(total, device=padding_mask.device)[None, :]
-    keep = (k_pos <= q_pos) & padding_mask[:, None, None, :].bool()
-    return keep | (k_pos == q_pos)
-
-
 # transformers 5 names the cache ``cache``; 4.x called it ``past_key_values`` (in inputs and outputs).
 _CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
-    """A torchnlq GPT (``self.model``): ``forward(input_ids, ...) -> CausalLMOutputWithPast``."""
+    """A torchnlq model (``self.model``): ``forward(input_ids, ...) -> CausalLMOutputWithPast``."""
 
     config_class = TorchnlqConfig
     base_model_prefix = "model"
@@ -108,7 +84,7 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         self.post_init()
 
     def _init_weights(self, module: torch.nn.Module) -> None:
-        # torchnlq's GPT initialises itself when built; only the RoPE tables (buffers outside the
+        # torchnlq's model initialises itself when built; only the RoPE tables (buffers outside the
         # weights file) are recomputed when transformers materialises a model built on meta.
         if isinstance(module, RotaryEmbedding):
             module.init_weights()
@@ -152,39 +128,23 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         cache = (cache if cache is not None else DynamicCache()) if use_cache else None
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        gpt, args = self.model, self.model.args
-        x = gpt.tok_emb(input_ids) if inputs_embeds is None else inputs_embeds
-        batch, seq_len = x.shape[:2]
+        args = self.model.args
+        batch, seq_len = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
         past = cache.get_seq_length() if cache is not None else 0
         if past + seq_len > args.max_seq_len:
-            raise ValueError(f"sequence length {past + seq_len} exceeds the model's max_position_embeddings={args.max_seq_len}")
+            raise ValueError(f"sequence length {past + seq_len} exceeds the model's max_position_embeddings="
+                             f"{args.max_seq_len}")
         if attention_mask is not None and (attention_mask.ndim != 2 or attention_mask.shape[-1] != past + seq_len):
             raise ValueError(
                 f"attention_mask must be [batch, past + new tokens] = [{batch}, {past + seq_len}] "
                 f"(1 for tokens, 0 for padding), got {list(attention_mask.shape)}"
             )
-        positions = self._positions(position_ids, attention_mask, kwargs.get("cache_position"), past, seq_len, x.device)
-        rope = None
-        if gpt.pos_emb is not None:
-            x = x + gpt.pos_emb(positions)
-        else:
-            cos, sin = rope_at(positions, args.head_dim, args.rope_theta, rope_scaling(args))
-            rope = (cos, sin)  # [B, T, head_dim]: per row
-        if attention_mask is not None:
-            mask = attention_mask_4d(attention_mask, past, seq_len)
-        elif past > 0 and seq_len > 1:  # new tokens after cached ones: causal in absolute positions
-            mask = attention_mask_4d(torch.ones(batch, past + seq_len, dtype=torch.bool, device=x.device), past, seq_len)
-        else:
-            mask = None  # a prefill from position 0 (causal), or one new token that may see every cached one
-        hidden = [x] if output_hidden_states else None
-        for i, block in enumerate(gpt.layers):
-            x = block(x, rope, None if cache is None else _LayerCache(cache, i, past), mask)
-            if hidden is not None:
-                hidden.append(x)
-        x = gpt.ln_f(x)
-        if logits_to_keep and labels is None:  # generate asks for the last position only
-            x = x[:, -logits_to_keep:]
-        logits = F.linear(x, gpt.head_weight())
+        positions = self._positions(position_ids, attention_mask, kwargs.get("cache_position"), seq_len)
+        hidden = [] if output_hidden_states else None
+        # The model's own forward: transformers' Cache is the cache protocol it asks for.
+        logits = self.model(input_ids, cache=cache, positions=positions, padding_mask=attention_mask,
+                            embeds=inputs_embeds, hidden_states=hidden,
+                            last_positions=logits_to_keep if labels is None else 0)
         loss = None
         if labels is not None:  # transformers' shifted cross-entropy in fp32 (sum / num_items under its Trainer)
             loss = self.loss_function(logits, labels, logits.shape[-1], kwargs.get("num_items_in_batch"))
@@ -195,11 +155,10 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=hidden_states, **{_CACHE_FIELD: cache})
 
     @staticmethod
-    def _positions(
-        position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, cache_position: torch.Tensor | None,
-        past: int, seq_len: int, device: torch.device,
-    ) -> torch.Tensor:
-        """Positions ``[B or 1, T]``: given ones, else counted from each row's first real token, else past..past+T-1."""
+    def _positions(position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                   cache_position: torch.Tensor | None, seq_len: int) -> torch.Tensor | None:
+        """Positions ``[B or 1, T]``: given ones, else counted from each row's first real token, else (None) the
+        model's own past..past+T-1."""
         if position_ids is not None:
             return position_ids
         if attention_mask is not None:
@@ -207,7 +166,7 @@ class TorchnlqForCausalLM(PreTrainedModel, GenerationMixin):
             return counted.clamp(min=0)[:, -seq_len:]  # padding takes position 0; it is masked anyway
         if cache_position is not None:  # transformers 4.x passes the absolute positions of the new tokens
             return cache_position[None]
-        return torch.arange(past, past + seq_len, device=device)[None]
+        return None
 
 
 # save_pretrained() of a loaded model copies this file (and the files it imports) beside the weights and

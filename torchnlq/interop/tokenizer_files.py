@@ -17,9 +17,21 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from torchnlq.data.tokenizer import (ENDOFTEXT, GPT2_EOT_ID, GPT2_PATTERN, GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV,
-                                     TOKENIZER_JSON, ByteTokenizer, GPT2Tokenizer, HFTokenizer, Tokenizer,
-                                     check_bpe_bounds, parse_ranks, read_tokenizer_json)
+from torchnlq.data.tokenizer import (
+    ENDOFTEXT,
+    GPT2_EOT_ID,
+    GPT2_PATTERN,
+    GPT2_TIKTOKEN_SHA256,
+    TIKTOKEN_FILE_ENV,
+    TOKENIZER_JSON,
+    ByteTokenizer,
+    GPT2Tokenizer,
+    HFTokenizer,
+    Tokenizer,
+    check_bpe_bounds,
+    parse_ranks,
+    read_tokenizer_json,
+)
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
 

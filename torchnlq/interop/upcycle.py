@@ -15,8 +15,9 @@ from torchnlq.errors import UserError
 from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
 from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.family import build_model
 from torchnlq.models.query import QUERY_TYPES, get_query_class
-from torchnlq.models.registry import build_model
+
 
 def check_carries_tokenizer(loaded: LoadedModel) -> None:
     """An imported model must bring a tokenizer into its export (generate.py has no other): else one line saying

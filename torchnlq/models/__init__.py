@@ -1,20 +1,32 @@
-"""The model package: ModelArgs, the GPT, the query and block registries, the named flavors and build_model."""
+"""The model package: ModelArgs, the decoder, the query registry, the model families and their flavors.
 
+Importing it registers the built-in families (dense/, moe/); every model comes from :func:`build_model`.
+"""
+
+# name: transformers copies an export's modules by following "from .x import")
 from .args import ModelArgs
-from .gpt import GPT
+from .counts import flops_per_token, num_params, param_counts
+from .decoder import Decoder
+from .dense import DENSE_FAMILY  # noqa: F401 - registers the dense family and its flavors (a relative import by
+from .family import FAMILIES, FLAVORS, Family, Flavor, build_model, build_model_args, get_family, register_family
 from .query import QUERY_TYPES, QueryProjection, build_query, register_query
-from .registry import BLOCKS, FLAVORS, build_model, build_model_args, register_block
 
 __all__ = [
-    "BLOCKS",
+    "Decoder",
+    "FAMILIES",
     "FLAVORS",
-    "GPT",
+    "Family",
+    "Flavor",
     "ModelArgs",
     "QUERY_TYPES",
     "QueryProjection",
     "build_model",
     "build_model_args",
     "build_query",
-    "register_block",
+    "flops_per_token",
+    "get_family",
+    "num_params",
+    "param_counts",
+    "register_family",
     "register_query",
 ]

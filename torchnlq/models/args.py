@@ -1,4 +1,4 @@
-"""ModelArgs: the resolved sizes of one model, with its parameter and FLOP counts."""
+"""ModelArgs: the resolved sizes and options of one model (its counts: models/counts.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,23 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .config import FIRST_BLOCK_FIELDS, LIMITS, PRENORM, REMOVED_QUERY_FIELDS, BlockOptions, Query
+from .config import DENSE, FIRST_BLOCK_FIELDS, FIRST_QUERY_FIELDS, LIMITS, REMOVED_QUERY_FIELDS, BlockOptions, Query
 from .errors import ConfigError, unknown_choice
-from .query import query_params_in_model
+from .query import QueryShape, check_query
 from .recorded import Field, check_record, integer, number
 
 #: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out: every block
-#: option but the first ones (models/config.py).
+#: option but the first ones, every query field but the first ones (models/config.py).
 LATER_FIELDS: dict[str, Any] = {f.name: f.default for f in fields(BlockOptions) if f.name not in FIRST_BLOCK_FIELDS}
-LATER_QUERY_FIELDS: dict[str, Any] = {"layers": "all", "train_anchor": True}
+LATER_QUERY_FIELDS: dict[str, Any] = {f.name: f.default for f in fields(Query) if f.name not in FIRST_QUERY_FIELDS}
+#: The name the family had in records written before families were folders (``block``, "prenorm" the dense one).
+OLD_FAMILY_KEY, OLD_DENSE = "block", "prenorm"
 
 
-def _recorded(f: dataclasses.Field) -> Field:
-    """The schema of a recorded block option, from its declaration: its type and range (models/config.py). A
-    string's choices are :meth:`ModelArgs.validate`'s, with a did-you-mean."""
-    kind = typing.get_type_hints(BlockOptions)[f.name]
+def _recorded(f: dataclasses.Field, declared: type) -> Field:
+    """The schema of a recorded option of ``declared`` (BlockOptions, Query), from its declaration: its type and
+    range (models/config.py). A string's choices are :meth:`ModelArgs.validate`'s, with a did-you-mean."""
+    kind = typing.get_type_hints(declared)[f.name]
     null = typing.get_origin(kind) in (typing.Union, types.UnionType)
     base = next(a for a in typing.get_args(kind) if a is not type(None)) if null else kind
     if base in (bool, str):
@@ -40,19 +42,15 @@ MODEL_FIELDS: dict[str, Field] = {
     "n_layers": integer(1, LIMITS["n_layers"]), "dim": integer(1, LIMITS["dim"]), "n_heads": integer(1, LIMITS["n_heads"]),
     "n_kv_heads": integer(1, LIMITS["n_heads"], null=True), "mlp_hidden": integer(1, LIMITS["mlp_hidden"], null=True),
     "vocab_size": integer(1, LIMITS["vocab_size"]), "max_seq_len": integer(1, LIMITS["max_seq_len"]),
-    **{f.name: _recorded(f) for f in fields(BlockOptions) if f.name != "init"},
+    **{f.name: _recorded(f, BlockOptions) for f in fields(BlockOptions) if f.name != "init"},
 }
-QUERY_FIELDS: dict[str, Field] = {
-    "type": Field(str), "activation": Field(str), "input_norm": Field(str), "output_norm": Field(str),
-    "bottleneck_ratio": number(hi=2**10, above=0), "half_scale": Field(bool), "layers": Field(str),
-    "train_anchor": Field(bool),
-}
+QUERY_FIELDS: dict[str, Field] = {f.name: _recorded(f, Query) for f in fields(Query)}
 _NEWER = " (written by a newer torchnlq?); upgrade torchnlq"
 
 
 @dataclass
 class ModelArgs(BlockOptions):
-    """Everything :class:`torchnlq.models.gpt.GPT` needs to build itself: the resolved sizes below and the block
+    """Everything :class:`torchnlq.models.decoder.Decoder` needs to build itself: the resolved sizes below and the block
     options of :class:`~torchnlq.models.config.BlockOptions` (declared there once, for the config too).
 
     ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` left ``None`` are derived in ``__post_init__``
@@ -102,7 +100,7 @@ class ModelArgs(BlockOptions):
                 raise unknown_choice(f"model.{f.name}", getattr(self, f.name), list(choices))
         if self.init == "paper" and not self.is_gpt2_block:
             raise ConfigError(
-                "model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.block='prenorm', "
+                f"model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.family='{DENSE}', "
                 "model.norm='layer', a GELU MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' for this block"
             )
         if self.rope_scaling_factor != 1.0 and self.positions != "rope":
@@ -121,7 +119,7 @@ class ModelArgs(BlockOptions):
                 f"change model.n_heads or model.dim"
             )
         # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
-        query_params_in_model(self.query, self.dim, self.n_heads, self.head_dim, self.n_layers)
+        check_query(self.query, QueryShape(self.dim, self.n_heads, self.head_dim, self.norm_eps, 0, self.n_layers))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field but ``init`` (``query`` nested); :meth:`from_dict` inverts it.
@@ -148,6 +146,9 @@ class ModelArgs(BlockOptions):
         """
         if isinstance(d, dict) and isinstance(d.get("query"), Query):
             d = {**d, "query": asdict(d["query"])}
+        if isinstance(d, dict) and OLD_FAMILY_KEY in d and "family" not in d:
+            old = d.pop(OLD_FAMILY_KEY)
+            d = {**d, "family": DENSE if old == OLD_DENSE else old}
         values = check_record(d, {**MODEL_FIELDS, "query": Field(dict)}, key, unknown=_NEWER)
         query = {k: v for k, v in values.pop("query", {}).items() if k not in REMOVED_QUERY_FIELDS}
         return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)))
@@ -155,7 +156,7 @@ class ModelArgs(BlockOptions):
     @property
     def is_gpt2_block(self) -> bool:
         """The pre-norm block with LayerNorms, a GELU MLP and no QK-norm: the paper's (RoPE and GQA aside)."""
-        return self.block == PRENORM and self.norm == "layer" and self.mlp_activation != "swiglu" and not self.qk_norm
+        return self.family == DENSE and self.norm == "layer" and self.mlp_activation != "swiglu" and not self.qk_norm
 
     @property
     def q_dim(self) -> int:
@@ -166,43 +167,3 @@ class ModelArgs(BlockOptions):
     def kv_dim(self) -> int:
         """Width of all key (or all value) heads together: n_kv_heads * head_dim."""
         return self.n_kv_heads * self.head_dim
-
-    def _block_params_but_query(self) -> int:
-        """Parameters of one transformer block less its query (the only part that may differ by block)."""
-        d, hidden = self.dim, self.mlp_hidden
-        gated = self.mlp_activation == "swiglu"
-        attention = d * 2 * self.kv_dim + self.q_dim * d + (2 * self.head_dim if self.qk_norm else 0)
-        mlp = (3 if gated else 2) * d * hidden
-        norm_biases = 2 * d if self.norm == "layer" else 0
-        biases = norm_biases + self.q_dim + 2 * self.kv_dim + d + (2 if gated else 1) * hidden + d if self.bias else 0
-        return 2 * d + attention + mlp + biases
-
-    def num_params(self, non_embedding: bool = False) -> int:
-        """Parameter count computed from the shapes (equal to ``sum(p.numel())`` of the built model).
-
-        ``non_embedding=True`` subtracts the token and position embeddings, as GPT-2 / nanoGPT report;
-        an untied LM head stays in, as in the paper's counts.
-        """
-        d, vocab = self.dim, self.vocab_size
-        token = vocab * d
-        position = self.max_seq_len * d if self.positions == "learned" else 0
-        head = 0 if self.tie_embeddings else vocab * d
-        queries = query_params_in_model(self.query, d, self.n_heads, self.head_dim, self.n_layers)
-        blocks = self.n_layers * self._block_params_but_query() + queries  # no loop over the blocks
-        final_norm = 2 * d if self.bias and self.norm == "layer" else d
-        total = token + position + blocks + final_norm + head
-        return total - token - position if non_embedding else total
-
-    def flops_per_token(self, seq_len: int) -> int:
-        """Training FLOPs per token (forward + backward) at context length ``seq_len``.
-
-        6·N + 12·n_layers·n_heads·head_dim·seq_len (Kaplan et al. / PaLM; no discount for the causal
-        mask). N = non-embedding parameters + the LM head matmul (V·d): lookups do no FLOPs, but the
-        head does (a tied head is not in the non-embedding count; an untied one already is).
-        Norm gains are in N (a negligible overcount); elementwise work is not counted.
-        """
-        n = self.num_params(non_embedding=True)
-        if self.tie_embeddings:
-            n += self.vocab_size * self.dim
-        return 6 * n + 12 * self.n_layers * self.n_heads * self.head_dim * seq_len
-

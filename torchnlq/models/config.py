@@ -8,7 +8,7 @@ Each field's doc is the ``--help`` text and the docs/configs.md line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: ``[model.query]`` keys that older torchnlq versions wrote and this one ignores, with why.
@@ -39,7 +39,7 @@ def option(
 
     ``min``/``max`` bound numbers (``min_exclusive``/``max_exclusive`` make a bound strict);
     ``choices`` lists the allowed values of a string field; ``registry`` names the registry whose
-    keys are the allowed values instead (``torchnlq.config.registries``); ``path`` marks a file or
+    keys are the allowed values instead (``torchnlq.train.registries``); ``path`` marks a file or
     folder path (``~`` is expanded when the config is read). A ``None`` default means "unset /
     derived", and ``None`` stays allowed for the field.
     """
@@ -69,7 +69,7 @@ class Query:
     output_norm: str = option("layer", "residual_mlp, anchored: norm applied after W2.", registry="norms")
     bottleneck_ratio: float = option(
         0.5, "residual_mlp, anchored: bottleneck width r as a fraction of the model width d.", min=0.0,
-        min_exclusive=True,
+        min_exclusive=True, max=2**10,
     )
     half_scale: bool = option(
         True,
@@ -91,12 +91,12 @@ class Query:
 MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
 #: ``model.norm``: the block's norms (the query's own norms are query.QUERY_NORMS).
 BLOCK_NORMS = ("layer", "rms")
-#: ``model.init``: the initial weights (:meth:`GPT.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
+#: ``model.init``: the initial weights (:meth:`Decoder.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
 INIT_SCHEMES = ("torchnlq", "depth", "paper")
 #: ``model.positions``: learned absolute embeddings or rotary.
 POSITIONS = ("learned", "rope")
-#: ``model.block``: the built-in block family (models/gpt.py: Block); plugins register more (models/registry.py).
-PRENORM = "prenorm"
+#: ``model.family``: the built-in dense family (models/dense/: GPT-2, Llama, Qwen3 blocks); others in models/family.py.
+DENSE = "dense"
 
 
 @dataclass
@@ -128,11 +128,12 @@ class BlockOptions:
         "epsilon norm_eps. The query's own norms are model.query.input_norm/output_norm.",
         choices=BLOCK_NORMS,
     )
-    block: str = option(
-        PRENORM,
-        "The transformer block family (BLOCKS in torchnlq/models/registry.py): prenorm is x + attn(norm(x)), then "
-        "x + mlp(norm(x)) (GPT-2 and Llama, by the options below); a plugin adds one with @register_block.",
-        registry="blocks",
+    family: str = option(
+        DENSE,
+        "The model family (FAMILIES in torchnlq/models/family.py): dense is the pre-norm block x + attn(norm(x)), "
+        "then x + mlp(norm(x)) (GPT-2, Llama or Qwen3 by the options below); moe routes tokens to experts "
+        "([model.moe]); a plugin adds one with register_family.",
+        registry="families",
     )
     qk_norm: bool = option(
         False,
@@ -180,13 +181,29 @@ class BlockOptions:
 #: added to :class:`BlockOptions` since) is written only when not at its default, so that a model which does not use it
 #: keeps the record (and resume fingerprint) it had.
 FIRST_BLOCK_FIELDS = ("head_dim", "tie_embeddings", "positions", "rope_theta", "norm_eps", "init_std", "init")
+#: The query fields of the first checkpoints (the same rule as FIRST_BLOCK_FIELDS for ``[model.query]``).
+FIRST_QUERY_FIELDS = ("type", "activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
+
+
+def unset_by_default(cls: type) -> type:
+    """Give ``cls`` every block option of :class:`BlockOptions` unset (None) by default: an option the config does
+    not set takes the flavor's value, else the declared default (the doc says which). Applied before
+    ``@dataclass``, which keeps each field's place and its metadata."""
+    for f in fields(BlockOptions):
+        doc = f"{f.metadata['doc']} Unset: the flavor's, else {f.default!r}."
+        setattr(cls, f.name, field(default=None, metadata={**f.metadata, "doc": doc, "declared": f.default}))
+        cls.__annotations__[f.name] = f"{BlockOptions.__annotations__[f.name]} | None"
+    return cls
 
 
 @dataclass
+@unset_by_default
 class Model(BlockOptions):
-    """The model: a named flavor, with optional per-field overrides, and its block options (:class:`BlockOptions`)."""
+    """The model: a named flavor (sizes and block options), with optional per-field overrides."""
 
-    flavor: str = option("debug", "Size preset (FLAVORS in torchnlq/models/registry.py).", registry="flavors")
+    flavor: str = option(
+        "debug", "A named model (FLAVORS in torchnlq/models/family.py): its family, sizes and block options.",
+        registry="flavors")
     n_layers: int | None = option(None, "Override the flavor's number of transformer blocks.", min=1,
                                   max=LIMITS["n_layers"])
     dim: int | None = option(None, "Override the flavor's model width d.", min=1, max=LIMITS["dim"])
@@ -201,10 +218,11 @@ class Model(BlockOptions):
     )
     mlp_hidden: int | None = option(None, "MLP hidden size in units; overrides mlp_ratio.", min=1,
                                     max=LIMITS["mlp_hidden"])
-    mlp_multiple_of: int = option(
-        256,
+    mlp_multiple_of: int | None = option(
+        None,
         "swiglu without mlp_hidden: the hidden size is int(2/3 · mlp_ratio · dim) rounded up to a multiple of "
-        "this (Llama's rule: 4 · 256 -> 768), so that the gated MLP has the GELU MLP's parameters.",
+        "this (Llama's rule: 4 · 256 -> 768), so that the gated MLP has the GELU MLP's parameters. Unset: the "
+        "flavor's, else 256.",
         min=1,
     )
     max_seq_len: int | None = option(

@@ -1,6 +1,6 @@
 """The LM head and the cross-entropy: from full logits, or a chunk of tokens at a time.
 
-:class:`HeadLoss` is the model's loss (``GPT.forward(tokens, targets=...)``): with ``chunk_tokens = 0`` the
+:class:`HeadLoss` is the model's loss (``Decoder.forward(tokens, targets=...)``): with ``chunk_tokens = 0`` the
 full logits and ``F.cross_entropy``; with ``chunk_tokens > 0`` :func:`linear_cross_entropy`, described below.
 It is a module without parameters so that ``torch.compile`` is applied to it from outside, as to the blocks
 (``parallel/parallelize.py``); both paths compile whole (dynamo traces the autograd.Function below).
@@ -22,6 +22,9 @@ input dtype, as ``F.cross_entropy(logits.float(), targets)``; gradients come bac
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -97,6 +100,32 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
 
 
+@dataclass(frozen=True)
+class LossPath:
+    """One way to compute the head's loss: its function and what it holds."""
+
+    #: (hidden, weight, targets, chunk_tokens) -> the mean cross-entropy.
+    loss: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    #: Its words for the run header and the model summary, given the chunk size.
+    describe: Callable[[int], str]
+    #: Whether a compiled step fuses the fp32 upcast and the softmax into the kernels that read the logits (the
+    #: memory estimate models that), rather than running the path as written.
+    fused_when_compiled: bool
+
+
+#: The head's loss paths, by name: ``training.loss_chunk_tokens`` 0 is the full logits, more is chunked.
+LOSS_PATHS: dict[str, LossPath] = {
+    "full": LossPath(lambda hidden, weight, targets, chunk: cross_entropy(F.linear(hidden, weight), targets),
+                     lambda chunk: "from the full logits", fused_when_compiled=True),
+    "chunked": LossPath(linear_cross_entropy, lambda chunk: f"in {chunk}-token chunks", fused_when_compiled=False),
+}
+
+
+def loss_path(chunk_tokens: int) -> LossPath:
+    """The loss path of a chunk size (0: the full logits)."""
+    return LOSS_PATHS["chunked" if chunk_tokens else "full"]
+
+
 class HeadLoss(nn.Module):
     """``forward(hidden, weight, targets, chunk_tokens)``: the mean cross-entropy of ``hidden @ weight.T``.
 
@@ -106,6 +135,4 @@ class HeadLoss(nn.Module):
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                 chunk_tokens: int) -> torch.Tensor:
-        if chunk_tokens:
-            return linear_cross_entropy(hidden, weight, targets, chunk_tokens)
-        return cross_entropy(F.linear(hidden, weight), targets)
+        return loss_path(chunk_tokens).loss(hidden, weight, targets, chunk_tokens)

@@ -16,7 +16,7 @@ initialises it. Every random number it draws, in order:
 3. N(0, 0.02 / sqrt(2 n_layers)) once more for every ``c_proj`` (attention out, MLP down),
    block by block.
 
-The distributions are those of the default init (:meth:`GPT.init_weights`); only the
+The distributions are those of the default init (:meth:`Decoder.init_weights`); only the
 sequence of draws differs. The same procedure is applied to configurations the paper's
 code lacks (GQA, RoPE, other norms or widths): it is the paper's only where the paper has
 the model.
@@ -32,9 +32,11 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .query import PaperQKVRows
 
 if TYPE_CHECKING:
-    from .gpt import GPT, Block
+    from .decoder import Decoder
+    from .dense.block import Block
 
 Fill = Callable[[torch.Tensor], object]
 
@@ -56,16 +58,18 @@ def _draw(parts: Sequence[torch.Tensor], fill: Fill) -> None:
 
 
 def _block_linears(block: Block) -> list[list[torch.Tensor]]:
-    """One block's Linear weights in the paper's construction order, fused matrices as lists of row blocks."""
+    """One block's Linear weights in the paper's construction order, fused matrices as lists of row blocks: its
+    c_attn (W_Q of a :class:`~torchnlq.models.query.PaperQKVRows` query, then W_K, W_V), c_proj, the query's other
+    Linears in module order (``residual_mlp``'s W1, W2: its ``residual_in``, ``residual_out``), the MLP's two."""
     attn, query = block.attn, block.attn.query
-    w_q = query.fused_qkv_weight()
+    w_q = query.fused_qkv_weight() if isinstance(query, PaperQKVRows) else None
     c_attn = ([w_q] if w_q is not None else []) + [attn.kv.weight]
-    return [c_attn, [attn.proj.weight], *([w] for w in query.paper_init_linears()), [block.mlp.fc.weight],
-            [block.mlp.proj.weight]]
+    others = [m.weight for m in query.modules() if isinstance(m, nn.Linear) and m.weight is not w_q]
+    return [c_attn, [attn.proj.weight], *([w] for w in others), [block.mlp.fc.weight], [block.mlp.proj.weight]]
 
 
 @torch.no_grad()
-def init_like_paper(model: GPT) -> None:
+def init_like_paper(model: Decoder) -> None:
     """Initialise ``model`` in place with the draws of the paper's code (module doc) from the global RNG.
 
     Bitwise equal to the paper's model built after the same ``torch.manual_seed`` when the

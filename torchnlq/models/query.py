@@ -1,27 +1,29 @@
-"""The attention query projections: one base class, one registry.
+"""The attention query projections: a narrow core contract, opt-in protocols, one registry.
 
-Every query type maps the attention block's input X (the output of ``ln_1``,
-shape ``[B, T, dim]``) to the concatenated query heads ``[B, T, n_heads * head_dim]``;
-the attention module splits the result into heads afterwards, so f is never
-applied per head. Keys and values stay one linear projection in :mod:`torchnlq.models.gpt`.
+Every query type maps the attention block's input X (the output of ``ln_1``, ``[B, T, dim]``) to the
+concatenated query heads ``[B, T, n_heads * head_dim]``; the attention splits the result into heads
+afterwards, so f is never applied per head. Keys and values stay one linear projection (models/layers.py).
 
-Adding a query type is one subclass of :class:`QueryProjection` with ``@register_query(name)``,
-in this file or in the user's own module (``[job] plugins``). The rest of torchnlq asks only for the
-base class's attributes and methods (docs/extending.md), never a type name or a query's submodules.
+Adding a query type is one subclass of :class:`QueryProjection` with ``@register_query(name)``, in this file
+or in the user's own module (``[job] plugins``). The core contract is what every type has (``forward``, its
+``knobs``, ``check_config``, ``init_weights``, ``matrices`` and ``branch_matrices``); what only some types
+can do is a protocol they opt into by defining its methods (:class:`LinearInX`, :class:`ResidualBranch`,
+:class:`FusableQuery`, :class:`PaperQKVRows`). The rest of torchnlq asks these, never a type name or a
+query's submodules (docs/extending.md, "The query contract").
 
-The identity term (``model.query.half_scale``): every type whose query contains X
-itself (identity, residual, residual_mlp) halves its output when ``half_scale`` is
-set, the default: Q = X/2, (X + X·W_Q)/2, (X + f(X))/2. The paper's code keeps X,
-X + X·W_Q, X + f(X) and passes ``scale = 1/(2·sqrt(head_dim))`` to its attention
-instead; the logits are the same (a factor 1/2 is exact in floating point), and the
-attention here keeps one scale, 1/sqrt(head_dim), for every query type.
+The identity term (``model.query.half_scale``): every type whose query contains X itself (identity, residual,
+residual_mlp) halves its output when ``half_scale`` is set, the default: Q = X/2, (X + X·W_Q)/2,
+(X + f(X))/2. The paper's code keeps X, X + X·W_Q, X + f(X) and passes ``scale = 1/(2·sqrt(head_dim))`` to
+its attention instead; the logits are the same (a factor 1/2 is exact in floating point), and the attention
+here keeps one scale, 1/sqrt(head_dim), for every query type.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -35,6 +37,23 @@ QUERY_TYPES: dict[str, type[QueryProjection]] = {}
 KNOB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Query) if f.name != "type")
 
 
+@dataclass(frozen=True)
+class QueryShape:
+    """What one query is built for: the model's width and heads, and which of the model's blocks it serves."""
+
+    dim: int
+    n_heads: int
+    head_dim: int
+    norm_eps: float = 1e-5
+    layer: int = 0
+    n_layers: int = 1
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together."""
+        return self.n_heads * self.head_dim
+
+
 def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryProjection]]:
     """Class decorator: make a :class:`QueryProjection` subclass selectable as ``model.query.type = name``."""
 
@@ -43,6 +62,9 @@ def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryPro
             raise ValueError(f"query type {name!r} is already registered by {QUERY_TYPES[name].__name__}")
         if not (isinstance(cls, type) and issubclass(cls, QueryProjection)):
             raise TypeError(f"@register_query({name!r}) must decorate a QueryProjection subclass")
+        unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
         cls.type_name = name
         QUERY_TYPES[name] = cls
         return cls
@@ -62,9 +84,16 @@ def get_query_class(name: str) -> type[QueryProjection]:
         ) from None
 
 
-def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> QueryProjection:
-    """Construct the query projection named by ``query_cfg.type`` (parameters uninitialised until ``init_weights``)."""
-    return get_query_class(query_cfg.type)(query_cfg, dim, n_heads, head_dim, norm_eps)
+def build_query(query_cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float = 1e-5, layer: int = 0,
+                n_layers: int = 1) -> QueryProjection:
+    """The query of block ``layer`` of ``n_layers`` named by ``query_cfg.type`` (parameters uninitialised until
+    ``init_weights``)."""
+    return get_query_class(query_cfg.type)(query_cfg, QueryShape(dim, n_heads, head_dim, norm_eps, layer, n_layers))
+
+
+def check_query(query_cfg: Query, shape: QueryShape) -> None:
+    """ConfigError when ``query_cfg``'s type cannot serve ``shape`` with its knobs (nothing is built)."""
+    get_query_class(query_cfg.type).check_config(query_cfg, shape)
 
 
 def ignored_knobs(query_cfg: Query) -> list[str]:
@@ -82,47 +111,18 @@ def identity_term_scale(query_cfg: Query) -> float:
     return 0.5 if query_cfg.half_scale else 1.0
 
 
-def query_params_in_model(query_cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
-    """Parameters of the queries of all ``n_layers`` blocks, without a loop over the blocks (validates too)."""
-    cls = get_query_class(query_cfg.type)
-    cls.check_config(query_cfg, dim, n_heads * head_dim)
-    return cls.count_params_in_model(query_cfg, dim, n_heads, head_dim, n_layers)
-
-
-class LayerSet:
-    """Block indices as merged ranges: membership and size without a set of every index (n_layers may be huge)."""
-
-    def __init__(self, ranges: list[tuple[int, int]]) -> None:
-        merged: list[tuple[int, int]] = []
-        for lo, hi in sorted(ranges):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-            else:
-                merged.append((lo, hi))
-        self.ranges = merged
-
-    def __contains__(self, layer: object) -> bool:
-        return any(lo <= layer <= hi for lo, hi in self.ranges)  # type: ignore[operator]
-
-    def __len__(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self.ranges)
-
-
-def parse_layers(spec: str, n_layers: int) -> LayerSet:
-    """Block indices from ``model.query.layers``: "all", or comma-separated indices and ranges ("0-5,8")."""
+def layer_ranges(spec: str, n_layers: int) -> list[tuple[int, int]]:
+    """Block index ranges (inclusive) from ``model.query.layers``: "all", or indices and ranges ("0-5,8")."""
     text = spec.strip().lower()
     if text == "all":
-        return LayerSet([(0, n_layers - 1)])
+        return [(0, n_layers - 1)]
     ranges = []
     for part in text.split(","):
         bounds = part.strip().split("-")
         try:
-            if len(bounds) == 1:
-                lo = hi = int(bounds[0])
-            elif len(bounds) == 2:
-                lo, hi = int(bounds[0]), int(bounds[1])
-            else:
+            if len(bounds) not in (1, 2):
                 raise ValueError
+            lo, hi = int(bounds[0]), int(bounds[-1])
         except ValueError:
             raise ConfigError(
                 f"model.query.layers={spec!r} is not 'all' nor block indices like '0-5' or '0,3,11'"
@@ -132,15 +132,14 @@ def parse_layers(spec: str, n_layers: int) -> LayerSet:
                 f"model.query.layers={spec!r} names blocks outside 0..{n_layers - 1} (the model has {n_layers})"
             )
         ranges.append((lo, hi))
-    return LayerSet(ranges)
+    return ranges
 
 
 class QueryProjection(nn.Module):
-    """Base class and contract of a query type: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
+    """The core contract of a query type: ``forward(x: [B, T, dim]) -> [B, T, n_heads * head_dim]``.
 
-    What the rest of torchnlq asks of a query type, and who asks, is the table in docs/extending.md
-    ("The query contract"). A type whose query contains X itself (``requires_full_width``) reads
-    ``half_scale`` and multiplies its whole output by :func:`identity_term_scale` (see the module doc).
+    A type whose query contains X itself (``requires_full_width``) reads ``half_scale`` and multiplies its whole
+    output by :func:`identity_term_scale` (see the module doc).
     """
 
     type_name: ClassVar[str] = ""
@@ -148,33 +147,15 @@ class QueryProjection(nn.Module):
     knobs: ClassVar[tuple[str, ...]] = ()
     #: True when the output contains X itself, so n_heads * head_dim must equal dim.
     requires_full_width: ClassVar[bool] = False
-    #: True when Q(X) = X·Wᵀ for the matrix :meth:`linear_weight` returns.
-    linear_in_x: ClassVar[bool] = False
-    #: True when Q(X) is (a scale times) X + f(X) and :meth:`residual_branch` returns f(X).
-    has_residual_branch: ClassVar[bool] = False
     #: The query types whose pretrained weights this type starts from when a model is upcycled (its own
     #: parameters of the same names are loaded, the others drawn: ``anchored`` starts from ``linear``'s W_Q).
     upcycles_from: ClassVar[tuple[str, ...]] = ()
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "forward" in vars(cls) and "linear_in_x" not in vars(cls):
-            cls.linear_in_x = False  # the inherited claim described the parent's forward, not this one
-        if "forward" in vars(cls) and "fused_projection" not in vars(cls):
-            cls.fused_projection = QueryProjection.fused_projection  # the fused path would skip this forward
-        unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
-        if unknown:
-            raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
-        retired = sorted({"check_layers", "count_params_in_layer"} & set(vars(cls)))
-        if retired:  # hooks of an earlier contract: ignored now, they would leave the counts wrong without a word
-            raise TypeError(f"{cls.__name__} defines {retired}, no longer called: count every block in "
-                            "count_params_in_model (and check per-block knobs there) instead")
-
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
         super().__init__()
-        self.check_config(cfg, dim, n_heads * head_dim)
-        self.dim = dim
-        self.q_dim = n_heads * head_dim
+        self.check_config(cfg, shape)
+        self.dim = shape.dim
+        self.q_dim = shape.q_dim
         self.knob_values: dict[str, object] = {k: getattr(cfg, k) for k in self.knobs}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -182,27 +163,13 @@ class QueryProjection(nn.Module):
         raise NotImplementedError(f"query type {self.type_name!r} defines no forward")
 
     @classmethod
-    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
-        """Raise ConfigError when this query type cannot serve these shapes or knobs."""
-        if cls.requires_full_width and q_dim != dim:
+    def check_config(cls, cfg: Query, shape: QueryShape) -> None:
+        """Raise ConfigError when this query type cannot serve these shapes or knobs (runs before any allocation)."""
+        if cls.requires_full_width and shape.q_dim != shape.dim:
             raise ConfigError(
-                f"model.query.type={cls.type_name!r} needs n_heads*head_dim == dim (got {q_dim} != {dim}); "
-                f"use model.query.type='linear' or make model.n_heads divide model.dim"
+                f"model.query.type={cls.type_name!r} needs n_heads*head_dim == dim (got {shape.q_dim} != "
+                f"{shape.dim}); use model.query.type='linear' or make model.n_heads divide model.dim"
             )
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        """Number of parameters. Default: build this query alone on the meta device and count (no memory)."""
-        with torch.device("meta"):
-            module = cls(cfg, dim, n_heads, head_dim, 1e-5)
-        return sum(p.numel() for p in module.parameters())
-
-    @classmethod
-    def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
-        """Parameters of the queries of all blocks; a type whose blocks differ overrides it (no loop over blocks)."""
-        return n_layers * cls.count_params(cfg, dim, n_heads, head_dim)
-
-    def for_layer(self, layer: int, n_layers: int) -> None:
-        """Called after building block ``layer``'s query: a type whose blocks differ adapts itself here."""
 
     def init_weights(self, init_std: float) -> None:
         """Re-initialise in place: every Linear N(0, init_std), every norm reset (gain 1), in module order."""
@@ -224,60 +191,84 @@ class QueryProjection(nn.Module):
         subset of :meth:`matrices`. Default: none."""
         return {}
 
-    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """f(X) of a residual query (``has_residual_branch``, for diagnostics); query types without one raise."""
-        raise NotImplementedError(f"query type {self.type_name!r} has no residual branch f(X)")
-
-    def norm_gains(self) -> dict[str, nn.Module]:
-        """The norms whose gain vector (``weight``) diagnostics report, by statistic name; default none."""
-        return {}
-
-    def linear_weight(self) -> torch.Tensor | None:
-        """W ``[q_dim, dim]`` (fp32, detached) with forward(x) = x·Wᵀ for ``linear_in_x`` types; else None."""
-        return None
-
-    def fused_projection(self) -> nn.Linear | None:
-        """A Linear of X that the attention may compute in the same matmul as K and V, then hand to
-        :meth:`from_projection` instead of calling :meth:`forward`; None (the default): forward is called."""
-        return None
-
-    def from_projection(self, x: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        """Q(X) given ``projected`` = fused_projection()(x); equal to forward(x) (types with a fused_projection)."""
-        raise NotImplementedError(f"query type {self.type_name!r} has no fused projection")
-
-    def fused_qkv_weight(self) -> torch.Tensor | None:
-        """W_Q ``[q_dim, dim]`` when the paper's code (as GPT-2) keeps it as the first rows of one
-        fused Q,K,V matrix (its ``c_attn``, drawn as one by the paper init); None (the default) when there is none.
-        """
-        return None
-
-    def paper_init_linears(self) -> list[torch.Tensor]:
-        """The query's other Linear weights, in the order the paper's code builds and initialises them.
-
-        They come after the paper's out-projection (``residual_mlp``: W1 then W2, its ``residual_in`` and
-        ``residual_out``). Default: every ``nn.Linear`` in module order, less :meth:`fused_qkv_weight`.
-        """
-        fused = self.fused_qkv_weight()
-        return [m.weight for m in self.modules() if isinstance(m, nn.Linear) and m.weight is not fused]
-
     def extra_repr(self) -> str:
         knobs = "".join(f", {k}={v!r}" for k, v in self.knob_values.items())
         return f"type={self.type_name!r}, dim={self.dim}, q_dim={self.q_dim}{knobs}"
+
+
+# ---------------------------------------------------------------- opt-in protocols
+
+
+@runtime_checkable
+class LinearInX(Protocol):
+    """Q(X) = X·Wᵀ for one matrix W: what the standard exports (GPT-2's, Llama's W_Q) write."""
+
+    def linear_weight(self) -> torch.Tensor:
+        """W ``[q_dim, dim]``, fp32 and detached."""
+
+
+@runtime_checkable
+class ResidualBranch(Protocol):
+    """Q(X) is (a scale times) X + f(X): the training diagnostics log ‖f(X)‖/‖X‖, cos(Q(X), X) and the gains."""
+
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) ``[B, T, dim]``."""
+
+    def norm_gains(self) -> dict[str, nn.Module]:
+        """The norms whose mean gain the diagnostics report, by statistic name."""
+
+
+@runtime_checkable
+class FusableQuery(Protocol):
+    """A query computed from one Linear of X that the attention may fuse into its K,V matmul (nanoGPT's
+    ``c_attn``): it computes ``fused_projection()(x)`` with K and V and calls :meth:`from_projection` instead
+    of ``forward``. A subclass that changes ``forward`` must change :meth:`from_projection` to match."""
+
+    def fused_projection(self) -> nn.Linear:
+        """The Linear of X computed with K and V."""
+
+    def from_projection(self, x: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """Q(X) given ``projected`` = fused_projection()(x); equal to forward(x)."""
+
+
+@runtime_checkable
+class PaperQKVRows(Protocol):
+    """A W_Q that the paper's code keeps as the first rows of its fused Q,K,V matrix (``model.init = "paper"``
+    draws it with W_K and W_V as one matrix)."""
+
+    def fused_qkv_weight(self) -> torch.Tensor:
+        """W_Q ``[q_dim, dim]``, the parameter itself."""
+
+
+#: The protocols that describe what ``forward`` computes, with the method that makes the claim: a subclass that
+#: changes ``forward`` without redefining that method does not inherit the claim (:func:`claims`).
+FORWARD_CLAIMS: dict[type, str] = {LinearInX: "linear_weight", FusableQuery: "from_projection"}
+
+
+def claims(query: QueryProjection | type[QueryProjection], protocol: type) -> bool:
+    """Whether a query (or query type) opts into ``protocol``. For a claim about its forward (:data:`FORWARD_CLAIMS`)
+    the class that makes it must also be the one, or a subclass of the one, that defines ``forward``: a plugin
+    that subclasses ``linear`` with a nonlinear forward is not exported as a linear W_Q, nor fused."""
+    cls = query if isinstance(query, type) else type(query)
+    if not issubclass(cls, protocol):
+        return False
+    method = FORWARD_CLAIMS.get(protocol)
+    if method is None:
+        return True
+    owner = lambda name: next(c for c in cls.__mro__ if name in vars(c))  # noqa: E731
+    return issubclass(owner(method), owner("forward"))
+
+
+# ---------------------------------------------------------------- the built-in types
 
 
 @register_query("linear")
 class LinearQuery(QueryProjection):
     """The standard projection X·W_Q, W_Q: dim -> n_heads * head_dim (the baseline)."""
 
-    linear_in_x = True
-
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
-        self.w_q = nn.Linear(dim, self.q_dim, bias=False)
-
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        return dim * n_heads * head_dim
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
+        super().__init__(cfg, shape)
+        self.w_q = nn.Linear(shape.dim, self.q_dim, bias=False)
 
     def linear_weight(self) -> torch.Tensor:
         """W_Q itself."""
@@ -304,15 +295,10 @@ class IdentityQuery(QueryProjection):
 
     knobs = ("half_scale",)
     requires_full_width = True
-    linear_in_x = True
 
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
+        super().__init__(cfg, shape)
         self.scale = identity_term_scale(cfg)
-
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        return 0
 
     def linear_weight(self) -> torch.Tensor:
         """scale·I (on the default device: the type has no parameter to take one from)."""
@@ -328,21 +314,18 @@ class ResidualQuery(QueryProjection):
 
     knobs = ("half_scale",)
     requires_full_width = True
-    linear_in_x = True
-    has_residual_branch = True
 
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
+        super().__init__(cfg, shape)
         self.scale = identity_term_scale(cfg)
-        self.w_q = nn.Linear(dim, dim, bias=False)
-
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        return dim * dim
+        self.w_q = nn.Linear(shape.dim, shape.dim, bias=False)
 
     def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
         """f(X) = X·W_Q."""
         return self.w_q(x)
+
+    def norm_gains(self) -> dict[str, nn.Module]:
+        return {}
 
     def linear_weight(self) -> torch.Tensor:
         """scale·(I + W_Q): x + x·Wᵀ = x·(I + W)ᵀ (summed in fp32: 1 + w would round in bf16)."""
@@ -394,28 +377,19 @@ def _build_norm(kind: str, dim: int, eps: float) -> nn.Module:
     return nn.Identity()
 
 
-@register_query("residual_mlp")
-class ResidualMLPQuery(QueryProjection):
-    """The paper's nonlinear query: Q(X) = (X + f(X)) / 2 with a bottleneck MLP f.
+class BottleneckBranch(QueryProjection):
+    """The paper's nonlinear branch f(X) = out_norm(act(in_norm(X)·W1)·W2), W1: d x r, W2: r x width, r =
+    round(bottleneck_ratio · d), as the base of the query types that use it. Its modules are the query's own
+    attributes (``input_norm``, ``w1``, ``w2``, ``output_norm``: the state-dict names of every checkpoint)."""
 
-    f(X) = out_norm(act(in_norm(X)·W1)·W2), W1: d x r, W2: r x d, r = round(bottleneck_ratio * d).
-    The defaults are the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2): W1 + W2 hold exactly the d²
-    parameters of the W_Q it replaces, plus two norm gains. The 1/2 is ``half_scale`` (module doc).
-    """
-
-    knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
-    requires_full_width = True
-    has_residual_branch = True
-
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
-        self.rank = self.bottleneck_width(cfg, dim)
+    def build_branch(self, cfg: Query, shape: QueryShape, width: int) -> None:
+        """Create f with output ``width``."""
+        self.rank = self.bottleneck_width(cfg, shape.dim)
         self.act = ACTIVATIONS[cfg.activation]
-        self.scale = identity_term_scale(cfg)
-        self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
-        self.w1 = nn.Linear(dim, self.rank, bias=False)
-        self.w2 = nn.Linear(self.rank, dim, bias=False)
-        self.output_norm = _build_norm(cfg.output_norm, dim, norm_eps)
+        self.input_norm = _build_norm(cfg.input_norm, shape.dim, shape.norm_eps)
+        self.w1 = nn.Linear(shape.dim, self.rank, bias=False)
+        self.w2 = nn.Linear(self.rank, width, bias=False)
+        self.output_norm = _build_norm(cfg.output_norm, width, shape.norm_eps)
 
     @staticmethod
     def bottleneck_width(cfg: Query, dim: int) -> int:
@@ -423,23 +397,23 @@ class ResidualMLPQuery(QueryProjection):
         return round(cfg.bottleneck_ratio * dim)
 
     @classmethod
-    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
-        super().check_config(cfg, dim, q_dim)
+    def check_config(cls, cfg: Query, shape: QueryShape) -> None:
+        super().check_config(cfg, shape)
         if cfg.activation not in ACTIVATIONS:
             raise unknown_choice("model.query.activation", cfg.activation, list(ACTIVATIONS))
         for key, kind in (("input_norm", cfg.input_norm), ("output_norm", cfg.output_norm)):
             if kind not in QUERY_NORMS:
                 raise unknown_choice(f"model.query.{key}", kind, list(QUERY_NORMS))
-        rank = cls.bottleneck_width(cfg, dim)
+        rank = cls.bottleneck_width(cfg, shape.dim)
         if rank < 1:
             raise ConfigError(
-                f"model.query.bottleneck_ratio={cfg.bottleneck_ratio} gives r = round({cfg.bottleneck_ratio}*{dim}) = "
-                f"{rank} < 1; raise model.query.bottleneck_ratio to at least {1 / dim:.3g}"
+                f"model.query.bottleneck_ratio={cfg.bottleneck_ratio} gives r = round({cfg.bottleneck_ratio}*"
+                f"{shape.dim}) = {rank} < 1; raise model.query.bottleneck_ratio to at least {1 / shape.dim:.3g}"
             )
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        gains = sum(dim for kind in (cfg.input_norm, cfg.output_norm) if kind != "none")
-        return 2 * dim * cls.bottleneck_width(cfg, dim) + gains
+
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X) ``[B, T, width]``."""
+        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
 
     def branch_matrices(self) -> dict[str, nn.Linear]:
         """W1 and W2: f's bottleneck."""
@@ -450,66 +424,63 @@ class ResidualMLPQuery(QueryProjection):
         norms = {"gain_in": self.input_norm, "gain_out": self.output_norm}
         return {key: norm for key, norm in norms.items() if not isinstance(norm, nn.Identity)}
 
-    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """f(X) = out_norm(act(in_norm(X)·W1)·W2), shape [B, T, dim]."""
-        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x + self.residual_branch(x)) * self.scale
-
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, rank={self.rank}"
 
 
+@register_query("residual_mlp")
+class ResidualMLPQuery(BottleneckBranch):
+    """The paper's nonlinear query: Q(X) = (X + f(X)) / 2 with the bottleneck MLP f (:class:`BottleneckBranch`).
+
+    The defaults are the paper's f(X) = LN(GELU(RMSNorm(X)·W1)·W2), r = d/2: W1 + W2 hold exactly the d²
+    parameters of the W_Q it replaces, plus two norm gains. The 1/2 is ``half_scale`` (module doc).
+    """
+
+    knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
+    requires_full_width = True
+
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
+        super().__init__(cfg, shape)
+        self.scale = identity_term_scale(cfg)
+        self.build_branch(cfg, shape, shape.dim)
+
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
+        """f(X), shape [B, T, dim]."""
+        return self.branch(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.branch(x)) * self.scale
+
+
 @register_query("anchored")
-class AnchoredQuery(QueryProjection):
+class AnchoredQuery(BottleneckBranch):
     """A pretrained model's query with the paper's nonlinear branch added: Q(X) = X·W_Q + f(X).
 
     For upcycling (arXiv 2603.13381, future work: "one could anchor to existing projections:
-    Q = (X·W_Q + f(X))/2"). W_Q is the pretrained model's, f the paper's bottleneck MLP
-    (d -> r -> q_dim). The paper's ½ is not applied: it would halve a query trained unhalved
-    ((X·2W_Q + 2f(X))/2 is the same function). f starts at exactly zero (its last gain or W2 is
-    zeroed), so an upcycled model computes the pretrained function until the first update.
+    Q = (X·W_Q + f(X))/2"). W_Q is the pretrained model's, f the paper's bottleneck MLP (d -> r -> q_dim) in
+    the blocks ``layers`` names (the others keep X·W_Q alone). The paper's ½ is not applied: it would halve a
+    query trained unhalved ((X·2W_Q + 2f(X))/2 is the same function). f starts at exactly zero (its last gain
+    or W2 is zeroed), so an upcycled model computes the pretrained function until the first update.
     """
 
     knobs = ("activation", "input_norm", "output_norm", "bottleneck_ratio", "layers", "train_anchor")
-    has_residual_branch = False
     upcycles_from = ("linear",)
 
-    def __init__(self, cfg: Query, dim: int, n_heads: int, head_dim: int, norm_eps: float) -> None:
-        super().__init__(cfg, dim, n_heads, head_dim, norm_eps)
-        self.w_q = nn.Linear(dim, self.q_dim, bias=False)
+    def __init__(self, cfg: Query, shape: QueryShape) -> None:
+        super().__init__(cfg, shape)
+        self.train_anchor = cfg.train_anchor
+        self.w_q = nn.Linear(shape.dim, self.q_dim, bias=False)
         self.w_q.weight.requires_grad_(cfg.train_anchor)
-        self.rank = ResidualMLPQuery.bottleneck_width(cfg, dim)
-        self.act = ACTIVATIONS[cfg.activation]
-        self.input_norm = _build_norm(cfg.input_norm, dim, norm_eps)
-        self.w1 = nn.Linear(dim, self.rank, bias=False)
-        self.w2 = nn.Linear(self.rank, self.q_dim, bias=False)
-        self.output_norm = _build_norm(cfg.output_norm, self.q_dim, norm_eps)
-        self.has_branch = True
+        self.has_branch = any(lo <= shape.layer <= hi for lo, hi in layer_ranges(cfg.layers, shape.n_layers))
+        if self.has_branch:
+            self.build_branch(cfg, shape, self.q_dim)
+        else:
+            self.rank = 0
 
     @classmethod
-    def check_config(cls, cfg: Query, dim: int, q_dim: int) -> None:
-        super().check_config(cfg, dim, q_dim)
-        ResidualMLPQuery.check_config(cfg, dim, dim)
-
-    @classmethod
-    def count_params(cls, cfg: Query, dim: int, n_heads: int, head_dim: int) -> int:
-        q_dim = n_heads * head_dim
-        gains = (dim if cfg.input_norm != "none" else 0) + (q_dim if cfg.output_norm != "none" else 0)
-        rank = ResidualMLPQuery.bottleneck_width(cfg, dim)
-        return dim * q_dim + dim * rank + rank * q_dim + gains
-
-    @classmethod
-    def count_params_in_model(cls, cfg: Query, dim: int, n_heads: int, head_dim: int, n_layers: int) -> int:
-        with_f = len(parse_layers(cfg.layers, n_layers))
-        return with_f * cls.count_params(cfg, dim, n_heads, head_dim) + (n_layers - with_f) * dim * n_heads * head_dim
-
-    def for_layer(self, layer: int, n_layers: int) -> None:
-        """Drop f from the blocks ``layers`` does not name: their query is X·W_Q, as pretrained."""
-        if layer not in parse_layers(str(self.knob_values["layers"]), n_layers):
-            del self.input_norm, self.w1, self.w2, self.output_norm
-            self.has_branch = False
+    def check_config(cls, cfg: Query, shape: QueryShape) -> None:
+        super().check_config(cfg, shape)
+        layer_ranges(cfg.layers, shape.n_layers)
 
     def init_weights(self, init_std: float) -> None:
         """W_Q, W1, W2 ~ N(0, init_std), input gain 1; f's last scale zero, so that f(X) = 0 at init."""
@@ -520,26 +491,21 @@ class AnchoredQuery(QueryProjection):
 
     def branch_matrices(self) -> dict[str, nn.Linear]:
         """W1 and W2 of f, in the blocks that have it."""
-        return {"w1": self.w1, "w2": self.w2} if self.has_branch else {}
+        return super().branch_matrices() if self.has_branch else {}
 
-    def linear_weight(self) -> torch.Tensor | None:
-        """W_Q for a block without f (X·W_Q alone); None where f is present."""
-        return None if self.has_branch else self.w_q.weight.detach().float()
+    def norm_gains(self) -> dict[str, nn.Module]:
+        return super().norm_gains() if self.has_branch else {}
 
     def fused_qkv_weight(self) -> torch.Tensor:
         """W_Q: drawn with W_K, W_V as one matrix under the paper init, as the linear query's."""
         return self.w_q.weight
 
-    def branch(self, x: torch.Tensor) -> torch.Tensor:
-        """f(X) ``[B, T, q_dim]`` (blocks with f only)."""
-        return self.output_norm(self.w2(self.act(self.w1(self.input_norm(x)))))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A frozen anchor is detached here too, not only by requires_grad: loaders that replace the
         # parameter (transformers' from_pretrained) would otherwise let fine-tuning move it.
-        weight = self.w_q.weight if self.knob_values["train_anchor"] else self.w_q.weight.detach()
+        weight = self.w_q.weight if self.train_anchor else self.w_q.weight.detach()
         q = F.linear(x, weight)
         return q + self.branch(x) if self.has_branch else q
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, rank={self.rank}, has_branch={self.has_branch}"
+        return f"{super().extra_repr()}, has_branch={self.has_branch}"

@@ -75,6 +75,32 @@ def rope_at(
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """x·cos + sign·[-x2, x1]·sin, in three passes over x: one product, then each half's other term added in
+    place (the halves of ``sin`` are equal: its first is used)."""
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-sign)
+    out[..., half:].addcmul_(x[..., :half], sin[..., :half], value=sign)
+    return out
+
+
+class _RotateHalf(torch.autograd.Function):
+    """The rotation and its backward, the rotation by −θ of the gradient: no activation is saved, only the tables
+    (half the passes of autograd's own graph of the formula; docs/performance.md, "Around the model")."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, cos: torch.Tensor,  # type: ignore[override]
+                sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin, 1.0)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor):  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, sin, -1.0), None, None
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x of shape [B, T, H, head_dim] by tables cos, sin of shape [T, head_dim] (or [B, T, head_dim]: per row).
 
@@ -82,13 +108,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     (torchtitan's order) is cheaper than on the transposed view.
     """
     # Cast the tables, not x: under bf16 autocast q/k are bf16 and SDPA needs q, k, v of one dtype.
-    cos = cos.to(x.dtype).unsqueeze(-2)  # shared by the heads
-    sin = sin.to(x.dtype).unsqueeze(-2)
-    half = x.shape[-1] // 2
-    # x·cos + [-x2, x1]·sin, written as x·cos + roll(x)·[-sin1, sin2] (the same products): roll is one op
-    # forward and backward where chunk + cat + neg are several, and addcmul adds the product in place.
-    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-    return torch.addcmul(x * cos, x.roll(half, dims=-1), signed)
+    return _RotateHalf.apply(x, cos.to(x.dtype).unsqueeze(-2), sin.to(x.dtype).unsqueeze(-2))  # shared by the heads
 
 
 class RotaryEmbedding(nn.Module):
@@ -113,9 +133,13 @@ class RotaryEmbedding(nn.Module):
             self.cos.copy_(cos)
             self.sin.copy_(sin)
 
-    def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tables for positions 0..seq_len-1, each [seq_len, head_dim]."""
-        return self.cos[:seq_len], self.sin[:seq_len]
+    def span(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables for positions start..start+length-1, each [length, head_dim]."""
+        return self.cos[start:start + length], self.sin[start:start + length]
+
+    def at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables' rows for integer ``positions`` of any shape: [*positions.shape, head_dim] each."""
+        return self.cos[positions], self.sin[positions]
 
     def extra_repr(self) -> str:
         scaled = f", scaling={tuple(self.scaling)}" if self.scaling else ""

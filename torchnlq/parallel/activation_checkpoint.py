@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -72,14 +73,29 @@ def is_checkpointed(block: nn.Module) -> bool:
     return "forward" in vars(block)
 
 
+@dataclass(frozen=True)
+class CheckpointMode:
+    """One ``activation_checkpoint.mode``: which blocks recompute, and what their forward still saves."""
+
+    #: (block index, cfg) -> whether the block is checkpointed.
+    blocks: Callable[[int, ActivationCheckpoint], bool]
+    #: What a checkpointed block saves anyway (None: only its input).
+    context_fn: Callable[[], tuple[Any, Any]] | None = None
+
+
+#: ``activation_checkpoint.mode``.
+MODES: dict[str, CheckpointMode] = {
+    "none": CheckpointMode(blocks=lambda index, cfg: False),
+    "full": CheckpointMode(blocks=lambda index, cfg: True),
+    "selective": CheckpointMode(blocks=lambda index, cfg: (index + 1) % cfg.every == 0),
+    "op": CheckpointMode(blocks=lambda index, cfg: True, context_fn=op_context_fn),
+}
+
+
 def apply_activation_checkpointing(model: nn.Module, cfg: ActivationCheckpoint) -> nn.Module:
-    """Checkpoint ``model.layers`` per ``cfg.mode``: none, full, selective (every ``every``-th block) or op."""
-    if cfg.mode == "none":
-        return model
-    if cfg.mode not in ("full", "selective", "op"):
-        raise ValueError(f"activation_checkpoint.mode: unknown {cfg.mode!r}")
+    """Checkpoint ``model.layers`` per ``cfg.mode`` (:data:`MODES`)."""
+    mode = MODES[cfg.mode]
     for index, block in enumerate(model.layers):
-        if cfg.mode == "selective" and (index + 1) % cfg.every:
-            continue
-        checkpoint_block(block, op_context_fn if cfg.mode == "op" else None)
+        if mode.blocks(index, cfg):
+            checkpoint_block(block, mode.context_fn)
     return model

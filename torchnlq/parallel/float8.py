@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from torchnlq.config.job_config import Float8
 from torchnlq.errors import UserError
+from torchnlq.models.layers import set_fused_projections
 
 # float8 matmuls (torch._scaled_mm) need Ada (8.9) or Hopper/Blackwell (9.0+) tensor cores.
 MIN_CAPABILITY = (8, 9)
@@ -42,12 +43,17 @@ def is_float8_eligible(module: nn.Module, fqn: str) -> bool:
 
 
 def convert_to_float8(model: nn.Module, recipe: str) -> nn.Module:
-    """Swap every eligible ``nn.Linear`` for ``Float8Linear`` (torchao ``recipe``), in place; no hardware check."""
+    """Swap every eligible ``nn.Linear`` for ``Float8Linear`` (torchao ``recipe``), in place; no hardware check.
+
+    The queries stop sharing the K,V matmul (models/layers.py: set_fused_projections): a replaced Linear must run
+    its own forward, which the fused matmul of the raw weights would skip.
+    """
     with quiet_torchao_import():
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         config = Float8LinearConfig.from_recipe_name(recipe)
         convert_to_float8_training(model, config=config, module_filter_fn=is_float8_eligible)
+    set_fused_projections(model, False)
     return model
 
 

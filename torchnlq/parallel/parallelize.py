@@ -1,4 +1,4 @@
-"""Apply parallelism to a GPT from outside: float8 -> activation checkpointing -> compile -> FSDP2.
+"""Apply parallelism to a Decoder from outside: float8 -> activation checkpointing -> compile -> FSDP2.
 
 The order matters: float8 swaps ``nn.Linear`` modules first; compile traces the checkpointed forward and,
 before FSDP, keeps each compiled block compute only. None of these changes a parameter name or state_dict key.
@@ -17,7 +17,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
-from torchnlq.models.registry import build_model
+from torchnlq.models.family import build_model
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.float8 import apply_float8

@@ -40,7 +40,7 @@ def _make_tmpdir() -> None:
 
 def show_help(args: list[str]) -> int:
     """Every option with its default; with a config on the command line, also the values it sets."""
-    from torchnlq.config.registries import registry_choices
+    from torchnlq.train.registries import registry_choices
 
     rest = [a for a in args if a not in ("--help", "-h")]
     cfg = load_job_config(rest) if rest else None
@@ -51,13 +51,13 @@ def show_help(args: list[str]) -> int:
 
 def print_config(args: list[str]) -> int:
     """Print the resolved config as TOML (what the run would save as config.toml) and exit; writes nothing."""
-    from torchnlq.train.preflight import check_job_config, config_warnings
+    from torchnlq.train.preflight import check_job_config, config_warnings, resolved_config
 
     cfg = load_job_config(args)
-    check_job_config(cfg)  # the same checks as a run: a config that cannot run is an error here too
+    model_args = check_job_config(cfg)  # the same checks as a run: a config that cannot run is an error here too
     for warning in config_warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
-    print(to_toml(cfg), end="")
+    print(to_toml(resolved_config(cfg, model_args)), end="")
     return 0
 
 

@@ -14,14 +14,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchnlq.config.every import Every
-from torchnlq.models.query import QueryProjection
+from torchnlq.models.layers import attention_modules, set_fused_projections
+from torchnlq.models.query import QueryProjection, ResidualBranch
 from torchnlq.train.weight_dynamics import whole_fp32, with_means
 
 
 def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
-    """(layer index, query) for every query with a residual branch (not linear, identity: no f(X)), in layer order."""
+    """(layer index, query) for every query with a residual branch (:class:`~torchnlq.models.query.ResidualBranch`;
+    not linear, identity: no f(X)), in layer order."""
     queries = [m for m in model.modules() if isinstance(m, QueryProjection)]  # one per block, in block order
-    return [(index, query) for index, query in enumerate(queries) if query.has_residual_branch]
+    return [(index, query) for index, query in enumerate(queries) if isinstance(query, ResidualBranch)]
 
 
 def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dict[str, float]:
@@ -65,12 +67,16 @@ def query_diagnostics(model: nn.Module, tokens: torch.Tensor) -> dict[str, float
         return hook
 
     handles = [query.register_forward_hook(hook_for(index)) for index, query in queries]
+    fused = [(attention, attention.fuse_projections) for attention in attention_modules(model)]
+    set_fused_projections(model, False)  # the hooks must see each query's own forward run
     try:
         with _eval_mode(model), torch.compiler.set_stance("force_eager"):
             model(tokens)
     finally:
         for handle in handles:
             handle.remove()
+        for attention, flag in fused:
+            attention.fuse_projections = flag
     return with_means("query", [(i, stat, value) for i in sorted(per_layer) for stat, value in per_layer[i].items()])
 
 

@@ -24,7 +24,7 @@ from torchnlq.config.every import Every
 from torchnlq.config.job_config import Downstream as DownstreamConfig
 from torchnlq.data.tokenizer import Tokenizer
 from torchnlq.errors import UserError
-from torchnlq.models.gpt import GPT
+from torchnlq.models.decoder import Decoder
 
 DEFAULT_BATCH_SIZE = 16  # sequences per forward; the logits take batch x seq x vocab x 4 bytes
 
@@ -155,7 +155,7 @@ def _prepare(context: Sequence[int], continuation: Sequence[int], max_len: int) 
 
 @torch.inference_mode()
 def score_continuations(
-    model: GPT,
+    model: Decoder,
     requests: Sequence[tuple[Sequence[int], Sequence[int]]],
     batch_size: int = DEFAULT_BATCH_SIZE,
     vocab_limit: int | None = None,
@@ -207,7 +207,7 @@ def pick(scores: Sequence[ContinuationScore], normalise: bool) -> int:
 
 
 def score_rows(
-    model: GPT, tokenizer: Tokenizer, rows: Sequence[ChoiceRow], batch_size: int = DEFAULT_BATCH_SIZE
+    model: Decoder, tokenizer: Tokenizer, rows: Sequence[ChoiceRow], batch_size: int = DEFAULT_BATCH_SIZE
 ) -> MultipleChoiceResult:
     """Score every ending of every row (all in one batched pass) and count the right picks (``rows`` not empty)."""
     encoded = [encode_row(tokenizer, row) for row in rows]
@@ -245,7 +245,7 @@ class Downstream:
         listed = ", ".join(f"{name} ({len(rows)} rows)" for name, rows in self.tasks.items())
         return f"every {self.interval} steps: {listed}; {endings:,} endings scored per evaluation"
 
-    def run(self, model: GPT) -> dict[str, float]:
+    def run(self, model: Decoder) -> dict[str, float]:
         """``{"downstream/<task>/acc": ..., "downstream/<task>/acc_norm": ...}`` of ``model`` now, in eager mode (the
         compiled blocks would recompile for every batch shape)."""
         assert self.tokenizer is not None

@@ -23,6 +23,7 @@ from torchnlq.config.every import Every
 from torchnlq.config.job_config import JobConfig
 from torchnlq.files import environment_fault, open_append, writing
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.counts import num_params
 from torchnlq.models.query import get_query_class
 from torchnlq.parallel.device_figures import format_memory, memory_label, peak_memory_gib
 
@@ -102,8 +103,8 @@ def run_hparams(
         **read(("job.name", "model.flavor", "model.query.type")),
         **{f"model.query.{knob}": getattr(q, knob) for knob in get_query_class(q.type).knobs},
         **{f"model.{key}": getattr(model_args, key)  # the resolved flavor's
-           for key in ("n_layers", "dim", "n_heads", "n_kv_heads", "positions")},
-        **read(("model.init", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
+           for key in ("family", "n_layers", "dim", "n_heads", "n_kv_heads", "positions", "init")},
+        **read(("optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
                 "optimizer.beta2", "lr_schedule.warmup_steps", "lr_schedule.min_lr")),
         "lr_schedule.decay_steps": s.decay_steps if s.decay_steps is not None else cfg.training.steps,
         **read(("training.steps", "training.micro_batch_size", "training.grad_accum_steps", "training.seq_len",
@@ -113,7 +114,7 @@ def run_hparams(
         "run.global_batch": global_batch,
         "run.tokens_per_step": tokens_per_step,
         "run.precision": precision,
-        "run.params": model_args.num_params(),
+        "run.params": num_params(model_args),
     }
     return {name: value for name, value in hparams.items() if value is not None}
 

@@ -1,6 +1,9 @@
-"""The optimizer: parameter groups by pattern and kind, AdamW / AdamW8bit / Muon, and the LR schedules.
+"""The optimizer: parameter groups by pattern and kind, and the registries of optimizers they are stepped by.
 
-Groups: docs/training.md; ``adamw8bit`` is torchao's ``AdamW8bit`` (~2 bytes of state per parameter instead of 8).
+``optimizer.name`` names an :class:`OptimizerKind` (:data:`OPTIMIZERS`): which optimizer steps the AdamW-kind
+groups and which takes the blocks' matrices by default. A group's ``optimizer`` names a :class:`GroupOptimizer`
+(:data:`GROUP_OPTIMIZERS`: adamw, muon). Both registries are the one place their names are tested; the config's
+choices, ``--help``, the memory estimate and the run's header read them. Groups: docs/training.md.
 """
 
 from __future__ import annotations
@@ -8,19 +11,23 @@ from __future__ import annotations
 import fnmatch
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from torchnlq.config.job_config import LRSchedule, Optimizer, OptimizerGroup
+from torchnlq.config.job_config import Optimizer, OptimizerGroup
 from torchnlq.errors import ConfigError
 from torchnlq.models.query import QueryProjection
 
 #: What a group's ``kind`` can select (:func:`parameter_kinds`).
 KINDS = ("hidden", "embedding", "head", "gain_bias", "query_mlp")
+#: The group optimizer of the paper's groups (and the ``optimizer.name`` of the paper's runs).
+ADAMW = "adamw"
+#: The default groups of every run, in the paper's order (a config without groups builds its optimizer exactly).
+PAPER_GROUPS = ("decay", "no_decay")
 
 
 def query_branch_parameters(model: nn.Module) -> set[int]:
@@ -50,7 +57,7 @@ class GroupPlan:
     """One parameter group as planned: its name, optimizer, LR multiplier, weight decay and parameters."""
 
     name: str
-    optimizer: str  # "adamw" (or adamw8bit's AdamW8bit) or "muon"
+    optimizer: str  # its group optimizer (GROUP_OPTIMIZERS)
     weight_decay: float
     lr_multiplier: float = 1.0
     names: list[str] = field(default_factory=list)
@@ -71,25 +78,25 @@ def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor, branch: set[
 def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     """The parameter groups of ``model`` under ``cfg`` (trainable parameters only; a tied weight once).
 
-    Default groups first, in the paper's order (decay, no decay: a config without groups builds its optimizer
-    exactly), then one per ``[[optimizer.groups]]`` entry. Empty default groups are dropped, but the paper's two.
+    Default groups first, in the paper's order (decay, no decay), then the group of the optimizer that takes the
+    hidden matrices by default (muon's), then one per ``[[optimizer.groups]]`` entry. Empty default groups are
+    dropped, but the paper's two.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     branch = query_branch_parameters(model)
-    default_hidden = "muon" if cfg.name == "muon" else "adamw"
-    defaults = {
-        "decay": GroupPlan("decay", "adamw", cfg.weight_decay),
-        "no_decay": GroupPlan("no_decay", "adamw", 0.0),
-    }
-    if default_hidden == "muon":
-        defaults["muon"] = GroupPlan("muon", "muon", cfg.weight_decay)
+    hidden = OPTIMIZERS[cfg.name].hidden
+    decay, no_decay = PAPER_GROUPS
+    defaults = {decay: GroupPlan(decay, ADAMW, cfg.weight_decay), no_decay: GroupPlan(no_decay, ADAMW, 0.0)}
+    if hidden != ADAMW:
+        defaults[hidden] = GroupPlan(hidden, hidden, cfg.weight_decay)
     entries = [GroupPlan(e.name, e.optimizer, cfg.weight_decay if e.weight_decay is None else e.weight_decay,
                          e.lr_multiplier) for e in cfg.groups]
     names = [entry.name for entry in cfg.groups]
-    taken = {"decay", "no_decay", "muon"}.intersection(names) or {n for n in names if names.count(n) > 1}
+    reserved = {*PAPER_GROUPS, *GROUP_OPTIMIZERS}
+    taken = reserved.intersection(names) or {n for n in names if names.count(n) > 1}
     if taken:  # each group's LR is logged as lr/<name>: names must tell them apart
-        raise ConfigError(f"optimizer.groups name '{sorted(taken)[0]}' is used twice (or by a default group: decay, "
-                          "no_decay, muon); give each entry its own name")
+        raise ConfigError(f"optimizer.groups name '{sorted(taken)[0]}' is used twice (or by a default group: "
+                          f"{', '.join(sorted(reserved))}); give each entry its own name")
     for entry in cfg.groups:
         if not entry.params and entry.kind is None:
             raise ConfigError(f"optimizer.groups '{entry.name}' selects nothing: give it params (name patterns) "
@@ -106,8 +113,8 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
                 plan.params.append(param)
         if name not in claimed:
             kinds = parameter_kinds(name, param, branch)
-            plan = (defaults["no_decay"] if "gain_bias" in kinds else
-                    defaults["muon"] if default_hidden == "muon" and "hidden" in kinds else defaults["decay"])
+            plan = (defaults[no_decay] if "gain_bias" in kinds else
+                    defaults[hidden] if hidden != ADAMW and "hidden" in kinds else defaults[decay])
             plan.names.append(name)
             plan.params.append(param)
     for plan in entries:
@@ -115,13 +122,30 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
             examples = ", ".join(n for n, _ in named if n.startswith(("tok_emb", "layers.0.attn", "layers.0.mlp")))
             raise ConfigError(f"optimizer.groups '{plan.name}' matches no parameter of this model (its names: "
                               f"{examples}, ... for each layer); fix its params or kind")
-        if plan.optimizer == "muon":
+        if GROUP_OPTIMIZERS[plan.optimizer].matrices_only:
             flat = [n for n, p in zip(plan.names, plan.params) if p.dim() != 2]
             if flat:
-                raise ConfigError(f"optimizer.groups '{plan.name}' gives Muon {flat[0]}, which is not a 2-D matrix; "
-                                  "Muon orthogonalises matrices: select kind = \"hidden\" or 2-D patterns")
-    kept = [plan for key, plan in defaults.items() if plan.params or (key != "muon" and not cfg.groups)]
+                raise ConfigError(f"optimizer.groups '{plan.name}' gives {GROUP_OPTIMIZERS[plan.optimizer].title} "
+                                  f"{flat[0]}, which is not a 2-D matrix; it orthogonalises matrices: select kind = "
+                                  f"\"hidden\" or 2-D patterns")
+    kept = [plan for key, plan in defaults.items() if plan.params or (key in PAPER_GROUPS and not cfg.groups)]
     return kept + entries
+
+
+def is_paper_split(plans: list[GroupPlan]) -> bool:
+    """True when ``plans`` are the paper's two groups alone (one LR for all: no per-group LRs to log)."""
+    return tuple(plan.name for plan in plans) == PAPER_GROUPS
+
+
+def group_label(cfg: Optimizer, plan: GroupPlan) -> str:
+    """What steps the group: its group optimizer, AdamW's groups named by the kind's optimizer (adamw8bit)."""
+    return OPTIMIZERS[cfg.name].adamw_label if plan.optimizer == ADAMW else plan.optimizer
+
+
+def optimizer_state_bytes(cfg: Optimizer, plans: list[GroupPlan]) -> int:
+    """The optimizer state of the groups ``plans`` (the memory estimate's, from :func:`plan_groups` on meta)."""
+    kind = OPTIMIZERS[cfg.name]
+    return sum(GROUP_OPTIMIZERS[plan.optimizer].state_bytes(kind, p.numel()) for plan in plans for p in plan.params)
 
 
 class OptimizerSet:
@@ -151,8 +175,9 @@ class OptimizerSet:
 
 
 def group_names(plans: list[GroupPlan]) -> list[str]:
-    """The plans' names in the order of :func:`build_optimizer`'s ``param_groups`` (AdamW's, then Muon's)."""
-    return [p.name for p in plans if p.optimizer == "adamw"] + [p.name for p in plans if p.optimizer == "muon"]
+    """The plans' names in the order of :func:`build_optimizer`'s ``param_groups`` (by group optimizer, in
+    :data:`GROUP_OPTIMIZERS` order)."""
+    return [p.name for kind in GROUP_OPTIMIZERS for p in plans if p.optimizer == kind]
 
 
 def _torch_groups(plans: list[GroupPlan]) -> list[dict[str, Any]]:
@@ -165,41 +190,97 @@ def _torch_groups(plans: list[GroupPlan]) -> list[dict[str, Any]]:
     return groups
 
 
-def _adamw(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
-    if cfg.name == "adamw8bit":
-        if cfg.fused:
-            raise ConfigError("optimizer.fused = true is torch's fused AdamW kernel; unset it with optimizer.name = 'adamw8bit'")
-        from torchnlq.parallel.float8 import quiet_torchao_import
-
-        with quiet_torchao_import():
-            from torchao.optim import AdamW8bit
-        # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless, not actionable.
-        warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
-        return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+def _torch_adamw(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
     fused = cfg.fused if cfg.fused is not None else device_type == "cuda"
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
 
 
+def _adamw8bit(cfg: Optimizer, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
+    if cfg.fused:
+        raise ConfigError(f"optimizer.fused = true is torch's fused AdamW kernel; unset it with optimizer.name = "
+                          f"{cfg.name!r}")
+    from torchnlq.parallel.float8 import quiet_torchao_import
+
+    with quiet_torchao_import():
+        from torchao.optim import AdamW8bit
+    # Its state subclass warns once per compile that AOT autograd's cache cannot hash it: harmless, not actionable.
+    warnings.filterwarnings("ignore", message="OptimState8bit does not implement _stable_hash_for_caching")
+    return AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def _adamw8bit_state(numel: int) -> int:
+    """torchao's 8-bit AdamW: a byte per state element plus an fp32 scale per block, from 4096 elements on."""
+    return 2 * (numel + 4 * math.ceil(numel / 256)) if numel >= 4096 else 8 * numel
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """One ``optimizer.name``: what steps its AdamW-kind groups, and which group optimizer takes the blocks' matrices
+    by default."""
+
+    description: str
+    #: The group optimizer of the hidden matrices by default (a key of GROUP_OPTIMIZERS).
+    hidden: str
+    #: (cfg, torch param groups, device type) -> the optimizer of the AdamW-kind groups.
+    build_adamw: Callable[[Optimizer, list[dict], str], torch.optim.Optimizer]
+    #: Bytes of state of its AdamW-kind groups per tensor of ``numel`` elements.
+    adamw_state: Callable[[int], int]
+    #: The name its AdamW-kind groups are reported under (the run header, torchnlq.json).
+    adamw_label: str
+
+
+@dataclass(frozen=True)
+class GroupOptimizer:
+    """One group optimizer (``[[optimizer.groups]] optimizer``): how it is built and what state it holds."""
+
+    #: Its name in messages.
+    title: str
+    #: (cfg, kind, torch param groups, device type) -> a torch optimizer.
+    build: Callable[[Optimizer, OptimizerKind, list[dict], str], torch.optim.Optimizer]
+    #: (kind, numel) -> bytes of state per tensor.
+    state_bytes: Callable[[OptimizerKind, int], int]
+    #: Only whole 2-D matrices: no other tensors, and no FSDP shards (Muon orthogonalises the tensor it is given;
+    #: under FSDP that is a shard of the matrix, another and wrong update).
+    matrices_only: bool = False
+
+
+def _muon(cfg: Optimizer, kind: OptimizerKind, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
+    return torch.optim.Muon(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum,
+                            nesterov=cfg.muon_nesterov, ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_adjust_lr)
+
+
+#: ``[[optimizer.groups]] optimizer``: the optimizers a group is stepped by, in the order of ``param_groups``.
+GROUP_OPTIMIZERS: dict[str, GroupOptimizer] = {
+    ADAMW: GroupOptimizer("AdamW", build=lambda cfg, kind, groups, device: kind.build_adamw(cfg, groups, device),
+                          state_bytes=lambda kind, numel: kind.adamw_state(numel)),
+    "muon": GroupOptimizer("Muon", build=_muon, state_bytes=lambda kind, numel: 4 * numel, matrices_only=True),
+}
+#: ``optimizer.name``.
+OPTIMIZERS: dict[str, OptimizerKind] = {
+    ADAMW: OptimizerKind("torch's AdamW (fused on CUDA by default)", ADAMW, _torch_adamw, lambda n: 8 * n, ADAMW),
+    "adamw8bit": OptimizerKind("torchao's 8-bit AdamW states (~2 bytes per parameter instead of 8)", ADAMW,
+                               _adamw8bit, _adamw8bit_state, "adamw8bit"),
+    "muon": OptimizerKind("torch's Muon for the blocks' 2-D matrices, AdamW for embeddings, head, gains and biases "
+                          "(modded-nanogpt's split)", "muon", _torch_adamw, lambda n: 8 * n, ADAMW),
+}
+
+
 def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str,
                     plans: list[GroupPlan] | None = None) -> torch.optim.Optimizer | OptimizerSet:
-    """The optimizer over ``plans`` (default :func:`plan_groups`): AdamW (fused on CUDA by default) or AdamW8bit;
-    with a Muon group, torch's Muon for it and AdamW for the rest (:class:`OptimizerSet`)."""
+    """The optimizer over ``plans`` (default :func:`plan_groups`): one torch optimizer per group optimizer in use
+    (:class:`OptimizerSet` when there are several: Muon for its groups, AdamW for the rest)."""
     plans = plan_groups(cfg, model) if plans is None else plans
-    adam_plans = [p for p in plans if p.optimizer == "adamw"]
-    muon_plans = [p for p in plans if p.optimizer == "muon"]
-    if not muon_plans:
-        return _adamw(cfg, _torch_groups(plans), device_type)
-    sharded = [plan.names[i] for plan in muon_plans for i, p in enumerate(plan.params) if _is_sharded(p)]
-    if sharded:
-        # torch's Muon orthogonalises the tensor it is given: under FSDP that is a shard of the matrix, not
-        # the matrix, which is another (wrong) update. Refused rather than silently computed.
-        raise ConfigError(f"Muon cannot orthogonalise FSDP-sharded matrices ({sharded[0]} is a shard): train Muon "
-                          "on one process (or replicated: parallelism.dp_shard = 1), or use optimizer.name = 'adamw'")
-    muon = torch.optim.Muon(
-        _torch_groups(muon_plans), lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum,
-        nesterov=cfg.muon_nesterov, ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_adjust_lr,
-    )
-    return OptimizerSet([_adamw(cfg, _torch_groups(adam_plans), device_type), muon] if adam_plans else [muon])
+    kind = OPTIMIZERS[cfg.name]
+    sharded = [(plan, name) for plan in plans if GROUP_OPTIMIZERS[plan.optimizer].matrices_only
+               for name, p in zip(plan.names, plan.params) if _is_sharded(p)]
+    if sharded:  # refused rather than silently computed (GroupOptimizer.matrices_only)
+        plan, name = sharded[0]
+        raise ConfigError(f"{GROUP_OPTIMIZERS[plan.optimizer].title} cannot orthogonalise FSDP-sharded matrices ({name} is a shard): train "
+                          f"it on one process (or replicated: parallelism.dp_shard = 1), or use optimizer.name = "
+                          f"'{ADAMW}'")
+    optimizers = [GROUP_OPTIMIZERS[name].build(cfg, kind, _torch_groups(used), device_type)
+                  for name in GROUP_OPTIMIZERS if (used := [p for p in plans if p.optimizer == name])]
+    return optimizers[0] if len(optimizers) == 1 else OptimizerSet(optimizers)
 
 
 def _is_sharded(param: torch.Tensor) -> bool:
@@ -209,39 +290,6 @@ def _is_sharded(param: torch.Tensor) -> bool:
         return False
     mesh = param.device_mesh
     return any(isinstance(p, Shard) and mesh.size(dim) > 1 for dim, p in enumerate(param.placements))
-
-
-def lr_at(it: int, peak_lr: float, cfg: LRSchedule, total_steps: int) -> float:
-    """Learning rate of iteration ``it`` (0-based), before a group's multiplier.
-
-    Both warm up linearly (nanoGPT's ``peak·(it + 1)/(warmup + 1)``) and reach ``min_lr`` at ``decay_steps``
-    (unset: the run's steps); ``cosine`` (the paper's) decays from the warmup's end, ``wsd`` over its last steps.
-    """
-    warmup = cfg.warmup_steps
-    end = cfg.decay_steps if cfg.decay_steps is not None else total_steps
-    if it < warmup:
-        return peak_lr * (it + 1) / (warmup + 1)
-    if it >= end or end <= warmup:
-        return cfg.min_lr
-    if cfg.name == "wsd":
-        start = end - decay_length(cfg, end)
-        if it < start:
-            return peak_lr
-        progress = (it - start) / (end - start)
-        if cfg.decay_shape == "linear":
-            return peak_lr - (peak_lr - cfg.min_lr) * progress
-        if cfg.decay_shape == "1-sqrt":
-            return cfg.min_lr + (peak_lr - cfg.min_lr) * (1.0 - math.sqrt(progress))
-    else:
-        progress = (it - warmup) / (end - warmup)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak_lr - cfg.min_lr)
-
-
-def decay_length(cfg: LRSchedule, end: int) -> int:
-    """Steps of the WSD decay tail: ``decay_length``, else ``decay_fraction`` of the schedule's end (at least 1)."""
-    if cfg.decay_length is not None:
-        return cfg.decay_length
-    return max(1, round(cfg.decay_fraction * end))
 
 
 def set_lr(optimizer: torch.optim.Optimizer | OptimizerSet, lr: float) -> None:

@@ -5,8 +5,8 @@ What needs several config sections or the registries (the manager checks single 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import operator
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -14,15 +14,16 @@ from typing import Any
 import torch
 
 from torchnlq.config.job_config import Data, JobConfig, Metrics
-from torchnlq.config.registries import registry_choices
+from torchnlq.train.registries import registry_choices, registry_fields
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs
+from torchnlq.models.family import build_model, build_model_args, resolved_section
 from torchnlq.models.query import ignored_knobs
-from torchnlq.models.registry import build_model, build_model_args
-from torchnlq.train.optim import decay_length, lr_at, plan_groups
+from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
+from torchnlq.train.optim import ADAMW, OPTIMIZERS, plan_groups
 
 
 def check_job_config(cfg: JobConfig) -> ModelArgs:
@@ -33,10 +34,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"job.name={run_name!r} is not a plain folder name (the run folder is job.dump_folder/job.name); "
             "use a name without '/', '\\' or '..', and set job.dump_folder for the location"
         )
-    for name, choices in registry_choices().items():
-        value = operator.attrgetter(name)(cfg)
-        if value not in choices:
-            raise unknown_choice(name, value, choices)
+    choices = registry_choices()
+    for name, _, values in registry_fields(cfg):
+        for value in values:
+            if value is not None and value not in choices[name]:  # None: unset (model.family: the flavor's)
+                raise unknown_choice(name, value, choices[name])
     if cfg.data.synthetic and cfg.data.tokenizer != "byte":
         raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
     if cfg.data.tokenizer == "hf" and not cfg.data.tokenizer_file:
@@ -58,23 +60,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"checkpoint.load_step={c.load_step} picks the checkpoint to resume from, but {why} resumes nothing; "
             "drop load_step, or enable resuming"
         )
-    if s.decay_steps is not None and s.decay_steps < s.warmup_steps:
-        raise ConfigError(
-            f"lr_schedule.decay_steps={s.decay_steps} is shorter than lr_schedule.warmup_steps={s.warmup_steps}: the "
-            "learning rate would drop from its peak straight to min_lr; set decay_steps above warmup_steps "
-            "(unset means training.steps)"
-        )
-    if s.name == "wsd":
-        end = s.decay_steps if s.decay_steps is not None else cfg.training.steps
-        tail = decay_length(s, end)
-        if tail > end - s.warmup_steps:
-            raise ConfigError(
-                f"lr_schedule.decay_length={tail} is longer than the {end - s.warmup_steps} steps between the warmup "
-                f"({s.warmup_steps}) and the end of the schedule ({end}): there is no stable phase; shorten it"
-            )
-    elif s.decay_length is not None:
-        raise ConfigError("lr_schedule.decay_length is the decay tail of lr_schedule.name = 'wsd'; the cosine decays "
-                          "from the end of the warmup: drop it, or set name = 'wsd'")
+    check_schedule(s, cfg.training.steps)
     check_wandb(cfg.metrics)
     if cfg.profiling.memory_snapshot and (cfg.training.device == "cpu" or not torch.cuda.is_available()):
         raise ConfigError(
@@ -96,10 +82,15 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
             "lower training.seq_len or raise model.max_seq_len"
         )
-    if cfg.optimizer.groups or cfg.optimizer.name == "muon":
+    if cfg.optimizer.groups or OPTIMIZERS[cfg.optimizer.name].hidden != ADAMW:
         with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
             plan_groups(cfg.optimizer, build_model(args))
     return args
+
+
+def resolved_config(cfg: JobConfig, args: ModelArgs) -> JobConfig:
+    """``cfg`` as a run records it (config.toml, --print-config): the model options the flavor gave, written out."""
+    return dataclasses.replace(cfg, model=resolved_section(cfg.model, args))
 
 
 # Characters W&B refuses in a project name (its server answers with an error once the run has started).
@@ -148,10 +139,10 @@ def config_warnings(cfg: JobConfig) -> list[str]:
             f"lr_schedule.warmup_steps={s.warmup_steps} is not shorter than training.steps={t.steps}: the learning "
             f"rate never reaches optimizer.lr={cfg.optimizer.lr:g} (it ends at {peak:.3g}); lower warmup_steps"
         )
-    tail_start = s.decay_steps - decay_length(s, s.decay_steps) if s.decay_steps is not None else 0
-    if s.name == "wsd" and s.decay_steps is not None and t.steps <= tail_start:
+    tail_start = SCHEDULES[s.name].decay_start(s, s.decay_steps) if s.decay_steps is not None else 0
+    if tail_start > s.warmup_steps and t.steps <= tail_start:
         warnings.append(  # a trunk for branched decays, or a forgotten decay: say both, advise neither away
-            f"the run stops at step {t.steps}, in the stable phase (the WSD decay starts at step {tail_start:,}): "
+            f"the run stops at step {t.steps}, in the stable phase (the {s.name} decay starts at step {tail_start:,}): "
             "right for a stable run that decays branch from (docs/training.md, 'Branching decays'); for a run that "
             f"decays itself set --lr_schedule.decay_steps={t.steps}"
         )

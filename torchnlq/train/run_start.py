@@ -30,9 +30,9 @@ from torchnlq.checkpoint.record import RUN_INFO_FILE, RunRecord, read_run_info
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp
 from torchnlq.config.job_config import Checkpoint
 from torchnlq.errors import UserError
+from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks, hf_tokenizer_files
-from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
 from torchnlq.models import build_model
 from torchnlq.models.args import ModelArgs

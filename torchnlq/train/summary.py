@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import sys
 from typing import Any
 
@@ -13,17 +12,11 @@ import torch.nn as nn
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.gpt import GPT
-from torchnlq.models.query import query_params_in_model
-from torchnlq.models.registry import block_class, build_model
-from torchnlq.parallel.memory_estimate import (
-    DEFAULT_CARD_GIB,
-    GIB,
-    device_memory_bytes,
-    estimate_memory,
-    fit_warning,
-    minimum_state_bytes,
-)
+from torchnlq.models.counts import flops_per_token, num_params
+from torchnlq.models.family import build_model
+from torchnlq.models.lm_loss import loss_path
+from torchnlq.parallel.device_memory import GIB, device_memory_bytes, minimum_state_bytes
+from torchnlq.train.memory_estimate import DEFAULT_CARD_GIB, estimate_memory, fit_warning
 from torchnlq.train.preflight import check_job_config, config_warnings
 
 #: Beyond this many cards' worth of state the step on fake tensors is skipped (the lower bound says enough).
@@ -57,7 +50,7 @@ def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int,
             "make it smaller or shard it over more processes")
     estimate = estimate_memory(cfg, args, processes, device)
     chunk = loss_chunk_tokens(cfg.training, device)
-    head = f"head loss in {chunk}-token chunks" if chunk else "full-logits head loss"
+    head = f"head loss {loss_path(chunk).describe(chunk)}"
     if cfg.training.compile:
         head = f"compiled {head}"
     lines = [
@@ -81,62 +74,76 @@ COMPONENTS = (
 
 
 def component_of(name: str) -> str:
-    """The component (a name of :data:`COMPONENTS`) of a parameter of GPT, e.g. layers.3.mlp.fc.weight -> mlp."""
+    """The component (a name of :data:`COMPONENTS`) of a parameter of the model, e.g. layers.3.mlp.fc.weight -> mlp."""
     local = name.split(".", 2)[2] if name.startswith("layers.") else name
     return next(component for component, starts in COMPONENTS if local.startswith(starts))
 
 
-def parameter_split(args: ModelArgs, shell: GPT, first: nn.Module) -> dict[str, int]:
-    """Parameters by component, counted from one block on meta times n_layers (a query that differs by layer
-    is counted by its own formula): their sum is ``args.num_params()``. ``shell``, ``first``: see summarize."""
-    split = dict.fromkeys(("embeddings", "attention_query", "attention_kv_out", "mlp", "norms", "head"), 0)
-    split["attention_query"] = query_params_in_model(args.query, args.dim, args.n_heads, args.head_dim, args.n_layers)
-    for name, param in first.named_parameters():
-        if not name.startswith("attn.query."):
-            split[component_of(f"layers.0.{name}")] += args.n_layers * param.numel()
-    for name, param in shell.named_parameters():
-        if not name.startswith("layers."):
-            split[component_of(name)] += param.numel()
+def parameter_split(model: nn.Module) -> dict[str, int]:
+    """Parameters by component (:data:`COMPONENTS`) of ``model`` (built on meta); their sum is its total."""
+    split = dict.fromkeys((component for component, _ in COMPONENTS), 0)
+    for name, param in model.named_parameters():
+        split[component_of(name)] += param.numel()
     return split
 
 
-def parameter_lines(cfg: JobConfig, args: ModelArgs, shell: GPT, first: nn.Module) -> list[str]:
+def parameter_lines(cfg: JobConfig, args: ModelArgs, model: nn.Module) -> list[str]:
     """``params_<component>`` lines, and the difference from the same config with a linear query."""
-    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(args, shell, first).items()]
+    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(model).items()]
     if args.tie_embeddings:
         lines[-1] += " (tied: the token embedding)"
     linear_cfg = copy.deepcopy(cfg)
     linear_cfg.model.query.type = "linear"
-    linear = check_job_config(linear_cfg).num_params()
-    lines.append(f"params_vs_linear_query: {args.num_params() - linear:+,} (the same config with "
+    linear = num_params(check_job_config(linear_cfg))
+    lines.append(f"params_vs_linear_query: {num_params(args) - linear:+,} (the same config with "
                  f"model.query.type = linear has {linear:,})")
     return lines
 
 
+def layer_ranges(indices: list[int]) -> str:
+    """Block indices as ranges: [0, 1, 2, 5] -> "0-2,5"."""
+    ranges: list[list[int]] = []
+    for i in indices:
+        if ranges and i == ranges[-1][1] + 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def shape_lines(model: nn.Module) -> list[str]:
+    """``name: (shape)`` per parameter; the blocks' once per kind of block (``layers.*.`` when all are alike, else
+    ``layers.<indices>.``)."""
+    lines = [f"{name}: {tuple(p.shape)}" for name, p in model.named_parameters() if not name.startswith("layers.")]
+    kinds: dict[tuple, list[int]] = {}
+    for index, block in enumerate(model.layers):
+        kinds.setdefault(tuple((n, tuple(p.shape)) for n, p in block.named_parameters()), []).append(index)
+    at = next((i for i, line in enumerate(lines) if not line.startswith(("tok_emb", "pos_emb"))), len(lines))
+    for kind, indices in kinds.items():
+        label = "*" if len(kinds) == 1 else layer_ranges(indices)
+        lines[at:at] = [f"layers.{label}.{name}: {shape}" for name, shape in kind]
+        at += len(kind)
+    return lines
+
+
 def summarize(cfg: JobConfig) -> list[str]:
-    """The summary as ``name: value`` lines: sizes, parameter shapes (blocks once, as ``layers.*``), totals."""
+    """The summary as ``name: value`` lines: sizes, parameter shapes (blocks once per kind), totals."""
     args = check_job_config(cfg)  # the trainer's checks: a summary of a config that cannot run is an error
     seq_len = cfg.training.seq_len
-    # Counted, not built: the shapes come from a one-block model and from block 0 itself, on meta (a model of
-    # 10^8 blocks is summarised as fast as one of 2); the totals are ModelArgs' analytic counts.
-    with torch.device("meta"):
-        shell = build_model(dataclasses.replace(args, n_layers=1, query=dataclasses.replace(args.query, layers="all")))
-        first = block_class(args)(args, 0)
-
-    sizes = ("n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden", "vocab_size", "max_seq_len",
-             "positions", "tie_embeddings")
+    with torch.device("meta"):  # shapes only: no memory
+        model = build_model(args)
+    sizes = ("family", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden", "vocab_size",
+             "max_seq_len", "positions", "tie_embeddings")
     lines = [f"flavor: {cfg.model.flavor}", f"query: {args.query.type}", *(f"{k}: {getattr(args, k)}" for k in sizes)]
-    for name, param in shell.named_parameters():
-        if not name.startswith("layers."):
-            lines.append(f"{name}: {tuple(param.shape)}")
-        elif name.startswith("layers.0.") and not any(line.startswith("layers.*.") for line in lines):
-            lines += [f"layers.*.{block_name}: {tuple(p.shape)}" for block_name, p in first.named_parameters()]
+    lines += shape_lines(model)
+    active = num_params(args, active=True)
     lines += [
         f"seq_len: {seq_len:,}",
-        f"total_params: {args.num_params():,}",
-        f"non_embedding_params: {args.num_params(non_embedding=True):,}",
-        *parameter_lines(cfg, args, shell, first),
-        f"flops_per_token: {args.flops_per_token(seq_len):,}",
+        f"total_params: {num_params(args):,}",
+        *([f"active_params: {active:,} (per token)"] if active != num_params(args) else []),
+        f"non_embedding_params: {num_params(args, non_embedding=True):,}",
+        *parameter_lines(cfg, args, model),
+        f"flops_per_token: {flops_per_token(args, seq_len):,}",
     ]
     return lines
 
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     """``model_summary.py [CONFIG] [--section.key=value ...]``: print the summary; user errors exit 2."""
     argv = sys.argv[1:] if argv is None else argv
     if "--help" in argv or "-h" in argv:
-        from torchnlq.config.registries import registry_choices
+        from torchnlq.train.registries import registry_choices
         from torchnlq.config.render import help_text
 
         usage = ("usage: python scripts/model_summary.py [CONFIG.toml] [--section.key VALUE ...] [--processes N] "

@@ -11,8 +11,9 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,14 +30,18 @@ from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import build_model
+from torchnlq.models.counts import flops_per_token, num_params
+from torchnlq.models.lm_loss import loss_path
 from torchnlq.parallel.device_figures import format_memory, memory_label, peak_tflops, resident_bytes
+from torchnlq.parallel.device_memory import check_fits_device, device_memory_bytes
 from torchnlq.parallel.dist import build_mesh, init_distributed
-from torchnlq.parallel.memory_estimate import check_fits_device, device_memory_bytes, estimate_memory, fit_warning
 from torchnlq.parallel.parallelize import clip_grad_norm, materialize_and_init, parallelize_model, set_gradient_sync
 from torchnlq.pause_points import pause_point
 from torchnlq.train.cpu_allocator import keep_freed_memory
 from torchnlq.train.diagnostics import QueryDiagnostics
 from torchnlq.train.downstream import Downstream
+from torchnlq.train.lr_schedule import describe_schedule, lr_at
+from torchnlq.train.memory_estimate import estimate_memory, fit_warning
 from torchnlq.train.metrics import (
     HParam,
     MetricsLogger,
@@ -45,9 +50,15 @@ from torchnlq.train.metrics import (
     run_hparams,
     setup_logging,
 )
-from torchnlq.train.optim import build_optimizer, decay_length, group_names, lr_at, plan_groups, set_lr
+from torchnlq.train.optim import build_optimizer, group_label, group_names, is_paper_split, plan_groups, set_lr
 from torchnlq.train.preemption import PreemptionFlag
-from torchnlq.train.preflight import check_data_fits_model, check_job_config, config_warnings, resume_changes
+from torchnlq.train.preflight import (
+    check_data_fits_model,
+    check_job_config,
+    config_warnings,
+    resolved_config,
+    resume_changes,
+)
 from torchnlq.train.profiling import Profiler
 from torchnlq.train.run_lock import RunLock, check_run_folder
 from torchnlq.train.run_start import (
@@ -150,7 +161,7 @@ class Trainer:
             abandoned = self.checkpointer.remove_abandoned_saves()  # the lock is held: no save is in flight
             if set_aside:  # the earlier run's files go into run_dir/previous-N/ (the lowest free N)
                 self.earlier_run = move_into_new_folder(self.run_dir, EARLIER_RUN_ENTRIES, "previous")
-            replace_file(self.run_dir / "config.toml", to_toml(cfg))
+            replace_file(self.run_dir / "config.toml", to_toml(resolved_config(cfg, self.model_args)))
         self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
 
         self.validator = Validator(
@@ -170,7 +181,7 @@ class Trainer:
             self.logger,
             self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main else None,
             self.device,
-            self.model_args.flops_per_token(tcfg.seq_len),
+            flops_per_token(self.model_args, tcfg.seq_len),
             peak_tflops(self.device, cfg.metrics.peak_tflops),
             tcfg.steps,
             start_step=self.step,
@@ -178,7 +189,7 @@ class Trainer:
             sink=self._start_wandb(hparams),
         )
         if self.is_main:
-            self.metrics.log_config(to_toml(cfg), hparams, changes)
+            self.metrics.log_config(to_toml(resolved_config(cfg, self.model_args)), hparams, changes)
         if cfg.validation.enabled:
             forwards = -(-len(self.data.validation) // self.world_size)  # this rank's share of the micro-batches
             self.metrics.validation_plan = ValidationPlan(cfg.validation.interval, tcfg.steps, forwards,
@@ -263,9 +274,9 @@ class Trainer:
             steps=tcfg.steps,
             world_size=self.world_size,
             mixed_precision=precision,
-            # AdamW groups are torchao's AdamW8bit under optimizer.name = adamw8bit: another state.
-            optimizer_groups={plan.name: f"{'adamw8bit' if cfg.optimizer.name == 'adamw8bit' else plan.optimizer}, "
-                              f"{len(plan.params)} tensors" for plan in self.group_plans},
+            # What steps each group (the AdamW-kind groups by optimizer.name's optimizer: another state).
+            optimizer_groups={plan.name: f"{group_label(cfg.optimizer, plan)}, {len(plan.params)} tensors"
+                              for plan in self.group_plans},
         )
 
     @property
@@ -318,7 +329,7 @@ class Trainer:
         self.logger.info(
             f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {cfg.model.flavor} "
             f"(query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, positions {a.positions}) "
-            f"| params {a.num_params():,} (non-embedding {a.num_params(non_embedding=True):,}) "
+            f"| params {num_params(a):,} (non-embedding {num_params(a, non_embedding=True):,}) "
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
             f"batch fingerprint {self.data.schedule.fingerprint()}"
         )
@@ -328,12 +339,10 @@ class Trainer:
                 f"{d['name']} ({d['path']}): {d['weight'] / total:.1%} of the sequences" for d in self.data.sources))
         # The settings that decide whether a run can work: schedule, precision, compile, checkpointing.
         compiled = "per block + head loss" if t.compile else "off"
-        head = (f"{self.loss_chunk_tokens}-token chunks" if self.loss_chunk_tokens else "full logits")
+        head = loss_path(self.loss_chunk_tokens).describe(self.loss_chunk_tokens)
         validation = (f"every {cfg.validation.interval} steps ({self.validator.describe()})"
                       if cfg.validation.enabled else "off")
-        end = s.decay_steps if s.decay_steps is not None else t.steps
-        schedule = (f"wsd ({s.decay_shape} decay over steps {end - decay_length(s, end):,}..{end:,})" if s.name == "wsd"
-                    else f"cosine to step {end:,}")
+        schedule = describe_schedule(s, t.steps)
         self.logger.info(
             f"steps {t.steps:,} | lr {cfg.optimizer.lr:g} -> {s.min_lr:g}, warmup "
             f"{s.warmup_steps:,} steps, {schedule} | {cfg.optimizer.name} wd "
@@ -368,7 +377,7 @@ class Trainer:
 
     def _group_lrs(self) -> dict[str, float] | None:
         """Each named group's LR when the groups differ from the paper's two (whose LR is the one ``lr``)."""
-        if self.group_names == ["decay", "no_decay"]:
+        if is_paper_split(self.group_plans):
             return None
         return {name: float(group["lr"]) for name, group in zip(self.group_names, self.optimizer.param_groups)}
 
@@ -431,6 +440,24 @@ class Trainer:
                 "training.max_consecutive_skips"
             )
         self.logger.warning(f"step {step}: non-finite loss/grad norm, update skipped")
+
+    @property
+    def periodic(self) -> list[tuple[Any, Callable[[int, torch.Tensor, torch.Tensor], Any]]]:
+        """The loop's periodic pieces, in the order they run after a step: each decides when (its ``schedule``),
+        the loop only asks. The checkpoint, which a signal may bring forward, is the loop's own last piece."""
+        return [
+            (self.metrics, self._log_step),
+            (self.validator, lambda step, loss, grad_norm: self.validate()),
+            (self.diagnostics, lambda step, loss, grad_norm: self.log_query_diagnostics()),
+            (self.weight_dynamics, lambda step, loss, grad_norm: self.log_weight_dynamics()),
+            (self.downstream, lambda step, loss, grad_norm: self.log_downstream()),
+        ]
+
+    def _log_step(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """The step's line and scalars (loss, LRs, gradient norm, tokens, skipped steps)."""
+        self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
+                              self.record.tokens_seen, self._group_lrs())
+        self.metrics.scalar("skipped_steps", self.skipped_steps, step)
 
     def _raise_if_diverged(self) -> None:
         """on_nonfinite = stop: raise for a non-finite loss or grad norm so far, before anything logs or saves it."""
@@ -564,22 +591,12 @@ class Trainer:
                 step, last = self.step, self.step == steps
                 pause_point("step", step)  # fault tests: a step done, nothing of it logged or saved
                 self.metrics.count_tokens(self.tokens_per_step)
-                if any(piece.schedule.due(step, last) for piece in (self.metrics, self.validator, self.diagnostics,
-                                                           self.weight_dynamics, self.downstream, self.checkpointer)):
-                    self._raise_if_diverged()  # the only wait for the device in most steps
-                if self.metrics.schedule.due(step, last):
-                    self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
-                                          self.record.tokens_seen, self._group_lrs())
-                    self.metrics.scalar("skipped_steps", self.skipped_steps, step)
-                if self.validator.schedule.due(step, last):
-                    self.validate()
-                if self.diagnostics.schedule.due(step, last):
-                    self.log_query_diagnostics()
-                if self.weight_dynamics.schedule.due(step, last):
-                    self.log_weight_dynamics()
-                if self.downstream.schedule.due(step, last):
-                    self.log_downstream()
+                due = [work for piece, work in self.periodic if piece.schedule.due(step, last)]
                 saved = self.checkpointer.schedule.due(step, last)
+                if due or saved:
+                    self._raise_if_diverged()  # the only wait for the device in most steps
+                for work in due:
+                    work(step, loss, grad_norm)
                 if saved:
                     with preemption.deferred():  # a signal during a save waits until it is written
                         self.save_checkpoint()

@@ -15,6 +15,7 @@ import torch.nn as nn
 from torchnlq.config.every import Every
 from torchnlq.models.query import QueryProjection
 
+
 def whole_fp32(weight: torch.Tensor) -> torch.Tensor:
     """The whole tensor in fp32 (a DTensor shard is all-gathered: a collective on every rank)."""
     if hasattr(weight, "full_tensor"):

@@ -16,10 +16,10 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.errors import UserError
 from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, model_tokenizer, score_continuations
 from torchnlq.inference.sampling import generate_tokens
+from torchnlq.interop.load import LoadedModel, as_loaded
 
 MODEL_NAME = "torchnlq"
 DEFAULT_MAX_GEN_TOKS = 256

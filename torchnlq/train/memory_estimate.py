@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -20,19 +19,17 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
-from torchnlq.errors import UserError
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.registry import build_model
+from torchnlq.models.family import build_model
+from torchnlq.models.lm_loss import loss_path
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
+from torchnlq.parallel.device_memory import GIB
+from torchnlq.train.optim import optimizer_state_bytes, plan_groups
 
-GIB = 2**30
 # The memory of the default profile's card (an RTX 5090); model_summary.py reports against it.
 DEFAULT_CARD_GIB = 32.0
 # Leave this share of a card free for the allocator's cache, CUDA context and fragmentation.
 HEADROOM = 0.125
-# torchao's 8-bit AdamW: a byte per state element plus an fp32 scale per block, from MIN_8BIT_NUMEL elements.
-ADAMW8BIT_BLOCK = 256
-MIN_8BIT_NUMEL = 4096
 
 
 class LiveBytes(TorchDispatchMode):
@@ -90,38 +87,6 @@ class MemoryEstimate:
         return f"{self.total / scale:.2f} {unit} per process ({parts}; {self.precision}{shard})"
 
 
-#: fp32 weights, their gradients and AdamW's two moments: what a parameter holds at least while training.
-STATE_BYTES_PER_PARAM = 16
-
-
-def minimum_state_bytes(args: ModelArgs, world_size: int = 1) -> int:
-    """A lower bound per process from the analytic parameter count alone (no model is built, nothing allocated)."""
-    return args.num_params() * STATE_BYTES_PER_PARAM // world_size
-
-
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory a run on ``device`` can use: the GPU's, or the machine's RAM for the CPU (None if unknown)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_fits_device(args: ModelArgs, device: torch.device, world_size: int = 1) -> None:
-    """UserError before any allocation when the weights, gradients and optimizer state alone exceed the device."""
-    limit = device_memory_bytes(device)
-    need = minimum_state_bytes(args, world_size)
-    if limit is not None and need > limit:
-        where = "this machine's RAM" if device.type == "cpu" else f"the GPU's {limit / GIB:,.1f} GiB"
-        raise UserError(
-            f"the model has {args.num_params():,} parameters: {need / GIB:,.1f} GiB per process for weights, "
-            f"gradients and AdamW state alone, more than {where} ({limit / GIB:,.1f} GiB); make the model smaller "
-            "(model.n_layers, model.dim, model.vocab_size) or shard it over more processes"
-        )
-
-
 def fit_warning(estimate: MemoryEstimate, capacity_bytes: int, where: str) -> str | None:
     """A warning with what to change when ``estimate`` does not fit ``capacity_bytes`` with headroom; else None."""
     usable = capacity_bytes * (1 - HEADROOM)
@@ -150,15 +115,6 @@ def _fake_model(model: nn.Module, fake: Any, dtype: torch.dtype | None) -> None:
             for name, b in list(module._buffers.items()):
                 if b is not None:
                     module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device="cpu")
-
-
-def _optimizer_state_bytes(cfg: JobConfig, named: list[tuple[str, nn.Parameter]]) -> int:
-    """AdamW: 8 bytes per element; 8-bit AdamW: 2 plus a scale per block; Muon: 4 for the blocks' matrices."""
-    if cfg.optimizer.name == "adamw8bit":
-        sizes = [p.numel() for _, p in named]
-        return sum(2 * (n + 4 * math.ceil(n / ADAMW8BIT_BLOCK)) if n >= MIN_8BIT_NUMEL else 8 * n for n in sizes)
-    muon = cfg.optimizer.name == "muon"
-    return sum((4 if muon and p.dim() == 2 and name.startswith("layers.") else 8) * p.numel() for name, p in named)
 
 
 class _FusedCrossEntropy(torch.autograd.Function):
@@ -203,7 +159,7 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
         model = build_model(args)
     apply_activation_checkpointing(model, cfg.activation_checkpoint)
     chunk = loss_chunk_tokens(t, device_type)
-    if chunk == 0 and t.compile:
+    if loss_path(chunk).fused_when_compiled and t.compile:
         model.head_loss = _CompiledHeadLoss()
     fake = FakeTensorMode()
     _fake_model(model, fake, param_dtype)
@@ -241,9 +197,10 @@ def estimate_memory(cfg: JobConfig, args: ModelArgs, world_size: int = 1, device
     bf16 = device_type == "cuda" and cfg.training.mixed_precision == "bf16"
     precision = "bf16" if bf16 else "fp32"
     with torch.device("meta"):
-        named = [(n, p) for n, p in build_model(args).named_parameters() if p.requires_grad]
-    master = sum(4 * p.numel() for _, p in named)  # fp32 weights and gradients in every mode
-    optimizer = _optimizer_state_bytes(cfg, named)
+        model = build_model(args)
+    plans = plan_groups(cfg.optimizer, model)  # the run's own groups: which tensors AdamW and Muon hold state for
+    master = sum(4 * p.numel() for plan in plans for p in plan.params)  # fp32 weights and gradients in every mode
+    optimizer = optimizer_state_bytes(cfg.optimizer, plans)
     if world_size == 1:
         _, peak = _simulate_step(cfg, args, autocast_bf16=bf16, param_dtype=None, drop_grads=False,
                                  device_type=device_type)
