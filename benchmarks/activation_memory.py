@@ -23,10 +23,9 @@ from benchmarks.timing import interleave, markdown_table, measure_allocations
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.job_config import ActivationCheckpoint, Query
 from torchnlq.errors import UserError
-from torchnlq.models import ModelArgs
-from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
+from torchnlq.models import ModelArgs, build_model
+from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing, describe_checkpointing
 from torchnlq.parallel.parallelize import apply_compile
-from torchnlq.models import build_model
 
 MB = 2**20
 
@@ -82,7 +81,7 @@ class _Config:
         _, _, bwd_peak = measure_allocations(loss.backward)
         self.optimizer.zero_grad(set_to_none=True)
         return StepStats(
-            ac=self.ac.mode if self.ac.mode != "selective" else f"selective/{self.ac.every}",
+            ac=describe_checkpointing(self.ac),
             compile=self.compile,
             step_ms=1000 * min(self.times),
             cpu_ms=1000 * min(self.cpu_times),

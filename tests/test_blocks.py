@@ -191,11 +191,9 @@ def test_llama3_frequency_scaling_matches_transformers():
 @pytest.mark.parametrize("flavor, hidden", [("llama_debug", 768), ("llama_gpt_small", 2080), ("llama3_1b", 8192)])
 def test_swiglu_hidden_follows_llamas_rule(flavor: str, hidden: int):
     """hidden = multiple_of * ceil(int(2/3 * ratio * dim) / multiple_of) (Meta's FeedForward)."""
-    cfg = Model(flavor=flavor, mlp_activation="swiglu", norm="rms", positions="rope",
-                mlp_multiple_of=32 if flavor == "llama_gpt_small" else 256)
-    args = build_model_args(cfg, 2048)
+    args = build_model_args(Model(flavor=flavor), 2048)  # the flavor carries SwiGLU and its multiple
     ratio = {"llama_debug": 4.0, "llama_gpt_small": 4.0625, "llama3_1b": 6.0}[flavor]
-    multiple = cfg.mlp_multiple_of
+    multiple = 32 if flavor == "llama_gpt_small" else 256
     assert args.mlp_hidden == multiple * math.ceil(int(2 * ratio * args.dim / 3) / multiple) == hidden
 
 
@@ -214,8 +212,20 @@ def test_the_llama3_1b_flavor_has_llama_3_2_1bs_parameters():
     with torch.device("meta"):
         hf = transformers.LlamaForCausalLM(config)
     theirs = sum(p.numel() for p in hf.parameters())
-    cfg = Model(flavor="llama3_1b", mlp_activation="swiglu", norm="rms", positions="rope")
-    assert num_params(build_model_args(cfg, 128256)) == theirs
+    assert num_params(build_model_args(Model(flavor="llama3_1b"), 128256)) == theirs  # the flavor alone
+
+
+def test_llama3_1b_from_its_flavor_alone_is_a_llama_block():
+    """RMSNorm, SwiGLU, RoPE with Llama 3's scaling, without a config saying so; a [model] key still overrides."""
+    args = build_model_args(Model(flavor="llama3_1b"), 128256)
+    with torch.device("meta"):
+        model = build_model(args)
+    block = model.layers[0]
+    assert isinstance(block.ln_1, torch.nn.RMSNorm) and isinstance(model.ln_f, torch.nn.RMSNorm)
+    assert block.mlp.gate is not None and model.pos_emb is None and model.rope is not None
+    assert (args.rope_theta, args.rope_scaling_factor, args.rope_original_max_seq_len) == (500000.0, 32.0, 8192)
+    assert build_model_args(Model(flavor="llama3_1b", norm="layer"), 128256).norm == "layer"
+    assert build_model_args(Model(flavor="gpt_small"), 50304).norm == "layer"  # GPT-2's block by default
 
 
 def test_options_that_cannot_work_together_are_one_line():

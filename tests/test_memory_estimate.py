@@ -123,3 +123,27 @@ def test_every_shipped_config_fits_a_32_gb_card_with_headroom() -> None:
         cfg = load_job_config([str(path)])
         estimate = estimate_memory(cfg, check_job_config(cfg), 1, "cuda")
         assert fit_warning(estimate, int(DEFAULT_CARD_GIB * GIB), "a 32 GiB card") is None, (path.name, estimate.describe())
+
+
+def test_the_optimizer_state_follows_the_runs_own_groups() -> None:
+    """A Muon group from [[optimizer.groups]] (the MLP matrices only) under optimizer.name = adamw: the estimate's
+    optimizer state is Muon's momentum (4 bytes) for exactly those tensors and AdamW's two moments (8) for the rest."""
+    import fnmatch
+
+    import torch
+
+    from torchnlq.config.job_config import OptimizerGroup
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.models import build_model
+    from torchnlq.train.preflight import check_job_config
+
+    cfg = load_job_config(["--model.dim=32", "--model.n_heads=2", "--training.seq_len=32",
+                           "--training.micro_batch_size=2", "--data.tokenizer=byte"])
+    cfg.optimizer.groups = [OptimizerGroup(name="mlp_muon", params=["layers.*.mlp.*.weight"], optimizer="muon")]
+    args = check_job_config(cfg)
+    with torch.device("meta"):
+        named = dict(build_model(args).named_parameters())
+    muon = sum(p.numel() for name, p in named.items() if fnmatch.fnmatchcase(name, "layers.*.mlp.*.weight"))
+    total = sum(p.numel() for p in named.values())
+    assert 0 < muon < total
+    assert estimate_memory(cfg, args, 1, "cpu").optimizer == 4 * muon + 8 * (total - muon)

@@ -31,9 +31,10 @@ def entry_type(section: Any, name: str) -> type | None:
     return None
 
 
-def section(cls: type, doc: str) -> Any:
-    """Declare a nested section (a dataclass with its own options)."""
-    return field(default_factory=cls, metadata={"doc": doc})
+def section(cls: type) -> Any:
+    """Declare a nested section (a dataclass with its own options; its docstring's first line is the section's
+    doc in ``--help`` and docs/configs.md)."""
+    return field(default_factory=cls)
 
 
 @dataclass
@@ -428,18 +429,18 @@ class Debug:
 class JobConfig:
     """The whole job: one field per TOML section."""
 
-    job: Job = section(Job, "Where the run lives.")
-    model: Model = section(Model, "The model.")
-    training: Training = section(Training, "The optimisation loop.")
-    optimizer: Optimizer = section(Optimizer, "AdamW.")
-    lr_schedule: LRSchedule = section(LRSchedule, "Warmup + cosine schedule.")
-    data: Data = section(Data, "Token files and tokenizer.")
-    validation: Validation = section(Validation, "Fixed validation batches.")
-    downstream: Downstream = section(Downstream, "Multiple-choice tasks scored in the loop.")
-    metrics: Metrics = section(Metrics, "Logging.")
-    parallelism: Parallelism = section(Parallelism, "Data parallelism (FSDP2/HSDP).")
-    activation_checkpoint: ActivationCheckpoint = section(ActivationCheckpoint, "Activation checkpointing.")
-    float8: Float8 = section(Float8, "float8 training.")
-    checkpoint: Checkpoint = section(Checkpoint, "Checkpoints and resume.")
-    profiling: Profiling = section(Profiling, "torch.profiler traces and CUDA memory snapshots.")
-    debug: Debug = section(Debug, "Reproducibility while debugging.")
+    job: Job = section(Job)
+    model: Model = section(Model)
+    training: Training = section(Training)
+    optimizer: Optimizer = section(Optimizer)
+    lr_schedule: LRSchedule = section(LRSchedule)
+    data: Data = section(Data)
+    validation: Validation = section(Validation)
+    downstream: Downstream = section(Downstream)
+    metrics: Metrics = section(Metrics)
+    parallelism: Parallelism = section(Parallelism)
+    activation_checkpoint: ActivationCheckpoint = section(ActivationCheckpoint)
+    float8: Float8 = section(Float8)
+    checkpoint: Checkpoint = section(Checkpoint)
+    profiling: Profiling = section(Profiling)
+    debug: Debug = section(Debug)

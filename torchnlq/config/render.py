@@ -24,6 +24,12 @@ def iter_options(section: Any, prefix: str = "") -> Iterator[tuple[str, dataclas
             yield f"{prefix}{f.name}", f, value
 
 
+def section_doc(cfg: Any, dotted: str) -> str:
+    """The first line of the docstring of the section ``dotted`` (``model.query``) of ``cfg``."""
+    doc = type(functools.reduce(getattr, dotted.split("."), cfg)).__doc__ or ""
+    return doc.strip().split("\n", 1)[0]
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -111,7 +117,7 @@ def help_text(cfg: JobConfig | None = None, registries: Choices | None = None, s
         head = name.rsplit(".", 1)[0]
         if head != section:
             section = head
-            out.append(f"\n[{head}]")
+            out.append(f"\n[{head}]  {section_doc(defaults, head)}")
         choices = _choices(name, f, registries)
         out.append(f"  --{name}\n      {_describe(f, value, choices, given.get(name, _NOT_GIVEN))}")
     return "\n".join(out)
@@ -126,7 +132,8 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
         head, key = name.rsplit(".", 1)
         if head != section:
             section = head
-            out += ["", f"### [{head}]", "", "| key | default | allowed | meaning |", "| --- | --- | --- | --- |"]
+            out += ["", f"### [{head}]", "", section_doc(cfg, head), "", "| key | default | allowed | meaning |",
+                    "| --- | --- | --- | --- |"]
         meta = f.metadata
         allowed = []
         choices = _choices(name, f, registries)

@@ -234,4 +234,4 @@ class Model(BlockOptions):
         max=LIMITS["vocab_size"],
     )
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
-    query: Query = field(default_factory=Query, metadata={"doc": "The attention query projection."})
+    query: Query = field(default_factory=Query)

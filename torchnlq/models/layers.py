@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .args import ModelArgs
 from .query import FusableQuery, QueryProjection, build_query, claims
-from .rope import apply_rotary
+from .rope import adjacent_order, apply_rotary, apply_rotary_adjacent
 
 RopeTables = tuple[torch.Tensor, torch.Tensor]
 
@@ -126,7 +126,12 @@ class Attention(nn.Module):
         Without it, T > 1 new tokens attend causally among themselves and one new token to every cached one.
         """
         batch, seq_len, _ = x.shape
-        q, kv = self._project(x, fuse=self.fuse_projections and cache is None)
+        # Without a cache, a query that is its projection (linear) and no QK-norm: Q's and K's rows come in
+        # adjacent_order and RoPE rotates them as complex pairs (q·k is the same function; docs/performance.md).
+        adjacent = (rope is not None and cache is None and self.fuse_projections and self.q_norm is None
+                    and self.q_bias is None and claims(self.query, FusableQuery)
+                    and getattr(type(self.query), "projection_is_query", False))
+        q, kv = self._project(x, fuse=self.fuse_projections and cache is None, adjacent=adjacent)
         if self.q_bias is not None:
             q = q + self.q_bias
         k, v = kv.split(self.n_kv_heads * self.head_dim, dim=-1)
@@ -138,8 +143,8 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
-            q = apply_rotary(q, *rope)
-            k = apply_rotary(k, *rope)
+            rotate = apply_rotary_adjacent if adjacent else apply_rotary
+            q, k = rotate(q, *rope), rotate(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
@@ -154,7 +159,7 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, enable_gqa=gqa)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
 
-    def _project(self, x: torch.Tensor, fuse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, x: torch.Tensor, fuse: bool, adjacent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(the query ``[B, T, q_dim]``, K and V ``[B, T, 2 kv_dim]``) of X.
 
         With ``fuse``, a :class:`~torchnlq.models.query.FusableQuery` shares the K,V matmul: X·[W | W_K | W_V]
@@ -165,9 +170,15 @@ class Attention(nn.Module):
         if not (fuse and claims(self.query, FusableQuery)):
             return self.query(x), self.kv(x)
         projection = self.query.fused_projection()
+        weight = torch.cat((projection.weight, self.kv.weight))
+        if adjacent:  # Q's and K's rows in adjacent_order (V's as they are), for apply_rotary_adjacent
+            q_rows = adjacent_order(self.n_heads, self.head_dim, weight.device)
+            k_rows = adjacent_order(self.n_kv_heads, self.head_dim, weight.device) + projection.out_features
+            v_rows = torch.arange(projection.out_features + self.n_kv_heads * self.head_dim, weight.shape[0],
+                                  device=weight.device)
+            weight = weight.index_select(0, torch.cat((q_rows, k_rows, v_rows)))
         # split, not slicing: its backward is one cat of the two gradients, where slices' zero-fill a full copy each.
-        projected, kv = F.linear(x, torch.cat((projection.weight, self.kv.weight))).split(
-            [projection.out_features, self.kv.out_features], dim=-1)
+        projected, kv = F.linear(x, weight).split([projection.out_features, self.kv.out_features], dim=-1)
         if self.kv.bias is not None:
             kv = kv + self.kv.bias
         return self.query.from_projection(x, projected), kv

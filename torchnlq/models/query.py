@@ -222,7 +222,10 @@ class ResidualBranch(Protocol):
 class FusableQuery(Protocol):
     """A query computed from one Linear of X that the attention may fuse into its K,V matmul (nanoGPT's
     ``c_attn``): it computes ``fused_projection()(x)`` with K and V and calls :meth:`from_projection` instead
-    of ``forward``. A subclass that changes ``forward`` must change :meth:`from_projection` to match."""
+    of ``forward``. A subclass that changes ``forward`` must change :meth:`from_projection` to match. A type whose
+    Q(X) is the projection itself (``from_projection`` returns it as it is) says so with a class attribute
+    ``projection_is_query = True``: its rows may then be reordered with the keys' for a cheaper RoPE
+    (models/rope.py: apply_rotary_adjacent)."""
 
     def fused_projection(self) -> nn.Linear:
         """The Linear of X computed with K and V."""
@@ -265,6 +268,8 @@ def claims(query: QueryProjection | type[QueryProjection], protocol: type) -> bo
 @register_query("linear")
 class LinearQuery(QueryProjection):
     """The standard projection X·W_Q, W_Q: dim -> n_heads * head_dim (the baseline)."""
+
+    projection_is_query = True
 
     def __init__(self, cfg: Query, shape: QueryShape) -> None:
         super().__init__(cfg, shape)
@@ -331,6 +336,8 @@ class ResidualQuery(QueryProjection):
         """scale·(I + W_Q): x + x·Wᵀ = x·(I + W)ᵀ (summed in fp32: 1 + w would round in bf16)."""
         weight = self.w_q.weight.detach().float()
         return (torch.eye(self.dim, dtype=weight.dtype, device=weight.device) + weight) * self.scale
+
+    projection_is_query = False  # (X + X·W_Q)/2: X is in it
 
     def fused_qkv_weight(self) -> torch.Tensor:
         """W_Q: the paper's ``c_attn`` holds it above W_K, W_V, as for the linear query."""

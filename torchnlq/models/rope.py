@@ -111,6 +111,27 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return _RotateHalf.apply(x, cos.to(x.dtype).unsqueeze(-2), sin.to(x.dtype).unsqueeze(-2))  # shared by the heads
 
 
+def adjacent_order(n_heads: int, head_dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """Channel indices that put each head's rotate-half pairs (i, i + head_dim/2) side by side (2i, 2i + 1): the
+    rows of a projection whose output :func:`apply_rotary_adjacent` then rotates."""
+    one_head = torch.arange(head_dim, device=device).view(2, head_dim // 2).t().reshape(-1)
+    return (torch.arange(n_heads, device=device)[:, None] * head_dim + one_head).reshape(-1)
+
+
+def apply_rotary_adjacent(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary` of a tensor whose head channels are in :func:`adjacent_order`: each pair rotated as one
+    complex number (torchtitan's form: one complex multiply forward, one backward). The output keeps that order.
+
+    The same rotation as :func:`apply_rotary` (channels permuted alike in q and k leave q·k as it was, to
+    rounding); cheaper, since the pairs are adjacent in memory.
+    """
+    half = x.shape[-1] // 2
+    work = x if x.dtype in (torch.float32, torch.float64) else x.float()  # no complex bf16: as torchtitan, in fp32
+    turn = torch.complex(cos[..., :half].to(work.dtype), sin[..., :half].to(work.dtype)).unsqueeze(-2)  # all heads
+    pairs = torch.view_as_complex(work.unflatten(-1, (half, 2)))
+    return torch.view_as_real(pairs * turn).flatten(-2).type_as(x)
+
+
 class RotaryEmbedding(nn.Module):
     """Holds the cos/sin tables for positions 0..max_seq_len-1; shared by every block."""
 

@@ -81,15 +81,22 @@ class CheckpointMode:
     blocks: Callable[[int, ActivationCheckpoint], bool]
     #: What a checkpointed block saves anyway (None: only its input).
     context_fn: Callable[[], tuple[Any, Any]] | None = None
+    #: Whether ``activation_checkpoint.every`` matters (it names the mode with it: "selective/2").
+    reads_every: bool = False
 
 
 #: ``activation_checkpoint.mode``.
 MODES: dict[str, CheckpointMode] = {
     "none": CheckpointMode(blocks=lambda index, cfg: False),
     "full": CheckpointMode(blocks=lambda index, cfg: True),
-    "selective": CheckpointMode(blocks=lambda index, cfg: (index + 1) % cfg.every == 0),
+    "selective": CheckpointMode(blocks=lambda index, cfg: (index + 1) % cfg.every == 0, reads_every=True),
     "op": CheckpointMode(blocks=lambda index, cfg: True, context_fn=op_context_fn),
 }
+
+
+def describe_checkpointing(cfg: ActivationCheckpoint) -> str:
+    """The mode in words: its name, with ``every`` where it reads it ("selective/2")."""
+    return f"{cfg.mode}/{cfg.every}" if MODES[cfg.mode].reads_every else cfg.mode
 
 
 def apply_activation_checkpointing(model: nn.Module, cfg: ActivationCheckpoint) -> nn.Module:

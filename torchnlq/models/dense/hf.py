@@ -321,9 +321,8 @@ def decoder_model_args(c: dict[str, Any], config: dict[str, Any], architecture: 
         n_kv_heads=c.get("num_key_value_heads") or n_heads, head_dim=c.get("head_dim") or dim // n_heads,
         mlp_hidden=config["intermediate_size"], vocab_size=config["vocab_size"],
         max_seq_len=config["max_position_embeddings"], tie_embeddings=c.get("tie_word_embeddings", False),
-        positions="rope", rope_theta=rope.get("rope_theta", c.get("rope_theta", 10000.0)),
-        norm_eps=c.get("rms_norm_eps", 1e-6), init_std=c.get("initializer_range", 0.02),
-        mlp_activation="swiglu", norm="rms", query=Query(type="linear"), **scaled, **block,
+        rope_theta=rope.get("rope_theta", c.get("rope_theta", 10000.0)), norm_eps=c.get("rms_norm_eps", 1e-6),
+        init_std=c.get("initializer_range", 0.02), query=Query(type="linear"), **scaled, **{**LLAMA_BLOCK, **block},
     )
 
 
