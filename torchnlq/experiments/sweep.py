@@ -203,7 +203,14 @@ def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
                             "each once")
     if "trials" not in values:
         raise UserError(f"{where} needs trials: how many trials each arm's study runs (its budget)")
-    return SweepSpec(params, **values)
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise UserError(f"{suite.path} has a [sweep], which needs Optuna: pip install -e '.[sweep]'") from None
+    spec = SweepSpec(params, **values)
+    build_sampler(spec, spec.seed)  # their options are checked now, before anything runs
+    build_pruner(spec)
+    return spec
 
 
 # ----- the studies ---------------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ trial ended. Any number of workers (a pool's, SLURM jobs) share the studies:
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -94,6 +96,8 @@ class Worker:
         except BlockingIOError:
             os.close(fd)
             return None
+        os.ftruncate(fd, 0)  # who holds it, for a person looking (the flock is what counts)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "worker": self.index}).encode(), 0)
         return fd
 
     def next_trial(self) -> Claim | None:
@@ -116,7 +120,7 @@ class Worker:
                 study = self.sweep.study(arm, sampler_seed=self.sweep.spec.seed + count)
                 trial = study.ask()
                 params = {p.key: p.suggest(trial) for p in self.sweep.spec.params}
-                trial.set_user_attr("run_dir", str(self.sweep.trial_dir(arm, trial.number)))
+                trial.set_user_attr("run_dir", str(self.sweep.trial_dir(arm, trial.number).resolve()))
                 fd = self._try_claim(arm, trial.number)
                 if fd is None:  # pragma: no cover - a new trial's claim is free (the lock is held)
                     raise RuntimeError(f"the claim of new trial {trial.number} is held")
