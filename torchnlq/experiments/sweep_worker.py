@@ -36,6 +36,7 @@ from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, T
 from torchnlq.experiments.suite import is_finished, launcher_command, read_run_info
 from torchnlq.experiments.sweep import Arm, Sweep, objective_step, tokens_per_step
 from torchnlq.files import make_folder, open_append
+from torchnlq.train.preflight import check_job_config
 from torchnlq.train.run_lock import RunLock
 
 CLAIMS_FOLDER = ".sweep/claims"
@@ -179,8 +180,9 @@ class Worker:
         run = sweep.trial_run(arm, claim.number, claim.params)
         run_dir = sweep.trial_dir(arm, claim.number)
         label = f"{arm.name} trial {claim.number} ({describe(claim.params)})"
-        try:
+        try:  # a drawn value the config cannot run with fails here, before a process starts
             cfg = load_job_config(list(run.argv()))
+            check_job_config(cfg)
             step = objective_step(sweep.spec, cfg, self.world_size)
         except UserError as e:
             self._fail(study, claim, str(e), label)
@@ -210,7 +212,11 @@ class Worker:
             else:
                 self.say(f"{label}: {'resumed' if claim.resumed else 'started'}, output in {log}")
                 code, pruned = self._train(run, log, report)
-        if self.stopped and not pruned:
+        if is_finished(read_run_info(run_dir), run.steps):
+            # The run reached its end before a stop took effect (a stop then may even kill the ending process):
+            # its result is known, and counts as such.
+            pruned, code = False, 0
+        elif self.stopped and not pruned:
             return
         if pruned:
             study.tell(claim.number, state=optuna.trial.TrialState.PRUNED)
