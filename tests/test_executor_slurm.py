@@ -9,7 +9,6 @@ tests do not run as root; .ci/run installs it).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -48,7 +48,8 @@ def check_the_study(dump: Path) -> list:
     study = optuna.load_study(study_name="sweep/linear", storage=f"sqlite:///{dump / 'sweep.db'}")
     trials = study.get_trials()
     assert sorted(t.number for t in trials) == list(range(8))  # none lost, none twice
-    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}, [(t.number, t.state.name, t.user_attrs.get("error")) for t in trials]
+    ends = [(t.number, t.state.name, t.user_attrs.get("error")) for t in trials]
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}, ends
     folders = [t.user_attrs["run_dir"] for t in trials]
     assert len(set(folders)) == 8 and all(Path(f).name == f"trial-{t.number}" for f, t in zip(folders, trials))
     pruned = [t for t in trials if t.state.name == "PRUNED"]

@@ -88,7 +88,8 @@ def main(argv: list[str]) -> int:
         seconds = time.perf_counter() - t0
         done = task_done(task) if task.run_dir else (code == 0 and not received)
         again = "SIGUSR1" in received and code == 0 and not done
-        state = "requeued" if again else "finished" if done else "stopped" if received else "failed" if code else "ended"
+        state = ("requeued" if again else "finished" if done else "stopped" if received
+                 else "failed" if code else "ended")
         stopped = f" stopped_by={received[0]}" if received else ""
         suite_log.append(dump, task.name, f"job={job} exit={code} seconds={seconds:.1f} state={state}{stopped}")
         if again:

@@ -185,7 +185,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
             raise UserError(f"{where}: {key} must be a table ([{key}] with its keys), got {data[key]!r}")
     if "scaling" in data:
         if "sweep" in data:
-            raise UserError(f"{where}: a [scaling] suite fixes each run's settings by rule; remove [sweep] (or [scaling])")
+            raise UserError(f"{where}: a [scaling] suite fixes each run's settings by rule; remove [sweep] "
+                            "(or [scaling])")
         return replace(_scaling_suite(path, data, shared, cli, cli_keys, dump), executor=data.get("executor", {}))
     entries = data.get("runs")
     if entries is None:

@@ -6,7 +6,6 @@ Ctrl-C or SIGTERM is passed to the running trainer, which checkpoints and exits;
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
 import subprocess
@@ -20,7 +19,14 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import ExecutorConfig, Task, executor_config, pool_slots, run_pool, split_table_options
+from torchnlq.experiments.executors import (
+    ExecutorConfig,
+    Task,
+    executor_config,
+    pool_slots,
+    run_pool,
+    split_table_options,
+)
 from torchnlq.experiments.suite import (
     Suite,
     SuiteRun,
@@ -267,17 +273,18 @@ def print_plan(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig) -> N
 
         count = (executor.workers or 2) if sweep is not None else len(suite.runs)
         manifest = suite.dump_folder / "slurm" / "submit-N.json"
-        print(f"\n# the job script (--executor slurm)\n{job_script(executor, suite.name, manifest, count, suite.dump_folder)}",
-              end="")
+        script = job_script(executor, suite.name, manifest, count, suite.dump_folder)
+        print(f"\n# the job script (--executor slurm)\n{script}", end="")
 
 
 def report_status(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, compare: bool) -> int:
     """--status: print the states; write the comparison when everything has finished."""
     from torchnlq.experiments.suite_status import print_status
-    from torchnlq.experiments.tuned import tuned_suite
+    from torchnlq.experiments.tuned import best_config_path, tuned_suite
 
     done = sweep is None or sweep.done(create=False)
-    tuned = tuned_suite(sweep) if sweep is not None and done and sweep.spec.rerun_seeds else None
+    written = sweep is not None and all(best_config_path(sweep, arm).is_file() for arm in sweep.arms)
+    tuned = tuned_suite(sweep) if sweep is not None and done and written and sweep.spec.rerun_seeds else None
     finished = print_status(suite, sweep, executor, sys.stdout, tuned)
     if finished and compare and (tuned or sweep is None):
         with suite_log.suite_lock(suite.dump_folder):
@@ -296,7 +303,7 @@ def advance(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, context
     out = out or sys.stdout
     compare = context.get("compare", True)
     if sweep is not None:
-        from torchnlq.experiments.tuned import tuned_suite, write_best_configs, write_plots
+        from torchnlq.experiments.tuned import best_config_path, tuned_suite, write_best_configs, write_plots
 
         if not sweep.done():
             if after_job:
@@ -305,8 +312,6 @@ def advance(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, context
             if not sweep.done():
                 return code
         with suite_log.suite_lock(suite.dump_folder):
-            from torchnlq.experiments.tuned import best_config_path
-
             if not after_job or not all(best_config_path(sweep, a).is_file() for a in sweep.arms):
                 write_best_configs(sweep, out)
                 write_plots(sweep, out)
@@ -336,11 +341,13 @@ def run_stage(suite: Suite, executor: ExecutorConfig, context: dict[str, Any], c
         return 1 if failed else 0
     from torchnlq.experiments import slurm
 
-    todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
-    alive = slurm.alive_jobs(suite.dump_folder, [t.name for t in todo]) if todo else {}
-    todo = [t for t in todo if t.name not in alive and not (after_job and slurm.submitted_ever(suite.dump_folder, t.name))]
-    if todo:
-        slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
+    with suite_log.suite_lock(suite.dump_folder):  # two jobs ending at once submit the next stage once
+        todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
+        alive = slurm.alive_jobs(suite.dump_folder, [t.name for t in todo]) if todo else {}
+        todo = [t for t in todo
+                if t.name not in alive and not (after_job and slurm.submitted_ever(suite.dump_folder, t.name))]
+        if todo:
+            slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
     if wait:
         slurm.wait_for(suite.dump_folder, [r.name for r in suite.runs], executor, out)
     finished = all(is_finished(read_run_info(suite.run_dir(r)), r.steps) for r in suite.runs)

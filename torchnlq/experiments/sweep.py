@@ -204,7 +204,7 @@ def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
     if "trials" not in values:
         raise UserError(f"{where} needs trials: how many trials each arm's study runs (its budget)")
     try:
-        import optuna  # noqa: F401
+        import optuna  # noqa: F401 - only whether it is there
     except ImportError:
         raise UserError(f"{suite.path} has a [sweep], which needs Optuna: pip install -e '.[sweep]'") from None
     spec = SweepSpec(params, **values)
@@ -280,7 +280,8 @@ class Sweep:
                 if trial.distributions and set(trial.distributions) != wanted:
                     raise UserError(
                         f"study '{self.study_name(arm)}' in {self.storage_url} searched "
-                        f"{', '.join(sorted(trial.distributions))}, and this [sweep] searches {', '.join(sorted(wanted))}; "
+                        f"{', '.join(sorted(trial.distributions))}, and this [sweep] searches "
+                        f"{', '.join(sorted(wanted))}; "
                         "use a new study name (study = ...) or storage, or move the old one away")
 
     def trial_dir(self, arm: Arm, number: int) -> Path:
