@@ -63,12 +63,22 @@ def read_records(dump_folder: Path) -> dict[str, list[Record]]:
     return records
 
 
+LOCK_NAME = ".suite.lock"
+
+
+def remove_lock(dump_folder: Path) -> None:
+    """Remove the lock file, and the dump folder when nothing else is in it (a refused first submission)."""
+    (dump_folder / LOCK_NAME).unlink(missing_ok=True)
+    if dump_folder.is_dir() and not any(dump_folder.iterdir()):
+        dump_folder.rmdir()
+
+
 @contextmanager
 def suite_lock(dump_folder: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``<dump>/.suite.lock`` around a step only one process may take at a time (asking
     a study for a trial, submitting the next stage, writing the comparison), waiting for it if need be."""
     make_folder(dump_folder)
-    with open_append(dump_folder / ".suite.lock") as f:
+    with open_append(dump_folder / LOCK_NAME) as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -341,13 +341,19 @@ def run_stage(suite: Suite, executor: ExecutorConfig, context: dict[str, Any], c
         return 1 if failed else 0
     from torchnlq.experiments import slurm
 
-    with suite_log.suite_lock(suite.dump_folder):  # two jobs ending at once submit the next stage once
-        todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
-        alive = slurm.alive_jobs(suite.dump_folder, [t.name for t in todo]) if todo else {}
-        todo = [t for t in todo
-                if t.name not in alive and not (after_job and slurm.submitted_ever(suite.dump_folder, t.name))]
-        if todo:
-            slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
+    new_folder = not suite.dump_folder.exists()
+    try:
+        with suite_log.suite_lock(suite.dump_folder):  # two jobs ending at once submit the next stage once
+            todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
+            alive = slurm.alive_jobs(suite.dump_folder, [t.name for t in todo]) if todo else {}
+            todo = [t for t in todo
+                    if t.name not in alive and not (after_job and slurm.submitted_ever(suite.dump_folder, t.name))]
+            if todo:
+                slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
+    except UserError:
+        if new_folder:  # refused: the folder made for the lock goes again (nothing else was written)
+            suite_log.remove_lock(suite.dump_folder)
+        raise
     if wait:
         slurm.wait_for(suite.dump_folder, [r.name for r in suite.runs], executor, out)
     finished = all(is_finished(read_run_info(suite.run_dir(r)), r.steps) for r in suite.runs)
