@@ -13,6 +13,8 @@ from catalogue.runner import mistake_tests, valid_command_test
 
 #: A suite of one run of the shared config: a suite row adds one mistake to it.
 SUITE = 'config = "{config}"\n'
+#: A valid [sweep] of that run, for the rows that break one of its keys.
+SWEEP = '[sweep]\ntrials = 2\n[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 1e-2, log = true}\n'
 
 IN_PROCESS = [
     row("run_suite.py", "suite-file-not-given", [], "give the suite file first"),
@@ -79,14 +81,63 @@ IN_PROCESS = [
     # Not a dry run: the data of every run is opened before the first launch.
     row("run_suite.py", "data-folder-missing", ["{tmp}/s.toml", "--data.path={tmp}/nowhere"],
         "run 'run': data.path '{tmp}/nowhere' does not exist", setup=suite(SUITE)),
+
+    # The executors (docs/experiments.md, "On a cluster").
+    row("run_suite.py", "executor-name-typo", ["{tmp}/s.toml", "--dry-run", "--executor", "pol"],
+        "not an executor; choose local, pool, slurm (did you mean 'pool'?)", setup=suite(SUITE)),
+    row("run_suite.py", "executor-key-typo", ["{tmp}/s.toml", "--dry-run", "--executor.workrs=2"],
+        "unknown key 'workrs'; did you mean 'workers'?", setup=suite(SUITE)),
+    row("run_suite.py", "executor-workers-zero", ["{tmp}/s.toml", "--dry-run", "--executor.workers=0"],
+        "executor.workers = 0 must be a positive integer", setup=suite(SUITE)),
+    row("run_suite.py", "executor-option-without-a-value", ["{tmp}/s.toml", "--dry-run", "--executor.partition"],
+        "--executor.partition needs a value", setup=suite(SUITE)),
+    row("run_suite.py", "executor-option-without-a-key", ["{tmp}/s.toml", "--dry-run", "--executor.=slurm"],
+        "name the key, e.g. --executor.KEY=VALUE", setup=suite(SUITE)),
+    row("run_suite.py", "executor-not-a-table", ["{tmp}/ex.toml", "--dry-run"], "executor must be a table",
+        setup=suite(SUITE + 'executor = "slurm"\n', "ex.toml")),
+    row("run_suite.py", "executor-table-key-typo", ["{tmp}/part.toml", "--dry-run"], "did you mean 'partition'?",
+        setup=suite(SUITE + '[executor]\npartiton = "gpu"\n', "part.toml")),
+    row("run_suite.py", "pool-devices-this-machine-lacks", ["{tmp}/s.toml", "--executor", "pool",
+        "--executor.devices=[7]"], "executor.devices lists GPU 7, but this machine shows", setup=suite(SUITE),
+        needs_no_cuda=True),
+    row("run_suite.py", "wait-without-slurm", ["{tmp}/s.toml", "--wait"], "--wait is for --executor slurm",
+        setup=suite(SUITE)),
+    row("run_suite.py", "dry-run-and-status", ["{tmp}/s.toml", "--dry-run", "--status"], "give one of them",
+        setup=suite(SUITE)),
+    # Sweeps (docs/experiments.md, "Sweeps").
+    row("run_suite.py", "sweep-option-without-a-sweep", ["{tmp}/s.toml", "--dry-run", "--sweep.trials=3"],
+        "has no [sweep] table to change", setup=suite(SUITE)),
+    row("run_suite.py", "sweep-without-params", ["{tmp}/np.toml", "--dry-run"], "needs [sweep.params]",
+        setup=suite(SUITE + "[sweep]\ntrials = 2\n", "np.toml")),
+    row("run_suite.py", "sweep-sampler-typo", ["{tmp}/tpe.toml", "--dry-run"], "(did you mean 'tpe'?)",
+        setup=suite(SUITE + SWEEP.replace("trials = 2", 'trials = 2\nsampler = "tpee"'), "tpe.toml")),
+    row("run_suite.py", "sweep-trials-on-the-command-line-not-a-number", ["{tmp}/sw.toml", "--dry-run",
+        "--sweep.trials=many"], "trials must be a positive integer, got 'many'", setup=suite(SUITE + SWEEP, "sw.toml")),
+    row("run_suite.py", "sweep-param-range-reversed", ["{tmp}/rev.toml", "--dry-run"], "needs numbers low < high",
+        setup=suite(SUITE + SWEEP.replace("low = 1e-4, high = 1e-2", "low = 1e-2, high = 1e-4"), "rev.toml")),
+    row("run_suite.py", "sweep-param-unknown-key", ["{tmp}/key.toml", "--dry-run"], "unknown key 'optimizer.lrr'",
+        setup=suite(SUITE + SWEEP.replace('"optimizer.lr"', '"optimizer.lrr"'), "key.toml")),
+    row("run_suite.py", "sweep-pruner-option-typo", ["{tmp}/pr.toml", "--dry-run"], "did you mean 'n_startup_trials'?",
+        setup=suite(SUITE + SWEEP.replace("trials = 2", "trials = 2\npruner_options = {n_startup_trial = 1}"),
+                    "pr.toml")),
+    row("run_suite.py", "sweep-storage-that-cannot-be-opened", ["{tmp}/sw.toml",
+        "--sweep.storage=sqlite:///{tmp}/no/such/folder/x.db"], "cannot be opened",
+        setup=suite(SUITE + SWEEP, "sw.toml")),
 ]
 
 SUBPROCESS = [
     row("run_suite.py", "suite-file-is-a-folder", ["{tmp}", "--dry-run"], "suite file '{tmp}' not found"),
+    # Only this Python on PATH: no sbatch, squeue, scontrol.
+    row("run_suite.py", "slurm-commands-missing", ["{tmp}/s.toml", "--executor", "slurm"],
+        "the slurm executor needs SLURM's sbatch, squeue, scontrol on PATH", setup=suite(SUITE),
+        env={"PATH": "/nonexistent"}),
 ]
 
 CONTROLS = [
     pytest.param("run_suite.py", ["{tmp}/s.toml", "--dry-run"], suite(SUITE), id="suite-dry-run"),
+    pytest.param("run_suite.py", ["{tmp}/sw.toml", "--dry-run", "--executor", "slurm"], suite(SUITE + SWEEP, "sw.toml"),
+                 id="sweep-dry-run-on-slurm"),
+    pytest.param("run_suite.py", ["{tmp}/sw.toml", "--status"], suite(SUITE + SWEEP, "sw.toml"), id="sweep-status"),
 ]
 
 

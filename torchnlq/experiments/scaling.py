@@ -377,9 +377,10 @@ def _hours(hours: float) -> str:
     return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
 
 
-def budget_table(runs: Sequence[Any]) -> str:
+def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names: Sequence[str] | None = None) -> str:
     """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
-    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card."""
+    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card.
+    ``counts``: how many times each run is trained (a sweep's trials, its reruns), named ``names``."""
     from torchnlq.config.manager import load_job_config
     from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
     from torchnlq.train.preflight import check_job_config
@@ -387,7 +388,8 @@ def budget_table(runs: Sequence[Any]) -> str:
     header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
               "memory estimate (GiB)"]
     rows, totals, estimates = [], dict.fromkeys(BUDGET_CARDS, 0.0), {}
-    for run in runs:
+    for i, run in enumerate(runs):
+        count = counts[i] if counts else 1
         cfg = load_job_config([*run.argv(), "--training.device=cuda"])
         args = check_job_config(cfg)
         t = cfg.training
@@ -396,11 +398,12 @@ def budget_table(runs: Sequence[Any]) -> str:
         shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
         if shape not in estimates:  # seeds share a size's estimate
             estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
-        hours = {card: flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
+        hours = {card: count * flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
         for card in totals:
             totals[card] += hours[card]
         fits = ", ".join(card for card, (_, gib) in BUDGET_CARDS.items() if estimates[shape] <= (1 - HEADROOM) * gib)
-        rows.append([run.name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
+        name = f"{names[i] if names else run.name}" + (f" (x {count})" if counts else "")
+        rows.append([name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
                      f"{estimates[shape]:.1f} (fits: {fits or 'neither card: lower the micro-batch'})"])
     rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
     lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from torchnlq.errors import UserError, closest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid",
-              "scaling")
+              "scaling", "executor", "sweep")
 RUN_KEYS = ("name", "config", "overrides", "description")
 # Short labels for run names; other grid keys use their last component (the full key if that clashes).
 LABELS = {
@@ -57,6 +58,10 @@ class Suite:
     baseline: str  # name of the baseline run (its seed group is the comparison baseline)
     compare_step: int | None = None  # None: the last validation step all runs have
     scaling: bool = False  # a [scaling] grid: fitted (experiments/scaling.py) rather than tabled at one step
+    #: The [executor] table as written (read by experiments/executors.py: where the runs go).
+    executor: dict[str, Any] = field(default_factory=dict)
+    #: The [sweep] table as written, or None (experiments/sweep.py: its runs are then the arms searched).
+    sweep: dict[str, Any] | None = None
 
     def run_dir(self, run: SuiteRun) -> Path:
         return self.dump_folder / run.name
@@ -175,8 +180,14 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), the folder the suite's runs go to")
     dump = moved.dump or dump
 
+    for key in ("executor", "sweep"):
+        if key in data and not isinstance(data[key], dict):
+            raise UserError(f"{where}: {key} must be a table ([{key}] with its keys), got {data[key]!r}")
     if "scaling" in data:
-        return _scaling_suite(path, data, shared, cli, cli_keys, dump)
+        if "sweep" in data:
+            raise UserError(f"{where}: a [scaling] suite fixes each run's settings by rule; remove [sweep] "
+                            "(or [scaling])")
+        return replace(_scaling_suite(path, data, shared, cli, cli_keys, dump), executor=data.get("executor", {}))
     entries = data.get("runs")
     if entries is None:
         if "config" not in data:
@@ -230,7 +241,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 1):
         raise UserError(f"{where}: compare_step must be a positive integer step, got {step!r}")
     return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
-                 _pick_baseline(where, data.get("baseline"), runs), step)
+                 _pick_baseline(where, data.get("baseline"), runs), step, executor=data.get("executor", {}),
+                 sweep=data.get("sweep"))
 
 
 def _scaling_suite(path: Path, data: dict[str, Any], shared: list[str], cli: list[str], cli_keys: set[str],
@@ -308,3 +320,43 @@ def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
         if baseline in (run.name, run.arm):
             return run.name
     raise UserError(f"{where}: baseline '{baseline}' is not a run name (runs: {', '.join(r.name for r in runs)})")
+
+
+# ----- a run's state on disk, and its command (the executors and --status read them too)
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """``run_info.json`` of a run folder, or None when there is none (yet) or it is unreadable."""
+    try:
+        return json.loads((run_dir / "run_info.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(info: dict[str, Any] | None, steps: int) -> bool:
+    """Finished at exactly the requested steps (a run asked to train longer is not finished)."""
+    return bool(info and info.get("finished") and info.get("steps") == steps)
+
+
+def run_status(suite: Suite, run: SuiteRun) -> str:
+    """One word or phrase for the dry run and the progress lines."""
+    info = read_run_info(suite.run_dir(run))
+    if info is None:
+        return "new"
+    if is_finished(info, run.steps):
+        return "finished (skipped)"
+    if info.get("finished"):
+        return f"finished at {info.get('steps')} steps; re-running goes on to {run.steps}"
+    return (f"interrupted at step {info.get('step', 0)}/{info.get('steps', '?')}; re-running resumes from its "
+            "checkpoint, or without one starts again (the earlier files moved into previous-N/)")
+
+
+def launcher_command(run: SuiteRun, launcher: Path | None = None) -> list[str]:
+    """The command that trains ``run``; the environment (NGPU, ...) passes through unchanged.
+
+    The suite owns its run folders: a run interrupted before its first checkpoint starts again
+    (``job.rerun``: its earlier files are set aside, not mixed in), one with a checkpoint resumes.
+    """
+    script = display_path(launcher or REPO_ROOT / "run_train.sh")
+    if not script.startswith(("/", ".")):
+        script = f"./{script}"  # a bare name would be looked up on PATH
+    return [script, *run.argv(), "--job.rerun=true"]

@@ -302,6 +302,9 @@ class MetricsLogger:
             text += f"  {source} {value:.4f}"
             self.scalar(f"loss/val/{source}", value, step)
         self.logger.info(f"step {step:>6}/{self.total_steps}{text}  ({seconds:.1f}s)")
+        if self.writer is not None:  # on disk at once: a sweep's pruner reads each validation while the run goes on
+            with writing(self.tb_dir):
+                self.writer.flush()
 
     def close(self, end: RunEnd | None = None) -> None:
         """Flush and close TensorBoard and the sink; ``end`` says how the run ended. A fault of TensorBoard's

@@ -1,0 +1,119 @@
+"""Several sweep workers on one study: a pool's, and SLURM jobs'. Counted in Optuna's own storage: every trial
+once, none lost or duplicated, pruned trials stopped early in their folders, the best trial's objective its run's
+logged validation loss, and a worker killed in the middle of a trial loses nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT
+from helpers.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 - the fixture
+from helpers.train import scalars, script_env
+
+from test_executor_slurm import ON_SLURM, wait_until
+from test_sweep import PARAMS, sweep_suite
+
+pytestmark = pytest.mark.integration
+#: Validation (the pruner's input) and checkpoints every 6 steps; a floor every drawn LR is above.
+SHORT = ["--validation.interval=6", "--checkpoint.interval=6", "--lr_schedule.min_lr=1e-6"]
+
+
+def held(tmp: Path) -> dict[str, str]:
+    """Each trial is held 1.5 s after the step that follows a validation: the tiny runs would otherwise end
+    before a worker reads their first validation loss, and the pruner could stop none of them."""
+    pauses = tmp / "pauses"
+    pauses.mkdir()
+    return {"TORCHNLQ_PAUSE_AT": "step:7,step:13,step:19", "TORCHNLQ_PAUSE_DIR": str(pauses),
+            "TORCHNLQ_PAUSE_SECONDS": "1.5"}
+
+STEPS = 24
+#: Eight trials of one arm, a median pruner that may stop any trial worse than the median so far.
+SWEEP = ('trials = 8\nsampler = "random"\npruner = "median"\npruner_options = {n_startup_trials = 1}\n'
+         'poll_seconds = 0.5\n' + PARAMS.replace("1e-4", "1e-5"))
+
+
+def check_the_study(dump: Path) -> list:
+    """Every trial of the one study, each once, finished, its folder matching its state; returns them."""
+    import optuna
+
+    study = optuna.load_study(study_name="sweep/linear", storage=f"sqlite:///{dump / 'sweep.db'}")
+    trials = study.get_trials()
+    assert sorted(t.number for t in trials) == list(range(8))  # none lost, none twice
+    ends = [(t.number, t.state.name, t.user_attrs.get("error")) for t in trials]
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}, ends
+    folders = [t.user_attrs["run_dir"] for t in trials]
+    assert len(set(folders)) == 8 and all(Path(f).name == f"trial-{t.number}" for f, t in zip(folders, trials))
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert pruned and complete
+    for trial in pruned:  # stopped early: fewer steps in its folder than the run's length
+        info = json.loads((Path(trial.user_attrs["run_dir"]) / "run_info.json").read_text())
+        assert not info["finished"] and info["step"] < STEPS, info
+    for trial in complete:
+        info = json.loads((Path(trial.user_attrs["run_dir"]) / "run_info.json").read_text())
+        assert info["finished"] and info["step"] == STEPS
+    best = study.best_trial
+    run = Path(best.user_attrs["run_dir"])
+    assert best.value == scalars(run / "tb")["loss/val"][STEPS]  # its own run's logged validation loss
+    logged = re.findall(rf"step\s+{STEPS}/{STEPS}\s+val_loss (\d+\.\d+)", (run / "train.log").read_text())
+    assert logged == [f"{best.value:.4f}"]
+    return trials
+
+
+def test_two_pool_workers_share_a_study_and_a_killed_workers_trial_is_finished_once(tmp_path: Path) -> None:
+    suite = sweep_suite(tmp_path, SWEEP, {"linear": ["--model.query.type=linear"]}, steps=STEPS,
+                        overrides=SHORT)
+    env = {**script_env(tmp_path), **held(tmp_path)}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), "--executor",
+                             "pool", "--executor.workers=2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    claims = tmp_path / "runs" / ".sweep" / "claims" / "linear"
+    wait_until(lambda: (tmp_path / "pauses" / "step-7-rank0").is_file(), "a trial to reach step 7", timeout=300)
+    victim = None
+    for claim in sorted(claims.glob("trial-*.lock")):
+        with claim.open() as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+            except BlockingIOError:  # held: a worker is running this trial
+                victim = (claim.stem, json.loads(claim.read_text())["pid"])
+                break
+    assert victim is not None
+    os.kill(victim[1], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    print(f"8 trials on 2 pool workers, one killed: {time.monotonic() - t0:.1f}s")
+    assert proc.returncode == 0, out[-3000:]
+    assert "worker-" in out and "exit -9" in out
+    trials = check_the_study(tmp_path / "runs")
+    killed = next(t for t in trials if f"trial-{t.number}" == victim[0])
+    workers = "".join(p.read_text() for p in (tmp_path / "runs" / "logs").glob("worker-*.out"))
+    assert f"linear trial {killed.number} (" in workers and "taken over from a worker that stopped" in workers
+    assert killed.state.name in ("COMPLETE", "PRUNED")
+
+
+def test_two_slurm_workers_share_one_study(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+    suite = sweep_suite(tmp_path, SWEEP, {"linear": ["--model.query.type=linear"]}, steps=STEPS,
+                        overrides=SHORT)
+    env = {**script_env(tmp_path), **slurm_cluster.env, **held(tmp_path)}
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), *ON_SLURM,
+                           "--executor.workers=2", "--wait"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    print(f"8 trials on 2 SLURM workers: {time.monotonic() - t0:.1f}s")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    check_the_study(tmp_path / "runs")
+    log = (tmp_path / "runs" / "suite.log").read_text()
+    assert "worker-0 submitted job=" in log and "worker-1 submitted job=" in log
+    # The last worker to finish wrote the best config (no rerun seeds: that is the sweep's result).
+    assert (tmp_path / "runs" / "best_linear.toml").is_file()
+    assert slurm_cluster.jobs() == {}

@@ -1,0 +1,174 @@
+"""The ``slurm`` executor: a suite's tasks as one job array, submitted with sbatch, read back with squeue.
+
+sbatch itself rather than a Python submission library: each task is already a shell command (run_train.sh, a
+sweep worker), the job script stays a file a user can read and resubmit, nothing is pickled, and the queue's
+states come from squeue (no accounting database needed; ``sacct`` fails without one).
+
+Each array task runs ``python -m torchnlq.experiments.slurm_job MANIFEST`` (the manifest lists the tasks). The
+job is submitted ``--requeue --signal=B:USR1@<signal_seconds>``: before its time limit the job shell gets USR1,
+the wrapper passes SIGTERM to the run (it saves and stops between steps) and requeues the job, which resumes the
+run bit for bit from that checkpoint. A job the user cancels (``scancel``) gets SIGTERM in every process: the
+run saves and stops, and nothing requeues it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from torchnlq.errors import UserError
+from torchnlq.experiments import suite_log
+from torchnlq.experiments.executors import LOGS_FOLDER, ExecutorConfig, Task
+from torchnlq.files import make_folder, replace_file
+
+SLURM_FOLDER = "slurm"
+COMMANDS = ("sbatch", "squeue", "scontrol")
+#: States in which a job still holds (or waits for) the cluster: its run is not to be submitted again.
+ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+         "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+#: How long a scheduler command may take before the controller counts as down.
+COMMAND_TIMEOUT = 120
+
+
+def require_slurm() -> None:
+    """One line when SLURM's commands are not on PATH."""
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise UserError(f"the slurm executor needs SLURM's {', '.join(missing)} on PATH (not found): run the suite on "
+                        "a cluster's login node, or choose --executor local or pool")
+
+
+def _scheduler(args: Sequence[str], what: str) -> str:
+    """Run a SLURM command; its refusal (a bad partition, a controller that is down) is one line quoting it."""
+    try:
+        done = subprocess.run(list(args), capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: {args[0]} gave no answer in {COMMAND_TIMEOUT} s (is slurmctld up?); nothing was "
+                        "submitted") from None
+    except OSError as e:
+        raise UserError(f"{what}: could not run {args[0]} ({e.strerror})") from None
+    if done.returncode != 0:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()] or [f"exit code {done.returncode}"]
+        raise UserError(f"{what}: {args[0]} said: {said[-1]}")
+    return done.stdout
+
+
+def job_script(config: ExecutorConfig, name: str, manifest: Path, count: int, dump: Path) -> str:
+    """The batch script of an array of ``count`` tasks (kept beside the manifest: ``sbatch`` it again by hand)."""
+    import torchnlq
+
+    options = [f"--job-name={name}", f"--array=0-{count - 1}", f"--output={dump.resolve() / SLURM_FOLDER}/%A_%a.out",
+               "--open-mode=append", "--requeue", f"--signal=B:USR1@{config.signal_seconds}", "--ntasks=1",
+               f"--chdir={Path.cwd()}"]
+    for key in ("partition", "account", "qos", "time", "mem", "constraint"):
+        value = getattr(config, key)
+        if value is not None:
+            options.append(f"--{key}={value}")
+    if config.cpus_per_run:
+        options.append(f"--cpus-per-task={config.cpus_per_run}")
+    if config.gpus_per_run:
+        options.append(f"--gres=gpu:{config.gpus_per_run}")
+    options += config.sbatch_args
+    source = Path(torchnlq.__file__).resolve().parents[1]  # the jobs import this torchnlq (a checkout, or installed)
+    lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(o)}" for o in options), "", *config.setup,
+             f"export PYTHONPATH={shlex.quote(str(source))}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export NGPU={max(1, config.gpus_per_run)}",
+             f"exec {shlex.quote(sys.executable)} -m torchnlq.experiments.slurm_job {shlex.quote(str(manifest))}"]
+    return "\n".join(lines) + "\n"
+
+
+def submit(tasks: Sequence[Task], config: ExecutorConfig, dump: Path, name: str, context: dict[str, Any],
+           out: TextIO) -> str:
+    """Submit ``tasks`` as one array; returns its job id. A refusal is one line and leaves nothing submitted or
+    written (the manifest and script are removed, and the folders made for them when still empty)."""
+    require_slurm()
+    made = [p for p in (dump, dump / SLURM_FOLDER, dump / LOGS_FOLDER) if not p.exists()]
+    for folder in (dump / SLURM_FOLDER, dump / LOGS_FOLDER):
+        make_folder(folder)
+    n = 1
+    while (dump / SLURM_FOLDER / f"submit-{n}.json").exists():
+        n += 1
+    manifest, script = dump / SLURM_FOLDER / f"submit-{n}.json", dump / SLURM_FOLDER / f"submit-{n}.sbatch"
+    replace_file(manifest, json.dumps({**context, "dump_folder": str(dump), "cwd": str(Path.cwd()),
+                                       "tasks": [asdict(t) for t in tasks]}, indent=1))
+    replace_file(script, job_script(config, name, manifest.resolve(), len(tasks), dump))
+    try:
+        said = _scheduler(["sbatch", "--parsable", str(script)], f"submitting {len(tasks)} job(s) of {name}")
+    except UserError as e:
+        manifest.unlink(missing_ok=True)
+        script.unlink(missing_ok=True)
+        for folder in reversed(made):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise UserError(f"{e}; nothing was submitted") from None
+    job = said.strip().split(";")[0]
+    for i, task in enumerate(tasks):
+        suite_log.append(dump, task.name, f"submitted job={job}_{i} executor=slurm")
+    print(f"[slurm] submitted {len(tasks)} job(s) as array {job} ({script}); outputs in {dump / LOGS_FOLDER}/",
+          file=out, flush=True)
+    return job
+
+
+def queue_states() -> dict[str, tuple[str, str]]:
+    """This user's jobs in the queue: ``{"123_0": (state, reason)}`` (array tasks one by one)."""
+    require_slurm()
+    text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3:
+            states[parts[0]] = (parts[1], parts[2])
+    return states
+
+
+def alive_jobs(dump: Path, names: Sequence[str], states: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    """The runs (or workers) of ``names`` whose latest submission is still queued or running: ``{name: job}``."""
+    records = suite_log.read_records(dump)
+    latest = {n: next((r.fields["job"] for r in reversed(records.get(n, [])) if "submitted" in r.fields), None)
+              for n in names}
+    if not any(latest.values()):
+        return {}
+    states = queue_states() if states is None else states
+    return {n: job for n, job in latest.items() if job and states.get(job, ("",))[0] in ALIVE}
+
+
+def submitted_ever(dump: Path, name: str) -> bool:
+    return any("submitted" in r.fields for r in suite_log.read_records(dump).get(name, []))
+
+
+def wait_for(dump: Path, names: Sequence[str], config: ExecutorConfig, out: TextIO) -> None:
+    """Return when no job of ``names`` is queued or running (``--wait``); prints each change of state."""
+    seen: dict[str, str] = {}
+    quiet = 0
+    while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
+        states = queue_states()
+        alive = alive_jobs(dump, names, states)
+        for name, job in alive.items():
+            state = states[job][0]
+            if seen.get(name) != state:
+                print(f"[slurm] {name}: job {job} {state.lower()}", file=out, flush=True)
+                seen[name] = state
+        quiet = 0 if alive else quiet + 1
+        time.sleep(config.poll_seconds if alive else 1)
+
+
+def requeue(job: str) -> None:
+    """Put the job back in the queue (from inside it: the wrapper after a pre-timeout signal)."""
+    _scheduler(["scontrol", "requeue", job], f"requeueing job {job}")
+
+
+def this_job() -> str:
+    """The id of the job (array task ``A_i``) this process runs in."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", "?")

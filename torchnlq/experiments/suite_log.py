@@ -1,0 +1,86 @@
+"""``suite.log``: the one record of what happened to a suite's runs, whichever executor ran them.
+
+Every line is ``DATE TIME NAME key=value ...``: a launch or a submission (``started``, ``submitted job=ID``), an
+end (``exit=CODE seconds=S``, with ``job=ID`` on SLURM and ``stopped_by=SIGNAL`` or ``requeued`` where they
+apply) and the suite's own summaries (``suite NAME: ...``). Many processes append to it at once (a pool's
+runs, SLURM jobs on several nodes): each line is one ``O_APPEND`` write. ``--status`` reads it back
+(:func:`read_records`) to tell a queued or failed run from a new one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchnlq.files import make_folder, open_append
+
+LOG_NAME = "suite.log"
+#: The most of suite.log that --status reads (its end: the latest records win anyway).
+MAX_READ_BYTES = 16 * 2**20
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (\S+) (.*)$")
+_FIELD = re.compile(r"(\w+)=(\S+)|(\w+)")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One parsed line: its time, the run (or task) it is about, and its ``key=value`` fields (bare words map to
+    ``""``, e.g. ``started``)."""
+
+    time: str
+    name: str
+    fields: dict[str, str]
+
+
+def append(dump_folder: Path, name: str, text: str) -> None:
+    """Append ``DATE TIME NAME TEXT`` to the suite's log (the folder is made if missing)."""
+    make_folder(dump_folder)
+    with open_append(dump_folder / LOG_NAME) as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {name} {text}\n")
+
+
+def read_records(dump_folder: Path) -> dict[str, list[Record]]:
+    """Every parsed line of suite.log by name, oldest first (an absent log: none)."""
+    path = dump_folder / LOG_NAME
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - MAX_READ_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return {}
+    records: dict[str, list[Record]] = {}
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if not match:
+            continue
+        fields = {m.group(1) or m.group(3): m.group(2) or "" for m in _FIELD.finditer(match.group(3))}
+        records.setdefault(match.group(2), []).append(Record(match.group(1), match.group(2), fields))
+    return records
+
+
+LOCK_NAME = ".suite.lock"
+
+
+def remove_lock(dump_folder: Path) -> None:
+    """Remove the lock file, and the dump folder when nothing else is in it (a refused first submission)."""
+    (dump_folder / LOCK_NAME).unlink(missing_ok=True)
+    if dump_folder.is_dir() and not any(dump_folder.iterdir()):
+        dump_folder.rmdir()
+
+
+@contextmanager
+def suite_lock(dump_folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<dump>/.suite.lock`` around a step only one process may take at a time (asking
+    a study for a trial, submitting the next stage, writing the comparison), waiting for it if need be."""
+    make_folder(dump_folder)
+    with open_append(dump_folder / LOCK_NAME) as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,424 @@
+"""``[sweep]``: a search over config keys with Optuna, one study per arm of the suite (docs/experiments.md, "Sweeps").
+
+The suite's runs (its ``[[runs]]`` entries crossed with its ``[grid]``, or its one config) are the arms; each gets
+a study of ``trials`` trials in one storage (SQLite in the suite's folder unless ``storage`` says otherwise).
+A trial is an ordinary run folder, ``<dump>/<arm>/trial-<number>``, trained by run_train.sh on the same batches
+as every other trial; experiments/sweep_worker.py runs them, experiments/tuned.py turns the studies' best trials
+into configs and reruns. Optuna is imported only here and below (``pip install -e '.[sweep]'``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchnlq.config.manager import load_job_config
+from torchnlq.errors import UserError, closest
+from torchnlq.experiments.executors import check_keys
+from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys
+
+if TYPE_CHECKING:
+    import optuna
+
+SWEEP_KEYS = ("params", "trials", "sampler", "sampler_options", "seed", "pruner", "pruner_options",
+              "objective_tokens", "storage", "study", "rerun_seeds", "poll_seconds")
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+PRUNERS = ("none", "median", "successive_halving", "hyperband")
+RANGE_KEYS = ("low", "high", "log", "step")
+#: The default storage, in the suite's dump folder.
+DEFAULT_DB = "sweep.db"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched config key: a float or integer range (``log``, ``step``) or a list of choices."""
+
+    key: str
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def is_int(self) -> bool:
+        return self.choices is None and all(isinstance(v, int) for v in (self.low, self.high, self.step or 1))
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        """This parameter's value for ``trial``, drawn by the study's sampler."""
+        if self.choices is not None:
+            return trial.suggest_categorical(self.key, list(self.choices))
+        if self.is_int:
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
+
+    def grid_values(self) -> list[Any] | None:
+        """The values a grid search visits (None for a float range without a step)."""
+        if self.choices is not None:
+            return list(self.choices)
+        if self.is_int:
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.step is not None:
+            count = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+            return [self.low + i * self.step for i in range(count)]
+        return None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The ``[sweep]`` table, checked."""
+
+    params: tuple[Param, ...]
+    trials: int
+    sampler: str = "tpe"
+    sampler_options: tuple[tuple[str, Any], ...] = ()
+    seed: int = 0
+    pruner: str = "median"
+    pruner_options: tuple[tuple[str, Any], ...] = ()
+    objective_tokens: int | None = None
+    storage: str | None = None
+    study: str | None = None
+    rerun_seeds: tuple[int, ...] = ()
+    poll_seconds: float = 5.0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_value(where: str, key: str, value: Any) -> None:
+    try:
+        load_job_config([f"--{key}={format_value(value)}"])
+    except UserError as e:
+        raise UserError(f"{where}: '{key}' = {value!r}: {e}") from None
+
+
+def parse_param(where: str, key: str, spec: Any) -> Param:
+    """``[1, 2]`` (choices) or ``{low, high, log, step}`` (a range; integers when low, high and step are)."""
+    if key.startswith("job."):
+        raise UserError(f"{where}: '{key}' names the run, not a setting; search over training settings")
+    if isinstance(spec, list):
+        if not spec or not all(isinstance(v, (str, int, float, bool)) for v in spec):
+            raise UserError(f"{where}: '{key}' needs a non-empty list of values (strings, numbers, booleans)")
+        if len(set(map(repr, spec))) != len(spec):
+            raise UserError(f"{where}: '{key}' lists a value twice; list each choice once")
+        for value in spec:
+            _check_value(where, key, value)
+        return Param(key, choices=tuple(spec))
+    if not isinstance(spec, dict):
+        raise UserError(f"{where}: '{key}' must be a list of choices or a range {{low = ..., high = ...}}, "
+                        f"got {spec!r}")
+    check_keys(f"{where}: '{key}'", spec, RANGE_KEYS)
+    low, high, log, step = spec.get("low"), spec.get("high"), spec.get("log", False), spec.get("step")
+    if not (_number(low) and _number(high)) or low >= high:
+        raise UserError(f"{where}: '{key}' needs numbers low < high, got low = {low!r}, high = {high!r}")
+    if not isinstance(log, bool):
+        raise UserError(f"{where}: '{key}': log must be true or false, got {log!r}")
+    if log and low <= 0:
+        raise UserError(f"{where}: '{key}': a log range needs low > 0, got {low!r}")
+    if step is not None and (not _number(step) or step <= 0 or log):
+        raise UserError(f"{where}: '{key}': step must be a positive number, and not with log = true (got {step!r})")
+    param = Param(key, low, high, log, step)
+    for value in (low, high):
+        _check_value(where, key, int(value) if param.is_int else float(value))
+    return param
+
+
+def _options(where: str, value: Any) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(value, dict):
+        raise UserError(f"{where} must be a table of keyword arguments, e.g. {{n_startup_trials = 3}}")
+    return tuple(value.items())
+
+
+def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
+    """The suite's ``[sweep]`` with ``--sweep.KEY`` on top, checked against the suite's runs (its arms)."""
+    where = f"{suite.path}: [sweep]"
+    if suite.sweep is None:
+        if options:
+            raise UserError(f"--sweep.{next(iter(options))}: {suite.path} has no [sweep] table to change")
+        raise UserError(f"{suite.path} has no [sweep] table")
+    table = {**suite.sweep, **options}
+    check_keys(where, table, SWEEP_KEYS)
+    raw = table.get("params")
+    if not isinstance(raw, dict) or not raw:
+        raise UserError(f"{where} needs [sweep.params]: the config keys to search, e.g. "
+                        "\"optimizer.lr\" = {low = 1e-4, high = 1e-2, log = true}")
+    params = tuple(parse_param(f"{where}.params", key, spec) for key, spec in raw.items())
+    for run in suite.runs:
+        own = override_keys(run.overrides) & set(raw)
+        if own:
+            raise UserError(f"{where}: '{sorted(own)[0]}' is searched, and run '{run.name}' sets it too; remove it "
+                            "from the run (the search would override it) or from [sweep.params]")
+    values: dict[str, Any] = {}
+    for key, check in (("trials", "positive"), ("seed", "int"), ("objective_tokens", "positive")):
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, int) or (check == "positive" and value < 1):
+                raise UserError(f"{where}: {key} must be a {'positive ' if check == 'positive' else ''}integer, "
+                                f"got {value!r}")
+            values[key] = value
+    for key, choices in (("sampler", SAMPLERS), ("pruner", PRUNERS)):
+        if key in table:
+            if table[key] not in choices:
+                match = closest(str(table[key]), choices)
+                raise UserError(f"{where}: {key} = {table[key]!r}: choose {', '.join(choices)}"
+                                + (f" (did you mean '{match}'?)" if match else ""))
+            values[key] = table[key]
+    for key in ("sampler_options", "pruner_options"):
+        if key in table:
+            values[key] = _options(f"{where}: {key}", table[key])
+    for key in ("storage", "study"):
+        if key in table:
+            if not isinstance(table[key], str) or not table[key].strip():
+                raise UserError(f"{where}: {key} must be a non-empty string, got {table[key]!r}")
+            values[key] = table[key]
+    if "rerun_seeds" in table:
+        seeds = table["rerun_seeds"]
+        if not (isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)) \
+                or len(set(seeds)) != len(seeds):
+            raise UserError(f"{where}: rerun_seeds must be a list of distinct integer seeds, got {seeds!r}")
+        if "training.seed" in raw:
+            raise UserError(f"{where}: training.seed is searched, so reruns at rerun_seeds would change the setting "
+                            "found; search other keys, or drop rerun_seeds")
+        values["rerun_seeds"] = tuple(seeds)
+    if "poll_seconds" in table:
+        if not _number(table["poll_seconds"]) or table["poll_seconds"] <= 0:
+            raise UserError(f"{where}: poll_seconds must be a positive number, got {table['poll_seconds']!r}")
+        values["poll_seconds"] = float(table["poll_seconds"])
+    sampler = values.get("sampler", "tpe")
+    if sampler == "grid":
+        size = 1
+        for param in params:
+            grid = param.grid_values()
+            if grid is None:
+                raise UserError(f"{where}: sampler = 'grid' needs values to visit: '{param.key}' is a float range "
+                                "without a step (give a step, or a list of choices)")
+            size *= len(grid)
+        values.setdefault("trials", size)
+        if values["trials"] > size:
+            raise UserError(f"{where}: trials = {values['trials']} but the grid has {size} points; a grid visits "
+                            "each once")
+    if "trials" not in values:
+        raise UserError(f"{where} needs trials: how many trials each arm's study runs (its budget)")
+    try:
+        import optuna  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise UserError(f"{suite.path} has a [sweep], which needs Optuna: pip install -e '.[sweep]'") from None
+    spec = SweepSpec(params, **values)
+    build_sampler(spec, spec.seed)  # their options are checked now, before anything runs
+    build_pruner(spec)
+    return spec
+
+
+# ----- the studies ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A suite run searched as one study; its trials' folders are ``<dump>/<name>/trial-N``."""
+
+    name: str
+    run: SuiteRun
+
+
+class Sweep:
+    """A suite with its ``[sweep]``: the arms, their studies in one storage, and where each trial runs."""
+
+    def __init__(self, suite: Suite, spec: SweepSpec) -> None:
+        self.suite, self.spec = suite, spec
+        self.dump = suite.dump_folder
+        self.arms = [Arm(run.name, run) for run in suite.runs]
+        self._storage: Any = None
+
+    @property
+    def storage_url(self) -> str:
+        """The storage as given, or the SQLite file in the dump folder (absolute: workers may start elsewhere)."""
+        return self.spec.storage or f"sqlite:///{(self.dump / DEFAULT_DB).resolve()}"
+
+    def study_name(self, arm: Arm) -> str:
+        return f"{self.spec.study or self.suite.name}/{arm.name}"
+
+    def storage(self) -> Any:
+        """Optuna's storage object (opened once; SQLite waits up to a minute for another worker's write)."""
+        if self._storage is None:
+            self._storage = open_storage(self.storage_url, self.dump)
+        return self._storage
+
+    def stored(self) -> bool:
+        """Whether the storage may hold studies already (the default SQLite file exists; any other: yes)."""
+        return self.spec.storage is not None or (self.dump / DEFAULT_DB).is_file()
+
+    def study(self, arm: Arm, sampler_seed: int | None = None, create: bool = True) -> optuna.Study | None:
+        """The arm's study with this sweep's sampler (seeded by ``sampler_seed``) and pruner; made if missing, or
+        with ``create=False`` None (nothing is written: --status)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if not create and not self.stored():
+            return None
+        sampler, pruner = build_sampler(self.spec, sampler_seed), build_pruner(self.spec)
+        try:
+            if not create:
+                return optuna.load_study(storage=self.storage(), study_name=self.study_name(arm), sampler=sampler,
+                                         pruner=pruner)
+            return optuna.create_study(storage=self.storage(), study_name=self.study_name(arm), direction="minimize",
+                                       load_if_exists=True, sampler=sampler, pruner=pruner)
+        except KeyError:  # load_study: no such study yet
+            return None
+        except optuna.exceptions.OptunaError as e:
+            raise UserError(f"sweep storage {self.storage_url}: {e}") from None
+
+    def check_studies(self) -> None:
+        """Make every arm's study and refuse one that an earlier, different [sweep] left (another search space)."""
+        wanted = {p.key for p in self.spec.params}
+        for arm in self.arms:
+            study = self.study(arm)
+            for trial in study.get_trials(deepcopy=False):
+                if trial.distributions and set(trial.distributions) != wanted:
+                    raise UserError(
+                        f"study '{self.study_name(arm)}' in {self.storage_url} searched "
+                        f"{', '.join(sorted(trial.distributions))}, and this [sweep] searches "
+                        f"{', '.join(sorted(wanted))}; "
+                        "use a new study name (study = ...) or storage, or move the old one away")
+
+    def trial_dir(self, arm: Arm, number: int) -> Path:
+        return self.dump / arm.name / f"trial-{number}"
+
+    def trial_run(self, arm: Arm, number: int, params: dict[str, Any]) -> SuiteRun:
+        """The run of one trial: the arm's command with the trial's values, in its own folder."""
+        values = tuple(f"--{key}={format_value(value)}" for key, value in params.items())
+        fixed = (f"--job.name=trial-{number}", f"--job.dump_folder={self.dump / arm.name}")
+        # The arm's own name and folder (load_suite's last two overrides) give way to the trial's.
+        own = tuple(o for o in arm.run.overrides if not o.startswith(("--job.name=", "--job.dump_folder=")))
+        return SuiteRun(f"trial-{number}", arm.name, arm.run.config, (*own, *values, *fixed), arm.run.steps)
+
+    def counts(self, create: bool = True) -> dict[str, dict[str, int]]:
+        """Per arm: its trials by state (COMPLETE, PRUNED, FAIL, RUNNING, WAITING), as Optuna's storage holds them."""
+        counts = {}
+        for arm in self.arms:
+            study = self.study(arm, create=create)
+            states = [t.state.name for t in study.get_trials(deepcopy=False)] if study is not None else []
+            counts[arm.name] = {s: states.count(s) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
+        return counts
+
+    def done(self, create: bool = True) -> bool:
+        """Every study has used its budget and no trial is still running (each arm's best is known)."""
+        return all(sum(c.values()) >= self.spec.trials and not c["RUNNING"] and not c["WAITING"]
+                   for c in self.counts(create).values())
+
+
+def open_storage(url: str, dump: Path) -> Any:
+    """An RDB URL (``sqlite:///…``, ``postgresql://…``) or a journal file path (many machines on a shared file
+    system); a storage that cannot be opened is one line."""
+    import optuna
+    import sqlalchemy.exc
+
+    from torchnlq.files import make_folder
+
+    try:
+        if "://" not in url:
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(url))
+        if url.startswith("sqlite:///"):
+            if url == f"sqlite:///{(dump / DEFAULT_DB).resolve()}":
+                make_folder(dump)
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        return optuna.storages.RDBStorage(url)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise UserError(f"sweep storage '{url}' cannot be opened ({reason}); give an SQLAlchemy URL such as "
+                        "sqlite:///path/sweep.db, or a journal file path") from None
+
+
+def _with_options(where: str, cls: Any, options: Sequence[tuple[str, Any]], **fixed: Any) -> Any:
+    import inspect
+
+    allowed = [p for p in inspect.signature(cls).parameters if p not in fixed]
+    kwargs = dict(options)
+    check_keys(where, kwargs, allowed)
+    try:
+        return cls(**fixed, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{where}: {e}") from None
+
+
+def build_sampler(spec: SweepSpec, seed: int | None) -> Any:
+    """Optuna's sampler for ``spec.sampler``, seeded (each trial asks with its own seed: see sweep_worker)."""
+    import optuna
+
+    where = f"[sweep] sampler_options for {spec.sampler}"
+    if spec.sampler == "grid":
+        space = {p.key: p.grid_values() for p in spec.params}
+        return _with_options(where, optuna.samplers.GridSampler, spec.sampler_options, search_space=space, seed=seed)
+    cls = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+           "cmaes": optuna.samplers.CmaEsSampler}[spec.sampler]
+    if spec.sampler == "cmaes":
+        try:
+            import cmaes  # noqa: F401 - Optuna's CMA-ES sampler needs it
+        except ImportError:
+            raise UserError("sampler = 'cmaes' needs the cmaes package: pip install -e '.[sweep]'") from None
+    return _with_options(where, cls, spec.sampler_options, seed=seed)
+
+
+def build_pruner(spec: SweepSpec) -> Any:
+    """Optuna's pruner for ``spec.pruner`` ("none": Optuna's NopPruner); it sees a trial's validation losses at
+    the training tokens seen (its ``step`` counts tokens)."""
+    import optuna
+
+    cls = {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
+           "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+           "hyperband": optuna.pruners.HyperbandPruner}[spec.pruner]
+    return _with_options(f"[sweep] pruner_options for {spec.pruner}", cls, spec.pruner_options)
+
+
+def tokens_per_step(cfg: Any, world_size: int) -> int:
+    """Training tokens of one optimizer step of a resolved config on ``world_size`` processes."""
+    t = cfg.training
+    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size
+
+
+def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
+    """The step whose validation loss is a trial's objective: its last, or where it has seen objective_tokens
+    tokens (a validation step: one line naming what to change when it is not)."""
+    steps = cfg.training.steps
+    if spec.objective_tokens is None:
+        return steps
+    per_step = tokens_per_step(cfg, world_size)
+    step, rest = divmod(spec.objective_tokens, per_step)
+    if rest or not 0 < step <= steps:
+        raise UserError(f"objective_tokens = {spec.objective_tokens:,} is not a whole step of this run "
+                        f"({per_step:,} tokens per step, {steps} steps): give a multiple of {per_step:,} up to "
+                        f"{steps * per_step:,}")
+    interval = cfg.validation.interval
+    if not cfg.validation.enabled or (step != steps and step % interval):
+        raise UserError(f"objective_tokens = {spec.objective_tokens:,} is step {step}, where the run does not "
+                        f"validate (validation.interval = {interval}): make the interval divide {step}")
+    return step
+
+
+def sweep_plan(sweep: Sweep) -> str:
+    """What a sweep will do, for the dry run: the search, each arm's study and one trial's command."""
+    from torchnlq.experiments.suite import launcher_command
+
+    spec = sweep.spec
+    objective = (f"validation loss at {spec.objective_tokens:,} training tokens" if spec.objective_tokens
+                 else "validation loss at the end")
+    lines = [f"# sweep {sweep.suite.name}: {len(sweep.arms)} arm(s) x {spec.trials} trials, {spec.sampler} sampler "
+             f"(seed {spec.seed}), {spec.pruner} pruner, objective: {objective}", f"# storage: {sweep.storage_url}"]
+    for p in spec.params:
+        space = (f"one of {list(p.choices)}" if p.choices is not None else
+                 f"in [{p.low}, {p.high}]" + (" (log)" if p.log else "") + (f" step {p.step}" if p.step else ""))
+        lines.append(f"#   {p.key} {space}")
+    for arm in sweep.arms:
+        example = {p.key: "<trial>" for p in spec.params}
+        lines.append(f"# arm {arm.name}: study '{sweep.study_name(arm)}', trials in {sweep.dump / arm.name}/trial-N")
+        command = launcher_command(sweep.trial_run(arm, 0, example))
+        lines.append(" ".join(command).replace("trial-0", "trial-N"))
+    if spec.rerun_seeds:
+        lines.append(f"# then each arm's best config (best_<arm>.toml) at seeds {list(spec.rerun_seeds)}, "
+                     f"compared with {sweep.suite.baseline}'s as the baseline")
+    return "\n".join(lines)
