@@ -220,8 +220,10 @@ class Point:
 
 
 def comparison_point(runs: list[RunData], step: int | None = None, tokens: int | None = None) -> Point:
-    """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many), else the
-    last validation step every run has, else each run's own last validation (branched decays of other lengths)."""
+    """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many); else, when a
+    run is a branch (it went on from another's checkpoint), each run at its own last validation, as docs/training.md
+    says: a step the branches share may find one still decaying; else the last validation step every run has, else
+    again each run's own last validation."""
     if step is not None and tokens is not None:
         raise UserError("give --step or --tokens, not both")
     if tokens is not None:
@@ -240,17 +242,19 @@ def comparison_point(runs: list[RunData], step: int | None = None, tokens: int |
         if step not in common:
             raise UserError(f"step {step} is not a validation step of every run (common: {sorted(common)[-5:]}...)")
         return Point({r.path: step for r in runs}, f"val loss @ {step}", f"Validation loss at step {step}")
-    # A branch's first validation is its branch point, where it still is its trunk: no step to compare at.
-    starts = [start for r in runs if (start := branch_start(r)) is not None]
-    informative = {s for s in common if all(s > start for start in starts)}
-    if informative:
-        at = max(informative)
+    last = {r.path: max(r.val) for r in runs}
+    branches = [r.name for r in runs if branch_start(r) is not None]
+    if branches:
+        return Point(last, "val loss @ last validation",
+                     f"{', '.join(branches)} went on from another run's checkpoint (a branch): every run is compared "
+                     "at its own last validation, the step column, where each branch's schedule ended (a step the "
+                     "runs share may find a branch still decaying; --step or --tokens picks one)")
+    if common:
+        at = max(common)
         return Point({r.path: at for r in runs}, f"val loss @ {at}",
                      f"Validation loss at step {at}, the last validation step common to all runs")
-    why = "share no validation step after a branch point" if starts else "share no validation step"
-    return Point({r.path: max(r.val) for r in runs}, "val loss @ last validation",
-                 f"The runs {why} (branched decays of other lengths, say): each is compared at its own last "
-                 "validation, the step column")
+    return Point(last, "val loss @ last validation",
+                 "The runs share no validation step: each is compared at its own last validation, the step column")
 
 
 def branch_start(run: RunData) -> int | None:
@@ -452,7 +456,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--baseline", required=True, help="the baseline run: its folder or its name among RUN")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")
     p.add_argument("--step", type=int, default=None,
-                   help="compare at this validation step (default: the last common one, else each run's last)")
+                   help="compare at this validation step (default: with a branched run among them, each run at its "
+                        "last validation; else the last common one, else each run's last)")
     p.add_argument("--tokens", type=int, default=None,
                    help="compare at this many training tokens (each run at its step that saw them)")
     p.add_argument("--allow-different-data", action="store_true", help="compare runs with different data fingerprints")
