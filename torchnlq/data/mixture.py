@@ -40,6 +40,11 @@ class Source:
     meta: dict[str, Any]
 
 
+def source_name(name: str | None, path: str, index: int) -> str:
+    """The name a source's validation loss is logged under (``loss/val/<name>``): its own, else its folder's."""
+    return name or Path(path).expanduser().name or f"source{index}"
+
+
 def open_sources(cfg: Data, seq_len: int) -> list[Source]:
     """Open every ``[[data.sources]]`` folder as ``data.path`` would be opened, and check they share a tokenizer."""
     if cfg.synthetic:
@@ -49,7 +54,7 @@ def open_sources(cfg: Data, seq_len: int) -> list[Source]:
     for index, entry in enumerate(cfg.sources):
         if not entry.path:
             raise UserError(f"data.sources[{index}] has no path; give each source its token folder")
-        name = entry.name or Path(entry.path).expanduser().name or f"source{index}"
+        name = source_name(entry.name, entry.path, index)
         if name in names:
             raise UserError(f"data.sources[{index}] is named '{name}' like another source; give each its own name "
                             "(they name the per-source validation losses)")

@@ -21,6 +21,7 @@ from torchnlq.config.job_config import SEED_MAX
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.data.tokenizer import GPT2_TIKTOKEN_SHA256, TIKTOKEN_FILE_ENV, Tokenizer, build_tokenizer
 from torchnlq.errors import UserError
+from torchnlq.inference.device import tool_device
 from torchnlq.models.gpt import GPT, KVCache
 
 STOP_LENGTH = "max_new_tokens"
@@ -188,7 +189,7 @@ def generate_text(
     except UnicodeEncodeError as e:
         raise UserError(f"the prompt is not UTF-8 text (character {e.start + 1} is {prompt[e.start]!r}, a byte that "
                         "is not UTF-8); give the prompt as UTF-8") from None
-    loaded = as_loaded(source, device)
+    loaded = as_loaded(source, tool_device(device))
     tokenizer = model_tokenizer(loaded, tiktoken_file)
     # An empty prompt starts from end-of-text, the document boundary the model was trained on.
     prompt_ids = tokenizer.encode(prompt)
