@@ -11,16 +11,19 @@ from torchnlq.config.render import to_toml
 
 def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed: int = 1337,
              batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear", world_size: int | None = 1,
-             train: dict[int, float] | None = None) -> Path:
+             train: dict[int, float] | None = None, config: Path | None = None,
+             scalars: dict[str, dict[int, float]] | None = None) -> Path:
     """A run folder as the trainer leaves it: resolved config.toml, run_info.json, tb/ events.
 
     ``world_size=None`` leaves it out of run_info.json (a hand-made or foreign record); ``train``: the training
-    losses (default: the validation loss + 0.1 at each validation step).
+    losses (default: the validation loss + 0.1 at each validation step); ``config``: a TOML file the overrides
+    apply to; ``scalars``: more TensorBoard series (tag -> {step: value}, e.g. a mixture's loss/val/<name>).
     """
     from torch.utils.tensorboard import SummaryWriter
 
     run = root / name
-    cfg = load_job_config([f"--job.name={name}", f"--training.seed={seed}", f"--model.query.type={query}", *overrides])
+    cfg = load_job_config([*([str(config)] if config else []), f"--job.name={name}", f"--training.seed={seed}",
+                           f"--model.query.type={query}", *overrides])
     run.mkdir(parents=True)
     (run / "config.toml").write_text(to_toml(cfg))
     info = {
@@ -34,6 +37,9 @@ def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed
         writer.add_scalar("loss/val", loss, step)
     for step, loss in (train or {step: loss + 0.1 for step, loss in val.items()}).items():
         writer.add_scalar("loss/train", loss, step)
+    for tag, values in (scalars or {}).items():
+        for step, value in values.items():
+            writer.add_scalar(tag, value, step)
     writer.close()
     return run
 
