@@ -34,7 +34,8 @@ def trunk_and_branches(draw: st.DrawFn) -> tuple[dict[int, float], list[tuple[in
         at = interval * draw(st.integers(1, trunk_end // interval - 1))
         every = draw(st.sampled_from([25, 50, 100]))
         end = at + every * draw(st.integers(1, 6))
-        losses = {at: trunk[at]} | {s: trunk[at] - draw(st.floats(0.01, 0.5)) for s in range(at + every, end + 1, every)}
+        later = range(at + every, end + 1, every)
+        losses = {at: trunk[at]} | {s: trunk[at] - draw(st.floats(0.01, 0.5)) for s in later}
         branches.append((at, losses))
     return trunk, branches
 
@@ -46,8 +47,8 @@ def test_a_trunk_and_its_branches_are_each_read_at_their_last_validation(tmp_pat
     trunk_val, branches = case
     root = tmp_path_factory.mktemp("branches")
     trunk = make_run(root, "stable", dict(trunk_val), "--lr_schedule.name=wsd")
-    runs = [trunk] + [branch(root, f"decay{i}", trunk, at, dict(val), f"--optimizer.weight_decay=0.{i + 1}")  # an arm each
-                    for i, (at, val) in enumerate(branches)]
+    runs = [trunk] + [branch(root, f"decay{i}", trunk, at, dict(val), f"--optimizer.weight_decay=0.{i + 1}")
+                      for i, (at, val) in enumerate(branches)]  # an arm each (a weight decay of its own)
     expected = {"stable": trunk_val} | {f"decay{i}": val for i, (_, val) in enumerate(branches)}
     base = "stable" if baseline_is_trunk else "decay0"
     loaded = [load_run(p) for p in runs]  # compare() itself: the plots and files are test_compare.py's

@@ -65,7 +65,8 @@ def test_runs_of_different_tokenizers_compare_in_bits_per_byte(tmp_path_factory,
     run_g = make_run(root / "runs", "gpt2", {100: losses[1]}, "--data.tokenizer=gpt2", f"--data.path={data_g}",
                      batch_fp="bbbb", val_fp="wwww")
     with pytest.raises(UserError, match=r"different tokenizers \(bytes=byte, gpt2=gpt2\): their losses per token do "
-                                        "not compare; pass --allow-different-data to compare them in bits per byte"):
+                                        r"not compare; pass --allow-different-data to compare them anyway "
+                                        r"\(compare_runs.py then compares them in bits per byte\)"):
         compare_runs([run_b, run_g], "bytes", root / "refused")
     out = root / "cmp"
     compare_runs([run_b, run_g], "bytes", out, allow_different_data=True)

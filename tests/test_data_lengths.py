@@ -178,5 +178,5 @@ def test_a_resume_to_a_longer_run_reads_the_straight_runs_batches(tmp_path: Path
     assert [s for s, *_ in resumed] == [s for s, *_ in rest] == sorted(s for s, *_ in rest)
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(resumed, rest))
     assert straight_info["batch_fingerprint"] == short_info["batch_fingerprint"] == resumed_info["batch_fingerprint"]
-    losses = scalars(tmp_path / "outputs/straight/tb")["loss/train"], scalars(tmp_path / "outputs/short/tb")["loss/train"]
+    losses = [scalars(tmp_path / "outputs" / name / "tb")["loss/train"] for name in ("straight", "short")]
     assert losses[0] == losses[1]  # bit for bit: the same batches, the same updates

@@ -72,7 +72,8 @@ class TokenFile:
         view = memoryview(buffer)
         for i, offset in enumerate(offsets.tolist()):
             if not 0 <= offset <= len(self.tokens) - length:
-                raise IndexError(f"window [{offset}, {offset + length}) outside {self.path}'s {len(self.tokens)} tokens")
+                raise IndexError(f"window [{offset}, {offset + length}) outside {self.path}'s "
+                                 f"{len(self.tokens)} tokens")
             got = os.preadv(self._fd, [view[i * size:(i + 1) * size]], offset * self.dtype.itemsize)
             if got != size:
                 raise DataFileChanged(self._changed(f"a read at token {offset:,} found the file ending before "

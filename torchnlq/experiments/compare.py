@@ -201,7 +201,8 @@ def check_same_data(runs: list[RunData]) -> None:
     if len({r.tokenizer for r in runs}) > 1:  # losses per token of different vocabularies do not compare
         detail = ", ".join(f"{r.name}={r.tokenizer}" for r in runs)
         raise UserError(f"the runs use different tokenizers ({detail}): their losses per token do not compare; "
-                        "pass --allow-different-data to compare them in bits per byte")
+                        "pass --allow-different-data to compare them anyway (compare_runs.py then compares them in "
+                        "bits per byte)")
     for key, what in (("batch_fingerprint", "training batches"), ("validation_fingerprint", "validation sequences")):
         values = {r.info.get(key) for r in runs}
         if len(values) > 1:
@@ -343,11 +344,13 @@ def markdown_table(groups: list[Group], at: Point) -> str:
     tasks = [key for key in groups[0].row if key.endswith(" acc_norm")]
     by_bytes = "val_bpb_mean" in groups[0].row  # runs of different tokenizers: the improvement is of bits per byte
     lines = [
-        "| run | seeds | query | non-emb params | max LR | min LR | weight decay | " + ("tokenizer | " if by_bytes else "")
-        + "".join(f"{key} | " for key in differing) + ("step | " if steps else "") + f"{at.header} | "
+        "| run | seeds | query | non-emb params | max LR | min LR | weight decay | "
+        + ("tokenizer | " if by_bytes else "") + "".join(f"{key} | " for key in differing)
+        + ("step | " if steps else "") + f"{at.header} | "
         + ("val bits/byte | " if by_bytes else "") + "rel. improvement |" + "".join(f" {task} |" for task in tasks),
         "| --- | --- | --- | ---: | ---: | ---: | ---: | " + ("--- | " if by_bytes else "") + "--- | " * len(differing)
-        + ("---: | " if steps else "") + "---: | " + ("---: | " if by_bytes else "") + "---: |" + " ---: |" * len(tasks),
+        + ("---: | " if steps else "") + "---: | " + ("---: | " if by_bytes else "") + "---: |"
+        + " ---: |" * len(tasks),
     ]
     for g in groups:
         r = g.row

@@ -51,8 +51,8 @@ def bits_per_byte(name: str, config: dict[str, Any], val: dict[int, float], per_
     for _, folder, _ in parts:
         ratio = bytes_per_token(folder) if isinstance(folder, str) else None
         if ratio is None:
-            raise UserError(f"runs of different tokenizers compare in bits per byte, but run '{name}' has no byte count "
-                            f"of its validation text (data folder '{folder}': missing, moved, or prepared before "
+            raise UserError(f"runs of different tokenizers compare in bits per byte, but run '{name}' has no byte "
+                            f"count of its validation text (data folder '{folder}': missing, moved, or prepared before "
                             "meta.json recorded bytes, e.g. an adopted GPT-2 folder): prepare it again with "
                             "scripts/prepare_data.py, or compare runs of one tokenizer")
         ratios.append(ratio)
