@@ -2,7 +2,7 @@
 
 Reads at random offsets, *warm* (pages in the page cache) and *cold* (this file's pages evicted
 with ``posix_fadvise(DONTNEED)`` before every read); "cold, readahead" undoes TokenFile's
-``MADV_RANDOM`` to show what that hint saves (docs/performance.md, "Data loader alone").
+``POSIX_FADV_RANDOM`` to show what that hint saves (docs/performance.md, "Data loader alone").
 
     python -m benchmarks.batch_reads [--file train.bin | --tokens 1e9] [--shapes 12x1024,1x1024] [--iters 200]
 """
@@ -10,7 +10,6 @@ with ``posix_fadvise(DONTNEED)`` before every read); "cold, readahead" undoes To
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import sys
 import tempfile
@@ -71,11 +70,11 @@ def time_reads(path: Path, micro_batch: int, seq_len: int, iters: int, mode: str
         if mode == "warm":
             read_batch(tokens, row, seq_len)
         else:
-            del tokens  # mapped pages cannot be evicted
+            del tokens  # a fresh file each time: its pages evicted, nothing of it mapped
             _evict(path)
             tokens = TokenFile(path)
             if mode == "cold, readahead":
-                tokens.advise(getattr(mmap, "MADV_NORMAL", None))  # undo TokenFile's MADV_RANDOM
+                tokens.readahead(True)  # undo TokenFile's POSIX_FADV_RANDOM
         start = time.perf_counter()
         read_batch(tokens, row, seq_len)
         times.append(time.perf_counter() - start)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 import statistics
@@ -18,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.runs import branch, make_run
+
 from torchnlq.cli import run_cli
-from torchnlq.config.manager import load_job_config
-from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.compare import compare_runs, main
 from torchnlq.experiments.compare_plots import relative_improvement
@@ -34,35 +33,6 @@ else:  # pragma: no cover - Python 3.10
 def f32(x: float) -> float:
     """TensorBoard stores scalars as float32: expected values go through the same rounding."""
     return float(np.float32(x))
-
-
-def make_run(root: Path, name: str, val: dict[int, float], *overrides: str, seed: int = 1337,
-             batch_fp: str = "aaaa", val_fp: str = "vvvv", query: str = "linear", world_size: int | None = 1,
-             train: dict[int, float] | None = None) -> Path:
-    """A run folder as the trainer leaves it: resolved config.toml, run_info.json, tb/ events.
-
-    ``world_size=None`` leaves it out of run_info.json (a hand-made or foreign record); ``train``: the training
-    losses (default: the validation loss + 0.1 at each validation step).
-    """
-    from torch.utils.tensorboard import SummaryWriter
-
-    run = root / name
-    cfg = load_job_config([f"--job.name={name}", f"--training.seed={seed}", f"--model.query.type={query}", *overrides])
-    run.mkdir(parents=True)
-    (run / "config.toml").write_text(to_toml(cfg))
-    info = {
-        "name": name, "step": max(val), "steps": max(val), "finished": True, "last_val_loss": val[max(val)],
-        "query_type": query, "non_embedding_params": 1000 if query == "linear" else 1064,
-        "batch_fingerprint": batch_fp, "validation_fingerprint": val_fp, "world_size": world_size,
-    }
-    (run / "run_info.json").write_text(json.dumps({k: v for k, v in info.items() if v is not None}))
-    writer = SummaryWriter(str(run / "tb"))
-    for step, loss in val.items():
-        writer.add_scalar("loss/val", loss, step)
-    for step, loss in (train or {step: loss + 0.1 for step, loss in val.items()}).items():
-        writer.add_scalar("loss/train", loss, step)
-    writer.close()
-    return run
 
 
 @pytest.fixture
@@ -410,19 +380,6 @@ def test_learning_rates_plot_draws_each_group_of_each_arm() -> None:
     assert "learning_rates.png" not in plot_comparison([groups[0]], groups[0])[0]  # the paper's groups only
 
 
-def branch(root: Path, name: str, trunk: Path, at: int, val: dict[int, float]) -> Path:
-    """A branched decay of ``trunk`` from its step ``at``: it validates at the branch point, then on its own."""
-    end = max(val)
-    run = make_run(root, name, {at: val.pop(at), **val}, "--lr_schedule.name=wsd", f"--training.steps={end}",
-                   f"--lr_schedule.decay_steps={end}", f"--lr_schedule.decay_length={end - at}",
-                   f"--checkpoint.initial_load_path={trunk / 'checkpoints' / f'step-{at}'}",
-                   "--checkpoint.initial_load_model_only=false")
-    info = json.loads((run / "run_info.json").read_text())
-    info["initialized_from"] = str(trunk / "checkpoints" / f"step-{at}")
-    (run / "run_info.json").write_text(json.dumps(info))
-    return run
-
-
 def test_branched_decays_compare_at_their_last_validation_with_the_trunk_drawn_beneath(tmp_path: Path) -> None:
     from torchnlq.experiments.compare import load_run
     from torchnlq.experiments.compare_plots import trunks
@@ -433,7 +390,7 @@ def test_branched_decays_compare_at_their_last_validation_with_the_trunk_drawn_b
     # They share the branch point only, where every branch is still its trunk: each is read at its own end.
     compare_runs([stable, short, long], stable, tmp_path / "cmp")
     md = (tmp_path / "cmp" / "comparison.md").read_text()
-    assert "share no validation step after a branch point" in md and "| step | val loss @ last validation |" in md
+    assert "every run is compared at its own last validation" in md and "| step | val loss @ last validation |" in md
     rows = {r["name"]: r for r in csv.DictReader(io.StringIO((tmp_path / "cmp" / "runs.csv").read_text()))}
     assert {n: (int(r["step"]), pytest.approx(float(r["val_loss"]))) for n, r in rows.items()} == {
         "stable": (4000, 2.85), "decay30": (2300, 2.7), "decay50": (2500, 2.6)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import re
@@ -35,12 +36,39 @@ _FIXES = {
 
 
 def os_error_line(error: OSError) -> str | None:
-    """One line for an environment fault (None for an OSError that is not one, e.g. a bug)."""
+    """One line for an environment fault, naming where it happened (None for an OSError that is not one, e.g. a
+    bug). A write's OSError often carries no file name (``f.write`` on a full disk): the file is then found in the
+    frames the error passed through (:func:`_path_in_traceback`), else the folder of a full or read-only disk."""
     fix = _FIXES.get(error.errno)
     if fix is None:
         return None
-    where = f"'{error.filename}'" if error.filename is not None else "a file"
+    path = error.filename if error.filename is not None else _path_in_traceback(error)
+    where = f"'{os.fsdecode(path)}'" if path is not None else "a file its writer did not name"
     return f"{where}: {fix} ({error.strerror})"
+
+
+def _path_in_traceback(error: OSError) -> str | None:
+    """The file an OSError without a file name was about: a file object's name or a path among the local values of
+    the frames it passed through, innermost first, preferring one on a file system that is full or read-only now
+    (for those faults); else the working directory, when its file system is."""
+    found: list[str] = []
+    frame_tb = error.__traceback__
+    frames = []
+    while frame_tb is not None:
+        frames.append(frame_tb.tb_frame)
+        frame_tb = frame_tb.tb_next
+    for frame in reversed(frames):
+        for value in list(frame.f_locals.values()):
+            name = getattr(value, "name", None) if isinstance(value, io.IOBase) else value
+            if isinstance(name, os.PathLike):
+                name = os.fspath(name)
+            if isinstance(name, str) and 0 < len(name) < 4096 and os.path.lexists(name) and name not in found:
+                found.append(name)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        full = [p for p in found if _full_or_read_only(Path(p)) is not None]
+        if full or not found:
+            return full[0] if full else (os.getcwd() if _full_or_read_only(Path.cwd()) is not None else None)
+    return found[0] if found else None
 
 
 #: A file system with less than this free is full: some writers lose the errno of a failed write (torch's zip
@@ -132,6 +160,25 @@ def make_folder(path: str | Path) -> Path:
             raise UserError(f"'{folder}' is a file where a folder is expected; move it away or choose another path")
         folder.mkdir(exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def no_folder_left_on_failure(path: str | Path) -> Iterator[None]:
+    """Around a block that may create ``path`` (and its missing parents) before it can still refuse: when the block
+    fails, the folders it created are removed again if they hold no file, so a refusal leaves nothing behind.
+
+    Only folders that did not exist before and hold nothing but (empty) folders are removed: never a file.
+    """
+    path = Path(path).expanduser()
+    first_missing = next((p for p in reversed((path, *path.parents)) if not (p.exists() or p.is_symlink())), None)
+    try:
+        yield
+    except BaseException:
+        if first_missing is not None and first_missing.is_dir() and not first_missing.is_symlink():
+            for folder, _, _ in os.walk(first_missing, topdown=False):
+                with contextlib.suppress(OSError):  # a folder that holds anything stays (rmdir refuses it)
+                    os.rmdir(folder)
+        raise
 
 
 def replace_file(path: str | Path, data: bytes | str) -> None:

@@ -14,8 +14,23 @@ from catalogue.rows import (
 )
 from catalogue.runner import mistake_tests, valid_command_test
 
+
+def beyond_fp16(tmp, inputs) -> None:  # noqa: ANN001 - a Setup
+    """A checkpoint with one weight beyond float16's range: refused by the writer, after OUT's parents exist."""
+    import torch
+    from helpers.checkpoints import BYTE_TOKENIZER, tiny_model, write_checkpoint
+
+    model = tiny_model()
+    with torch.no_grad():
+        model.tok_emb.weight[0, 0] = 1e6
+    write_checkpoint(tmp / "huge", model, tokenizer=BYTE_TOKENIZER)
+
+
 IN_PROCESS = [
     row("convert_checkpoint.py", "output-folder-not-given", ["{ckpt}"], "OUT"),
+    # Issue 40.7: a refusal of the writer leaves no empty parents of OUT behind.
+    row("convert_checkpoint.py", "fp16-of-a-weight-beyond-its-range-into-new-folders",
+        ["{tmp}/huge", "{tmp}/new/deeper/out", "--dtype", "fp16"], "beyond float16's range", setup=beyond_fp16),
     row("convert_checkpoint.py", "plugin-module-missing", ["{ckpt}", "{tmp}/out", "--plugins", "no_such_plugin_module"],
         "--plugins: cannot import 'no_such_plugin_module'"),
     row("convert_checkpoint.py", "unknown-dtype", ["{ckpt}", "{tmp}/out", "--dtype", "int8"], "int8"),

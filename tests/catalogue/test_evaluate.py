@@ -70,6 +70,18 @@ IN_PROCESS = [
         setup=token_folder("short", val=np.full(10, 65, dtype=np.uint16))),
     row("evaluate.py", "device-this-torch-lacks", ["{ckpt}", "--data", "{data}", "--device", "meta"], "meta",
         ),
+    # Issue 40.7: a device index the machine lacks, data of another vocabulary, rows outside the format.
+    row("evaluate.py", "device-index-the-cpu-lacks", ["{ckpt}", "--data", "{data}", "--device", "cpu:1"],
+        "device 'cpu:1' does not exist: the CPU is one device"),
+    row("evaluate.py", "data-ids-beyond-the-models-vocabulary", ["{tmp}/small", "--data", "{data}"],
+        "but the model '{tmp}/small' has 64 token ids (0 to 63)", setup=checkpoint("small", meta={"tokenizer": {}},
+                                                                                   vocab_size=64)),
+    row("evaluate.py", "multiple-choice-label-a-superscript-digit", ["{ckpt}", "--multiple-choice", "{tmp}/q9.jsonl"],
+        "line 1: 'label' must be an integer, got", setup=write({"q9.jsonl": '{"ctx": "a", "endings": ["b", "c"], '
+                                                                         '"label": "\u00b2"}\n'})),
+    row("evaluate.py", "multiple-choice-empty-ending", ["{ckpt}", "--multiple-choice", "{tmp}/q10.jsonl"],
+        "line 1: ending 1 is empty; every ending must hold text",
+        setup=write({"q10.jsonl": '{"ctx": "a", "endings": ["b", ""], "label": 0}\n'})),
 ]
 
 SUBPROCESS = [

@@ -5,6 +5,7 @@ The rule every row must meet, and how to add one: tests/catalogue/__init__.py.
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -13,6 +14,13 @@ from catalogue.rows import (
     set_key, tokenizer_json, write,
 )
 from catalogue.runner import mistake_tests, valid_command_test
+
+
+def byte_vocab() -> dict[str, int]:
+    """A GPT-2-style vocab.json's single bytes (its printable characters -> the byte's id)."""
+    from torchnlq.interop.tokenizer_files import byte_to_char
+
+    return {char: byte for byte, char in byte_to_char().items()}
 
 IN_PROCESS = [
     row("generate.py", "tiktoken-file-of-other-ranks-for-a-model-without-a-tokenizer",
@@ -41,6 +49,13 @@ IN_PROCESS = [
         needs_no_cuda=True),
     row("generate.py", "unknown-device", ["{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
     row("generate.py", "device-this-torch-lacks", ["{ckpt}", "--device", "mps"], "mps"),
+    row("generate.py", "device-index-the-cpu-lacks", ["{ckpt}", "--device", "cpu:2"],
+        "device 'cpu:2' does not exist: the CPU is one device"),
+    row("generate.py", "export-whose-vocab-json-gives-an-id-past-2**32", ["{tmp}/huge-id"],
+        "vocab.json' gives a token the id 18,446,744,073,709,551,616; torchnlq reads token ids 0 to 16,777,215",
+        setup=copy_of("{export}", "huge-id", lambda f: (
+            edit_json("config.json", set_key("tokenizer", {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}))(f),
+            overwrite("vocab.json", json.dumps(byte_vocab() | {"\u0120\u0120": 2**64}))(f)))),
     row("generate.py", "prompt-longer-than-the-context", ["{ckpt}", "--prompt", "x" * 300],
         "the prompt has 300 tokens but the model's context is max_seq_len=256"),
     row("generate.py", "gpt2-model-without-its-tiktoken-file", ["{tmp}/gpt2", "--tiktoken-file", "{tmp}/gpt2.tiktoken"],

@@ -235,6 +235,13 @@ IN_PROCESS = [
     row(T, "adamw-beta-of-one", [*TRAIN, "--optimizer.beta2=1.0"], "optimizer.beta2 must be < 1.0"),
     row(T, "vocabulary-beyond-ram", [*TRAIN, "--model.vocab_size=1000000000"],
         "GiB per process for weights, gradients and AdamW state alone, more than this machine's RAM"),
+    # Issue 40.7: sizes each option accepts but that cannot be allocated together, refused before the data is drawn.
+    row(T, "batch-schedule-beyond-ram", [*TRAIN, "--training.steps=100000000000000"],
+        "the batch schedule (training.steps=100,000,000,000,000 x 2 sequences per step"),
+    row(T, "validation-set-beyond-ram", [*TRAIN, "--validation.sequences=100000000000000"],
+        "the validation set (100,000,000,000,000 sequences of 32 tokens) takes"),
+    row(T, "micro-batch-beyond-ram", [*TRAIN, "--training.micro_batch_size=10000000000"],
+        "a training micro-batch (10,000,000,000 sequences of 33 tokens) takes"),
     row(T, "config-nested-too-deeply", ["{tmp}/deep.toml"], "is nested too deeply for a config",
         setup=write({"deep.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n"})),
     row(T, "job-name-with-a-slash", [*TRAIN, "--job.name=runs/a"], "job.name='runs/a' is not a plain folder name"),

@@ -218,6 +218,12 @@ def compare_fingerprints(saved: dict[str, Any], current: dict[str, Any], where: 
             differences.append(key)
     if not differences:
         return
+    if "data.batches" in differences and "data.batches" not in saved and "data.batches" in current:
+        raise UserError(f"{where} holds a mixture ([[data.sources]]) drawn by an earlier torchnlq, whose batches "
+                        "depended on training.steps; batches are now drawn from their position alone, so that run "
+                        "cannot go on with the batches it had: start a new run (--job.name), from its weights "
+                        "(--checkpoint.initial_load_path with --checkpoint.initial_load_model_only=true), or resume it "
+                        "with the torchnlq that wrote it")
     listed = "; ".join(f"{key} {saved.get(key)!r} there, {current.get(key)!r} here" for key in differences)
     if loading:
         raise UserError(f"{where} holds another model than this run describes ({listed}); to load its weights, set "

@@ -40,7 +40,8 @@ META_FIELDS: dict[str, Field] = {
         "optimizer": Field(dict, null=True, values=Field(str)),
         "data": Field(dict, null=True, fields={
             "train_tokens": integer(0, _MAX, required=True), "seed": integer(0, SEED_MAX, required=True),
-            "global_batch": integer(1, _MAX, required=True), "content": _TEXT, "content_sha256": _TEXT}),
+            "global_batch": integer(1, _MAX, required=True), "content": _TEXT, "content_sha256": _TEXT,
+            "batches": _TEXT}),
     }),
     "validation": Field(dict, fields={
         "seed": integer(0, SEED_MAX, null=True), "sequences": integer(1, _MAX, null=True),
@@ -104,7 +105,12 @@ class RunRecord:
     optimizer_groups: dict[str, str] | None = None
 
     def resume_fingerprint(self) -> dict[str, Any]:
-        """What must match for a resume: the model's shape, the data order and the optimizer's groups."""
+        """What must match for a resume: the model's shape, the data order and the optimizer's groups.
+
+        One folder's order is decided by the seed, its length, seq_len and the global batch; a mixture's also by its
+        sources' weights and lengths and by how the draw is made: its batch fingerprint goes in (``batches``), so
+        a checkpoint of another draw (torchnlq's before issue 40) is refused, never continued with other batches.
+        """
         assert self.data is not None and self.seq_len is not None, "a training run records its data"
         optimizer = {"optimizer": dict(self.optimizer_groups)} if self.optimizer_groups else {}
         return optimizer | {
@@ -117,7 +123,8 @@ class RunRecord:
                 "global_batch": self.data.global_batch,
             }
             | ({"content": self.data.content_fingerprint} if self.data.content_fingerprint else {})
-            | ({"content_sha256": self.data.content_sha256} if self.data.content_sha256 else {}),
+            | ({"content_sha256": self.data.content_sha256} if self.data.content_sha256 else {})
+            | ({"batches": self.data.batch_fingerprint} if self.data.sources else {}),
         }
 
     def to_meta(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from torchnlq.config.job_config import Data, Training, Validation
 from torchnlq.data.batches import (Batch, BatchSchedule, PaperValidationRows, ValidationSet, build_batch_schedule,
                                    build_validation_set, open_token_files)
+from torchnlq.data.budget import check_data_fits_ram
 from torchnlq.data.mixture import MixtureSchedule, MixtureValidation, open_sources, read_mixed_batch
 from torchnlq.data.token_file import TokenFile, read_batch
 
@@ -95,7 +96,8 @@ class RunData:
 
 def build_data(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
     """Open ``data.path`` (or ``data.sources``) and draw the schedule and validation set of a run on ``world_size``
-    processes."""
+    processes; what they will take is bounded by the RAM first (nothing drawn, read or written before)."""
+    check_data_fits_ram(data, training, validation, world_size)
     if data.sources:
         return _build_mixture(data, training, validation, rank, world_size)
     train, val, meta = open_token_files(data, training.seq_len)

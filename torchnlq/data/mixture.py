@@ -2,10 +2,11 @@
 
 Every training sequence of every step is drawn from one source by weight, then at a uniform offset inside that
 source's train split, from one generator seeded by ``data.seed``: the table is drawn in full up front as
-:class:`~torchnlq.data.batches.BatchSchedule` draws its own, so a batch is a pure function of (step, micro-step,
-rank), every world size reads the same global batch, and a resume needs only the step. Validation evaluates a
-fixed set of ``validation.sequences`` windows of each source's val split; the mixture's loss is their mean
-weighted as the training draws them.
+:class:`~torchnlq.data.batches.BatchSchedule` draws its own, and each sequence's two draws (its source, its offset)
+are the generator's numbers at that sequence's position, so a batch is a pure function of (step, micro-step, rank)
+whatever ``training.steps`` is: a longer run only adds rows, every world size reads the same global batch, and a
+resume needs only the step. Validation evaluates a fixed set of ``validation.sequences`` windows of each source's
+val split; the mixture's loss is their mean weighted as the training draws them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Source:
     meta: dict[str, Any]
 
 
+def source_name(name: str | None, path: str, index: int) -> str:
+    """The name a source's validation loss is logged under (``loss/val/<name>``): its own, else its folder's."""
+    return name or Path(path).expanduser().name or f"source{index}"
+
+
 def open_sources(cfg: Data, seq_len: int) -> list[Source]:
     """Open every ``[[data.sources]]`` folder as ``data.path`` would be opened, and check they share a tokenizer."""
     if cfg.synthetic:
@@ -48,7 +54,7 @@ def open_sources(cfg: Data, seq_len: int) -> list[Source]:
     for index, entry in enumerate(cfg.sources):
         if not entry.path:
             raise UserError(f"data.sources[{index}] has no path; give each source its token folder")
-        name = entry.name or Path(entry.path).expanduser().name or f"source{index}"
+        name = source_name(entry.name, entry.path, index)
         if name in names:
             raise UserError(f"data.sources[{index}] is named '{name}' like another source; give each its own name "
                             "(they name the per-source validation losses)")
@@ -79,7 +85,19 @@ def _tokenizer_file(meta: dict[str, Any]) -> str | None:
 
 class MixtureSchedule(BatchSchedule):
     """:class:`BatchSchedule` over several sources: ``sources[s]`` names the source of each of step s's sequences,
-    ``offsets[s]`` their start in that source's train split."""
+    ``offsets[s]`` their start in that source's train split.
+
+    The generator's numbers are taken in order, two per sequence (a uniform for the source, chosen where it falls
+    among the weights' cumulative shares, and a uniform for the offset): sequence j of step s uses the numbers at
+    positions ``2 (s * global_batch + j)`` and the one after, so row s is the same for any ``steps`` (torch fills a
+    table in order, as the single folder's ``randint`` does). Drawn :data:`DRAW_SEQUENCES` at a time: the
+    generator's stream does not depend on how it is cut, and the temporary stays small.
+    """
+
+    #: Names the draw in the fingerprint: the draw of torchnlq before issue 40 took every source first, so its
+    #: offsets depended on ``training.steps``; a checkpoint of that draw cannot be continued with this one.
+    DRAW = "mixture-v2 (source, offset) per position"
+    DRAW_SEQUENCES = 2**20
 
     def __init__(self, lengths: list[int], weights: list[float], seq_len: int, steps: int, global_batch: int,
                  seed: int) -> None:
@@ -89,13 +107,20 @@ class MixtureSchedule(BatchSchedule):
                             f"sequence of seq_len+1={seq_len + 1}")
         self.num_tokens, self.seq_len, self.steps = sum(lengths), seq_len, steps
         self.global_batch, self.seed, self.lengths, self.weights = global_batch, seed, lengths, weights
-        g = torch.Generator().manual_seed(seed)
         share = torch.tensor(weights, dtype=torch.float64)
-        self.sources = torch.multinomial(share / share.sum(), steps * global_batch, replacement=True,
-                                         generator=g).view(steps, global_batch)
+        cumulative = torch.cumsum(share / share.sum(), 0)
         # A uniform start in [0, length - seq_len) of the chosen source: the window of seq_len + 1 always fits.
-        bound = torch.tensor([n - seq_len for n in lengths], dtype=torch.float64)[self.sources]
-        self.offsets = (torch.rand(steps, global_batch, dtype=torch.float64, generator=g) * bound).long()
+        bounds = torch.tensor([n - seq_len for n in lengths], dtype=torch.float64)
+        self.sources = torch.empty(steps, global_batch, dtype=torch.int32)
+        self.offsets = torch.empty(steps, global_batch, dtype=torch.int64)
+        g = torch.Generator().manual_seed(seed)
+        rows = max(1, self.DRAW_SEQUENCES // global_batch)
+        for first in range(0, steps, rows):
+            last = min(steps, first + rows)
+            u = torch.rand(last - first, global_batch, 2, dtype=torch.float64, generator=g)
+            which = torch.searchsorted(cumulative, u[..., 0].contiguous(), right=True).clamp_(max=len(lengths) - 1)
+            self.sources[first:last] = which
+            self.offsets[first:last] = (u[..., 1] * bounds[which]).long()
         self._fingerprint = None
 
     def sources_for(self, step: int, micro_step: int, rank: int, world_size: int, micro_batch_size: int,
@@ -103,13 +128,15 @@ class MixtureSchedule(BatchSchedule):
         """The source index of each sequence of :meth:`offsets_for`'s micro-batch."""
         self.check_layout(world_size, micro_batch_size, grad_accum_steps)
         start = (rank * grad_accum_steps + micro_step) * micro_batch_size
-        return self.sources[step, start : start + micro_batch_size].clone()
+        return self.sources[step, start : start + micro_batch_size].long()
 
     def fingerprint(self) -> str:
-        """What decides every row (seed, each source's bound and weight, the global batch) and the first row."""
+        """What decides every row (the draw, its seed, each source's bound and weight, the global batch) and the
+        first row: equal fingerprints mean the same sequences at every step both runs have, whatever their lengths."""
         if self._fingerprint is None:
-            drawn_by = f"{self.seed},{[n - self.seq_len for n in self.lengths]},{self.weights},{self.global_batch};"
-            first = torch.cat([self.sources[0], self.offsets[0]]).numpy().tobytes()
+            bounds = [n - self.seq_len for n in self.lengths]
+            drawn_by = f"{self.DRAW};{self.seed},{bounds},{self.weights},{self.global_batch};"
+            first = torch.cat([self.sources[0].long(), self.offsets[0]]).numpy().tobytes()
             self._fingerprint = hashlib.sha256(drawn_by.encode() + first).hexdigest()[:16]
         return self._fingerprint
 

@@ -350,13 +350,14 @@ def _has_text(text: Any) -> bool:
 def _tokenize(texts: list[str], tokenizer: Tokenizer) -> dict[str, list]:
     # A plain function with the tokenizer in fn_kwargs: datasets pickles both
     # into the worker processes and hashes them for its cache fingerprint.
-    ids, lens = [], []
+    ids, lens, sizes = [], [], []
     for text in texts:
         doc = tokenizer.encode(text)
         doc.append(tokenizer.eot_id)
         ids.append(doc)
         lens.append(len(doc))
-    return {"ids": ids, "len": lens}
+        sizes.append(len(text.encode("utf-8")))  # the text's bytes: bits per byte compare tokenizers (meta.json)
+    return {"ids": ids, "len": lens, "bytes": sizes}
 
 
 def _split_train_val(dd: Any, val_fraction: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -480,14 +481,15 @@ def _tokenize_into(
     source["text_field"] = text_field
 
     dtype = fmt.dtype_for_vocab(tok.vocab_size)  # uint16 while every id fits (half the bytes), else uint32
-    columns = {"ids": datasets.List(datasets.Value(dtype)), "len": datasets.Value("int64")}
+    columns = {"ids": datasets.List(datasets.Value(dtype)), "len": datasets.Value("int64"),
+               "bytes": datasets.Value("int64")}
     # Documents of local files keep the index of their file, for the per-file counts below.
     per_file = None
     if FILE_COLUMN in dd["train"].column_names:
         columns[FILE_COLUMN] = datasets.Value("int32")
         per_file = [{"file": name, "documents": {}, "tokens": {}} for name in source["files"]]
     features = datasets.Features(columns)
-    tokens, documents, largest, temps = {}, {}, {}, {}
+    tokens, documents, text_bytes, largest, temps = {}, {}, {}, {}, {}
     try:
         for split, ds in splits.items():
             with writing(cache):
@@ -503,6 +505,7 @@ def _tokenize_into(
                 )
             tokens[split] = int(sum(lens.sum() for lens in _column_batches(tokenized, "len")))
             documents[split] = len(tokenized)
+            text_bytes[split] = int(sum(sizes.sum() for sizes in _column_batches(tokenized, "bytes")))
             temps[split] = fmt.temp_name(fmt.split_file(out, split))
             with tqdm(total=tokens[split], unit="tok", unit_scale=True, desc=f"writing {split}.bin") as bar, \
                     writing(out):
@@ -516,7 +519,8 @@ def _tokenize_into(
                     entry["documents"][split], entry["tokens"][split] = int(d), int(t)
         if per_file is not None:
             source["per_file"] = per_file
-        meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest, dtype=dtype)
+        meta = fmt.make_meta(tok.describe(), tokens, documents, source, max_token_id=largest, dtype=dtype,
+                             text_bytes=text_bytes)
         with writing(out):
             fmt.commit(out, temps, meta)
     except BaseException:  # also Ctrl-C: never leave temporary files behind

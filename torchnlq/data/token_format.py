@@ -165,10 +165,22 @@ _COUNTS = Field(dict, values=integer(0, 2**63 - 1))  # split -> a count
 META_FIELDS: dict[str, Field] = {
     "tokenizer": Field(str), "vocab_size": integer(1, 2**32, required=True), "eot_id": integer(0, 2**32 - 1),
     "dtype": Field(str), "format_version": integer(0, 2**31), "tokens": _COUNTS, "documents": _COUNTS,
-    "max_token_id": Field(dict, values=integer(-1, 2**32 - 1)), "tokenizer_info": Field(dict),
+    "bytes": _COUNTS, "max_token_id": Field(dict, values=integer(-1, 2**32 - 1)), "tokenizer_info": Field(dict),
     "files": Field(dict, values=Field(dict, fields={
         "sha256": Field(str), "bytes": integer(0, 2**63 - 1), "mtime_ns": integer(-(2**63), 2**63 - 1)})),
 }
+
+
+def text_bytes(meta: dict[str, Any], split: str) -> int | None:
+    """The UTF-8 bytes of a split's text: meta.json's ``bytes`` (prepare_data.py records them), or for the byte
+    tokenizer its tokens less its eot ids (one byte a token); None when unknown (an adopted GPT-2 folder)."""
+    recorded = (meta.get("bytes") or {}).get(split)
+    if isinstance(recorded, int):
+        return recorded
+    tokens, documents = (meta.get("tokens") or {}).get(split), (meta.get("documents") or {}).get(split)
+    if meta.get("tokenizer") == "byte" and isinstance(tokens, int) and isinstance(documents, int):
+        return tokens - documents  # every document of a byte folder ends in the eot id (adopted: each eot counted)
+    return None
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:
@@ -196,10 +208,12 @@ def is_complete(folder: str | Path) -> bool:
 
 def make_meta(
     tokenizer: dict[str, Any], tokens: dict[str, int], documents: dict[str, int], source: dict[str, Any],
-    max_token_id: dict[str, int] | None = None, dtype: str = DTYPE_NAME,
+    max_token_id: dict[str, int] | None = None, dtype: str = DTYPE_NAME, text_bytes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The meta.json content: tokenizer fields, counts, the largest id per split, the token dtype, and source."""
+    """The meta.json content: tokenizer fields, counts, the largest id per split, the token dtype, and source;
+    ``text_bytes``: the UTF-8 bytes of each split's documents (without the eot ids), where the text was seen."""
     extra = {"max_token_id": max_token_id} if max_token_id is not None else {}
+    extra |= {"bytes": text_bytes} if text_bytes is not None else {}
     return extra | {
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer["name"],

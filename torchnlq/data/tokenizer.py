@@ -95,6 +95,10 @@ class ByteTokenizer(Tokenizer):
 MAX_BPE_TOKENS = 2**20
 MAX_TOKEN_BYTES = 512
 MAX_MERGE_WORK = 50_000_000
+#: Token ids (BPE ranks, a vocab.json's values, a tokenizer.json's ids) are refused from this one up: the model's
+#: embedding has a row per id (Gemma's 262,144 is the largest common vocabulary), tiktoken takes only 32-bit ranks,
+#: and a crafted file could otherwise give one token id 4e9 (or 2^70) and ask for a model of that size.
+MAX_TOKEN_ID = 2**24
 
 
 def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path, fix: str = _OFFLINE_HINT) -> dict[bytes, int]:
@@ -103,6 +107,11 @@ def check_bpe_bounds(ranks: Mapping[bytes, int], where: str | Path, fix: str = _
     in ``fix``."""
     if len(set(ranks.values())) != len(ranks):
         raise UserError(f"'{where}' is corrupt (two tokens share an id); {fix}")
+    largest = max(ranks.values(), default=0)
+    if largest >= MAX_TOKEN_ID or min(ranks.values(), default=0) < 0:
+        wrong = largest if largest >= MAX_TOKEN_ID else min(ranks.values())
+        raise UserError(f"'{where}' gives a token the id {wrong:,}; torchnlq reads token ids 0 to {MAX_TOKEN_ID - 1:,} "
+                        f"(a model has an embedding row per id); {fix}")
     longest = max(map(len, ranks), default=0)
     if len(ranks) > MAX_BPE_TOKENS or longest > MAX_TOKEN_BYTES or sum(len(t) ** 2 for t in ranks) > MAX_MERGE_WORK:
         raise UserError(
@@ -237,9 +246,6 @@ TOKENIZER_JSON = "tokenizer.json"
 #: A tokenizer.json is refused above this size before it is parsed (Llama 3's is 9 MB, Gemma 3's about 33 MB):
 #: parsing costs time and memory in proportion, and the file comes from anyone.
 MAX_TOKENIZER_JSON_BYTES = 64 * 2**20
-#: Ids above this are refused: the model's embedding has a row per id (Gemma's 262,144 is the largest common
-#: vocabulary), and a crafted file could otherwise give one token id 4e9 and ask for a model of that size.
-MAX_HF_VOCAB = 2**24
 #: End-of-text when data.eot_token is unset: the first of these the vocabulary holds (GPT-2/NeoX/Qwen,
 #: Llama 3, Llama 2/Mistral/T5, Gemma).
 DEFAULT_EOT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
@@ -324,9 +330,9 @@ class HFTokenizer(Tokenizer):
         if not vocab:
             raise UserError(f"'{where}' has an empty vocabulary; {_TOKENIZER_JSON_FIX}")
         largest = max(vocab.values())
-        if largest >= MAX_HF_VOCAB:
+        if largest >= MAX_TOKEN_ID:
             raise UserError(f"'{where}' gives a token id {largest:,}; torchnlq sizes models for ids below "
-                            f"{MAX_HF_VOCAB:,}; {_TOKENIZER_JSON_FIX}")
+                            f"{MAX_TOKEN_ID:,}; {_TOKENIZER_JSON_FIX}")
         self._tok = tok
         self.vocab_size = max(tok.get_vocab_size(with_added_tokens=True), largest + 1)
         self.eot_token, self.eot_id = _choose_eot(vocab, eot_token, self.where)

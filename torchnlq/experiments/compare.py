@@ -21,6 +21,7 @@ from typing import Any
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.errors import UserError
 from torchnlq.files import OwnedFolder, replace_file
+from torchnlq.experiments.compare_bytes import bits_per_byte, tokenizer_label
 from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
 if sys.version_info >= (3, 11):
@@ -51,6 +52,15 @@ class RunData:
     lrs: dict[str, dict[int, float]] = field(default_factory=dict)
     # task -> {step: acc_norm} of the multiple-choice tasks scored in the loop ([downstream]), if any
     downstream: dict[str, dict[int, float]] = field(default_factory=dict)
+    # a mixture's sources: name -> {step: validation loss} (loss/val/<name>)
+    val_sources: dict[str, dict[int, float]] = field(default_factory=dict)
+    # step -> validation bits per byte, filled by compare() for runs of different tokenizers
+    bits_per_byte: dict[int, float] | None = None
+
+    @property
+    def tokenizer(self) -> str:
+        """The tokenizer the run used (its name; an hf tokenizer.json's sha256 too)."""
+        return tokenizer_label(self.config, self.info)
 
     @property
     def seed(self) -> Any:
@@ -117,8 +127,9 @@ def load_run(path: Path) -> RunData:
     lrs = {tag: values for tag, values in scalars.items() if tag == "lr" or tag.startswith("lr/")}
     downstream = {tag.split("/")[1]: values for tag, values in scalars.items()
                   if tag.startswith("downstream/") and tag.endswith("/acc_norm")}
+    val_sources = {tag[len("loss/val/"):]: values for tag, values in scalars.items() if tag.startswith("loss/val/")}
     return RunData(path, str(info.get("name", path.name)), config, info, val, scalars.get("loss/train", {}), weights,
-                   lrs, downstream)
+                   lrs, downstream, val_sources)
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
@@ -187,17 +198,11 @@ def group_runs(runs: list[RunData]) -> list[Group]:
 
 def check_same_data(runs: list[RunData]) -> None:
     """Refuse runs that did not see identical training batches and validation sequences."""
-    def tokenizer(run: RunData) -> str:
-        """The tokenizer's name, and for a file-backed one (an hf tokenizer.json) which file."""
-        name = str(run.config.get("data", {}).get("tokenizer"))
-        sha = run.info.get("tokenizer_sha256")
-        return f"{name} {sha[:12]}" if name == "hf" and isinstance(sha, str) else name
-
-    tokenizers = {tokenizer(r) for r in runs}
-    if len(tokenizers) > 1:  # losses per token of different vocabularies do not compare
-        detail = ", ".join(f"{r.name}={tokenizer(r)}" for r in runs)
+    if len({r.tokenizer for r in runs}) > 1:  # losses per token of different vocabularies do not compare
+        detail = ", ".join(f"{r.name}={r.tokenizer}" for r in runs)
         raise UserError(f"the runs use different tokenizers ({detail}): their losses per token do not compare; "
-                        "pass --allow-different-data to compare them anyway")
+                        "pass --allow-different-data to compare them anyway (compare_runs.py then compares them in "
+                        "bits per byte)")
     for key, what in (("batch_fingerprint", "training batches"), ("validation_fingerprint", "validation sequences")):
         values = {r.info.get(key) for r in runs}
         if len(values) > 1:
@@ -220,8 +225,10 @@ class Point:
 
 
 def comparison_point(runs: list[RunData], step: int | None = None, tokens: int | None = None) -> Point:
-    """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many), else the
-    last validation step every run has, else each run's own last validation (branched decays of other lengths)."""
+    """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many); else, when a
+    run is a branch (it went on from another's checkpoint), each run at its own last validation, as docs/training.md
+    says: a step the branches share may find one still decaying; else the last validation step every run has, else
+    again each run's own last validation."""
     if step is not None and tokens is not None:
         raise UserError("give --step or --tokens, not both")
     if tokens is not None:
@@ -240,17 +247,19 @@ def comparison_point(runs: list[RunData], step: int | None = None, tokens: int |
         if step not in common:
             raise UserError(f"step {step} is not a validation step of every run (common: {sorted(common)[-5:]}...)")
         return Point({r.path: step for r in runs}, f"val loss @ {step}", f"Validation loss at step {step}")
-    # A branch's first validation is its branch point, where it still is its trunk: no step to compare at.
-    starts = [start for r in runs if (start := branch_start(r)) is not None]
-    informative = {s for s in common if all(s > start for start in starts)}
-    if informative:
-        at = max(informative)
+    last = {r.path: max(r.val) for r in runs}
+    branches = [r.name for r in runs if branch_start(r) is not None]
+    if branches:
+        return Point(last, "val loss @ last validation",
+                     f"{', '.join(branches)} went on from another run's checkpoint (a branch): every run is compared "
+                     "at its own last validation, the step column, where each branch's schedule ended (a step the "
+                     "runs share may find a branch still decaying; --step or --tokens picks one)")
+    if common:
+        at = max(common)
         return Point({r.path: at for r in runs}, f"val loss @ {at}",
                      f"Validation loss at step {at}, the last validation step common to all runs")
-    why = "share no validation step after a branch point" if starts else "share no validation step"
-    return Point({r.path: max(r.val) for r in runs}, "val loss @ last validation",
-                 f"The runs {why} (branched decays of other lengths, say): each is compared at its own last "
-                 "validation, the step column")
+    return Point(last, "val loss @ last validation",
+                 "The runs share no validation step: each is compared at its own last validation, the step column")
 
 
 def branch_start(run: RunData) -> int | None:
@@ -280,14 +289,29 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
                             f"step (each read at its last: {', '.join(map(str, steps))}); finish them to a common step "
                             "or compare at --step/--tokens")
     base = next(g for g in groups if any(r.path == baseline.path for r in g.runs))
-    base_mean, base_std = _mean_std([r.val[at.of(r)] for r in base.runs])
+    by_bytes = len({r.tokenizer for r in runs}) > 1  # per-token losses do not compare: bits per byte do
+    if by_bytes:
+        for r in runs:
+            r.bits_per_byte = bits_per_byte(r.name, r.config, r.val, r.val_sources)
+            if at.of(r) not in r.bits_per_byte:
+                raise UserError(f"run '{r.name}' logged no loss of every source at step {at.of(r)}; compare at "
+                                "another --step")
+        at.how += (f" (runs of different tokenizers, {', '.join(f'{r.name}: {r.tokenizer}' for r in runs)}: the "
+                   "relative improvement is of the validation bits per byte, loss / ln 2 x tokens / bytes of each "
+                   "run's validation split, as its meta.json records them; losses per token do not compare)")
+
+    def compared(r: RunData) -> float:  # what the improvement is of
+        return r.bits_per_byte[at.of(r)] if r.bits_per_byte is not None else r.val[at.of(r)]
+
+    base_mean, base_std = _mean_std([compared(r) for r in base.runs])
     for g in groups:
         first = g.runs[0]
-        mean, std = _mean_std([r.val[at.of(r)] for r in g.runs])
+        mean, std = _mean_std([compared(r) for r in g.runs])
         improvement = 100.0 * (base_mean - mean) / base_mean
         se = None
         if g is not base and std is not None and base_std is not None:
             se = 100.0 * math.sqrt(std**2 / len(g.runs) + base_std**2 / len(base.runs)) / base_mean
+        loss_mean, loss_std = _mean_std([r.val[at.of(r)] for r in g.runs])
         g.row = {
             "name": g.name, "baseline": g is base, "runs": len(g.runs),
             "seeds": " ".join(str(r.seed) for r in g.runs), "query_type": first.info.get("query_type"),
@@ -295,9 +319,9 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
             "max_lr": first.config["optimizer"]["lr"], "min_lr": first.config["lr_schedule"]["min_lr"],
             "weight_decay": first.config["optimizer"]["weight_decay"],
             "step": "/".join(str(s) for s in dict.fromkeys(at.of(r) for r in g.runs)),
-            "val_loss_mean": mean, "val_loss_std": std, "rel_improvement_pct": improvement,
+            "val_loss_mean": loss_mean, "val_loss_std": loss_std, "rel_improvement_pct": improvement,
             "rel_improvement_se_pct": se,
-        }
+        } | ({"tokenizer": first.tokenizer, "val_bpb_mean": mean, "val_bpb_std": std} if by_bytes else {})
     differing = differing_keys(groups)
     for g in groups:  # a key a run's config lacks (an older trainer's) is None
         g.row |= {key: _flatten(result_config(g.runs[0].config)).get(key) for key in differing}
@@ -318,23 +342,29 @@ def markdown_table(groups: list[Group], at: Point) -> str:
     differing = differing_keys(groups)
     steps = len(set(at.steps.values())) > 1
     tasks = [key for key in groups[0].row if key.endswith(" acc_norm")]
+    by_bytes = "val_bpb_mean" in groups[0].row  # runs of different tokenizers: the improvement is of bits per byte
     lines = [
         "| run | seeds | query | non-emb params | max LR | min LR | weight decay | "
-        + "".join(f"{key} | " for key in differing) + ("step | " if steps else "") + f"{at.header} | rel. improvement |"
-        + "".join(f" {task} |" for task in tasks),
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | " + "--- | " * len(differing) + ("---: | " if steps else "")
-        + "---: | ---: |" + " ---: |" * len(tasks),
+        + ("tokenizer | " if by_bytes else "") + "".join(f"{key} | " for key in differing)
+        + ("step | " if steps else "") + f"{at.header} | "
+        + ("val bits/byte | " if by_bytes else "") + "rel. improvement |" + "".join(f" {task} |" for task in tasks),
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | " + ("--- | " if by_bytes else "") + "--- | " * len(differing)
+        + ("---: | " if steps else "") + "---: | " + ("---: | " if by_bytes else "") + "---: |"
+        + " ---: |" * len(tasks),
     ]
     for g in groups:
         r = g.row
         loss = f"{r['val_loss_mean']:.4f}" + (f" ± {r['val_loss_std']:.4f}" if r["val_loss_std"] is not None else "")
         gain = "0 (baseline)" if r["baseline"] else f"{r['rel_improvement_pct']:+.2f}%" + (
             f" ± {r['rel_improvement_se_pct']:.2f}" if r["rel_improvement_se_pct"] is not None else "")
+        bpb = (f"{r['val_bpb_mean']:.4f}" + (f" ± {r['val_bpb_std']:.4f}" if r["val_bpb_std"] is not None else "")
+               + " | ") if by_bytes else ""
         lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
                      f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | "
+                     + (f"{_cell(r['tokenizer'])} | " if by_bytes else "")
                      + "".join(f"{_cell(r[key])} | " for key in differing) + (f"{r['step']} | " if steps else "")
-                     + f"{loss} | {gain} |" + "".join(" – |" if r[task] is None else f" {r[task]:.4f} |"
-                                                      for task in tasks))
+                     + f"{loss} | {bpb}{gain} |" + "".join(" – |" if r[task] is None else f" {r[task]:.4f} |"
+                                                           for task in tasks))
     return "\n".join(lines)
 
 
@@ -382,7 +412,8 @@ def write_outputs(groups: list[Group], base: Group, at: Point, out: Path, x: str
         "comparison.csv": _csv([g.row for g in groups]),
         "runs.csv": _csv([
             {"name": r.name, "group": g.name, "seed": r.seed, "path": str(r.path), "step": at.of(r),
-             "val_loss": r.val[at.of(r)],
+             "val_loss": r.val[at.of(r)], "tokenizer": r.tokenizer,
+             "val_bits_per_byte": r.bits_per_byte[at.of(r)] if r.bits_per_byte is not None else None,
              "finished": r.info.get("finished"), "batch_fingerprint": r.info.get("batch_fingerprint"),
              "initialized_from": r.info.get("initialized_from")}
             for g in groups for r in g.runs]),
@@ -452,7 +483,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--baseline", required=True, help="the baseline run: its folder or its name among RUN")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv, runs.csv and plots")
     p.add_argument("--step", type=int, default=None,
-                   help="compare at this validation step (default: the last common one, else each run's last)")
+                   help="compare at this validation step (default: with a branched run among them, each run at its "
+                        "last validation; else the last common one, else each run's last)")
     p.add_argument("--tokens", type=int, default=None,
                    help="compare at this many training tokens (each run at its step that saw them)")
     p.add_argument("--allow-different-data", action="store_true", help="compare runs with different data fingerprints")

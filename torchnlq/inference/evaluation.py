@@ -20,6 +20,7 @@ from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS, PaperValidationRows, ValidationSet, open_token_files
 from torchnlq.errors import UserError
+from torchnlq.inference.device import tool_device
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.train.validate import evaluate
 
@@ -110,6 +111,18 @@ def check_same_ranks(tokenizer: dict[str, Any], data_meta: dict[str, Any], data_
             )
 
 
+def check_ids_fit_model(batches: list[tuple[torch.Tensor, torch.Tensor]], vocab_size: int, data_dir: str | Path,
+                        model: str | Path) -> None:
+    """UserError when a token id of the batches (inputs or targets) has no row in the model's embedding of
+    ``vocab_size`` rows: data of another vocabulary (a model that records no tokenizer, a hand-made export), which
+    the embedding would meet as an IndexError. Checked once, on the very ids the model is about to see."""
+    largest = max((int(torch.maximum(x.max(), y.max())) for x, y in batches if x.numel()), default=-1)
+    if largest >= vocab_size:
+        raise UserError(f"data '{data_dir}' holds token id {largest:,} but the model '{model}' has {vocab_size:,} "
+                        "token ids (0 to {:,}): the data was tokenized for another vocabulary; evaluate on data "
+                        "prepared with the model's tokenizer".format(vocab_size - 1))
+
+
 def evaluation_autocast(record: RunRecord, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
     """The autocast the run validated under: bf16 on CUDA when it computed in bf16, else none (fp32, as on a CPU)."""
     if device.type == "cuda" and record.mixed_precision == "bf16":
@@ -127,7 +140,7 @@ def evaluate_source(
     device: str = "cpu",
 ) -> EvalResult:
     """Loss and perplexity of a checkpoint/export on ``data_dir``'s validation windows, as its run drew them."""
-    loaded = as_loaded(source, device)
+    loaded = as_loaded(source, tool_device(device))
     settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
     folder = Path(data_dir).expanduser()
     tokenizer = loaded.tokenizer.get("name")
@@ -150,6 +163,7 @@ def evaluate_source(
         batches = rows.batches_at(loaded.record.step)
     else:
         batches = list(ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed))
+    check_ids_fit_model(batches, loaded.args.vocab_size, data_dir, loaded.path)
     model_device = loaded.model.tok_emb.weight.device
     mean, std = evaluate(loaded.model, batches, model_device, evaluation_autocast(loaded.record, model_device))
     return EvalResult(

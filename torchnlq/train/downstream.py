@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from torchnlq.errors import UserError
 from torchnlq.models.decoder import Decoder
 
 DEFAULT_BATCH_SIZE = 16  # sequences per forward; the logits take batch x seq x vocab x 4 bytes
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,18 @@ def parse_row(obj: object, path: Path, line: int) -> ChoiceRow:
     endings = obj.get("endings")
     if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) for e in endings):
         raise _row_error(path, line, "'endings' must be a list of at least two strings")
+    blank = next((i for i, e in enumerate(endings) if not e.strip()), None)
+    if blank is not None:  # it would be scored as the lone space token before it
+        raise _row_error(path, line, f"ending {blank} is {'empty' if not endings[blank] else 'only whitespace'}; "
+                                     "every ending must hold text")
     if "label" not in obj:
         raise _row_error(path, line, "no 'label' (the index of the right ending)")
     label = obj["label"]
-    # bool is an int in Python; a label of true is a mistake, not ending 1.
-    if isinstance(label, str) and label.strip().isdigit():
-        label = int(label.strip())
+    # An integer, or a string of ASCII digits ("2", as some HellaSwag copies write it): not str.isdigit(), which
+    # also takes "²" and other digits int() reads otherwise or not at all. bool is an int in Python; a label of
+    # true is a mistake, not ending 1.
+    if isinstance(label, str) and _ASCII_DIGITS.fullmatch(label.strip(" \t")):
+        label = int(label.strip(" \t"))
     if isinstance(label, bool) or not isinstance(label, int):
         raise _row_error(path, line, f"'label' must be an integer, got {json.dumps(obj['label'])[:40]}")
     if not 0 <= label < len(endings):

@@ -26,6 +26,7 @@ from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.data.loader import MicroBatchSource, RunData, build_data
+from torchnlq.data.token_file import DataFileChanged
 from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
@@ -540,6 +541,17 @@ class Trainer:
         )
         self.logger.info(f"exported {out} ({self.cfg.checkpoint.export_dtype})")
 
+    def _stop_for_changed_data(self, fault: DataFileChanged) -> UserError:
+        """A token file changed under the run: save the last complete step (one process: the ranks of a larger run
+        need not meet the fault at one step, so none waits in a save for the others), then one line saying so."""
+        saved = self.checkpointer.folder / f"step-{self.step}"
+        if self.cfg.checkpoint.enabled and self.world_size == 1 and self.step > 0 and not saved.exists():
+            self.optimizer.zero_grad(set_to_none=True)  # a step's half-accumulated gradients are not its state
+            self.save_checkpoint()
+            self.checkpointer.wait()
+        return UserError(f"{fault}; training stopped at step {self.step}; {self._resume_note()} once the file is "
+                         "back as it was (data of other content is refused on resume: a new run trains on it)")
+
     def _stop_message(self, signal_name: str | None, step: int) -> str:
         """What a user can do after a preemption: resume only when there is a checkpoint to resume from."""
         stopped = f"stopped by {signal_name or 'a signal on another rank'} at step {step}"
@@ -611,6 +623,8 @@ class Trainer:
                     break
                 self.profiler.step_done(last)
             end = "success" if self.step >= steps else "stopped"
+        except DataFileChanged as e:  # a token file truncated or rewritten under the run (docs/reliability.md)
+            raise self._stop_for_changed_data(e) from None
         except torch.OutOfMemoryError:
             try:
                 self.profiler.out_of_memory(self.step)
