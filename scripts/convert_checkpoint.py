@@ -67,22 +67,20 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     import_plugins_option(args.plugins)
     from torchnlq.interop.export import check_export_folder
-    from torchnlq.files import no_folder_left_on_failure
     from torchnlq.interop.load import load_model
 
     check_export_folder(args.out, args.checkpoint, args.overwrite)  # before the (slow) load
 
     loaded = load_model(args.checkpoint)
     loaded.tiktoken_file = args.tiktoken_file
-    with no_folder_left_on_failure(args.out):  # a refusal of the writer leaves no empty parents of OUT
-        if args.format in FORMATS:
-            module, writer = FORMATS[args.format]
-            export = getattr(importlib.import_module(module), writer)  # imported on use: --help stays fast
-            out = export(loaded, args.out, args.dtype, overwrite=args.overwrite)
-        else:
-            from torchnlq.interop.export import export_hf_standard
+    if args.format in FORMATS:  # the writers' refusals leave no folder behind (export.atomic_folder)
+        module, writer = FORMATS[args.format]
+        export = getattr(importlib.import_module(module), writer)  # imported on use: --help stays fast
+        out = export(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    else:
+        from torchnlq.interop.export import export_hf_standard
 
-            out = export_hf_standard(loaded, args.out, args.format, args.dtype, overwrite=args.overwrite)
+        out = export_hf_standard(loaded, args.out, args.format, args.dtype, overwrite=args.overwrite)
     step = loaded.meta.get("step", "?")
     print(f"wrote {out} ({args.format}, {args.dtype}, {loaded.model.num_params():,} parameters, step {step})")
     return 0

@@ -54,12 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     import_plugins_option(args.plugins)
-    from torchnlq.inference.device import tool_device
     from torchnlq.interop.load import load_model
     from torchnlq.inference.sampling import check_sampling, generate_text, stop_note
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)  # before the (slow) load
-    loaded = load_model(args.source, tool_device(args.device))
+    loaded = load_model(args.source, args.device)
     text, result = generate_text(
         loaded, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
         tiktoken_file=args.tiktoken_file,

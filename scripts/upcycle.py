@@ -57,7 +57,6 @@ def main(argv: list[str]) -> int:
     from torchnlq.interop.upcycle import check_carries_tokenizer, upcycle
     from torchnlq.config.job_config import Query
     from torchnlq.errors import UserError
-    from torchnlq.files import no_folder_left_on_failure
 
     if not args.bottleneck_ratio > 0 or args.bottleneck_ratio != args.bottleneck_ratio:
         raise UserError(f"--bottleneck-ratio must be positive, got {args.bottleneck_ratio}")
@@ -71,8 +70,7 @@ def main(argv: list[str]) -> int:
     loaded = upcycle(args.source, query, args.seed)
     check_carries_tokenizer(loaded)
     loaded.tiktoken_file = args.tiktoken_file
-    with no_folder_left_on_failure(args.out):  # a refusal of the writer leaves no empty parents of OUT
-        out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)
+    out = export_safetensors(loaded, args.out, args.dtype, overwrite=args.overwrite)  # a refusal leaves no folder
     print(f"wrote {out} (query {loaded.args.query.type}, {loaded.model.num_params():,} parameters, {args.dtype})")
     return 0
 

@@ -225,14 +225,14 @@ def test_multiple_choice_rows_are_read_as_the_format_defines_them(label, endings
 @given(name=st.sampled_from(["cpu", "cpu:0", "cpu:1", "cpu:7", "cuda", "cuda:0", "cuda:1", "cuda:3", "auto"]),
        gpus=st.integers(0, 3))
 def test_a_device_the_machine_lacks_is_said_to_be_the_device(monkeypatch, name, gpus) -> None:
-    from torchnlq.inference.device import tool_device
+    from torchnlq.interop.load import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     kind, _, index = name.partition(":")
     exists = (kind in ("cpu", "auto") and index in ("", "0")) or (kind == "cuda" and gpus > int(index or 0))
     try:
-        device = tool_device(name)
+        device = resolve_device(name)
     except UserError as e:
         assert not exists and f"device '{name}'" in one_line(e) and "model" not in str(e)
         return

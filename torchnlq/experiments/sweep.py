@@ -19,6 +19,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError, closest
 from torchnlq.experiments.executors import check_keys
 from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys
+from torchnlq.train.preflight import check_registry_names
 
 if TYPE_CHECKING:
     import optuna
@@ -91,7 +92,7 @@ def _number(value: Any) -> bool:
 
 def _check_value(where: str, key: str, value: Any) -> None:
     try:
-        load_job_config([f"--{key}={format_value(value)}"])
+        check_registry_names(load_job_config([f"--{key}={format_value(value)}"]))
     except UserError as e:
         raise UserError(f"{where}: '{key}' = {value!r}: {e}") from None
 

@@ -20,7 +20,6 @@ from torchnlq.config.job_config import SEED_MAX, Data, Validation
 from torchnlq.data import token_format as fmt
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS, PaperValidationRows, ValidationSet, open_token_files
 from torchnlq.errors import UserError
-from torchnlq.inference.device import tool_device
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.train.validate import evaluate
 
@@ -140,7 +139,7 @@ def evaluate_source(
     device: str = "cpu",
 ) -> EvalResult:
     """Loss and perplexity of a checkpoint/export on ``data_dir``'s validation windows, as its run drew them."""
-    loaded = as_loaded(source, tool_device(device))
+    loaded = as_loaded(source, device)
     settings = resolve_settings(loaded, sequences, micro_batch_size, seed, seq_len)
     folder = Path(data_dir).expanduser()
     tokenizer = loaded.tokenizer.get("name")

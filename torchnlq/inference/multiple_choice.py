@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchnlq.errors import UserError
-from torchnlq.inference.device import tool_device
 from torchnlq.inference.sampling import model_tokenizer
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.train.downstream import (  # noqa: F401 - the names evaluate.py and the lm-eval adapter use
@@ -36,6 +35,6 @@ def evaluate_multiple_choice(
     if batch_size < 1:
         raise UserError(f"--batch-size={batch_size} must be at least 1")
     rows = read_rows(path, limit)
-    loaded = as_loaded(source, tool_device(device))
+    loaded = as_loaded(source, device)
     tokenizer = model_tokenizer(loaded, tiktoken_file)
     return score_rows(loaded.model, tokenizer, rows, batch_size)

@@ -23,7 +23,6 @@ from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.models.decoder import Decoder
 from torchnlq.models.layers import KVCache
-from torchnlq.inference.device import tool_device
 
 STOP_LENGTH = "max_new_tokens"
 STOP_EOT = "end_of_text"
@@ -190,7 +189,7 @@ def generate_text(
     except UnicodeEncodeError as e:
         raise UserError(f"the prompt is not UTF-8 text (character {e.start + 1} is {prompt[e.start]!r}, a byte that "
                         "is not UTF-8); give the prompt as UTF-8") from None
-    loaded = as_loaded(source, tool_device(device))
+    loaded = as_loaded(source, device)
     tokenizer = model_tokenizer(loaded, tiktoken_file)
     # An empty prompt starts from end-of-text, the document boundary the model was trained on.
     prompt_ids = tokenizer.encode(prompt)

@@ -25,7 +25,7 @@ from torchnlq.checkpoint.metadata import (
     WEIGHTS_FILE,
 )
 from torchnlq.errors import UserError
-from torchnlq.files import writing
+from torchnlq.files import no_folder_left_on_failure, writing
 from torchnlq.interop.load import LoadedModel, as_loaded
 from torchnlq.interop.tokenizer_files import carried_bos_id, write_hf_tokenizer_files
 from torchnlq.models.args import ModelArgs
@@ -143,28 +143,29 @@ def atomic_folder(out_dir: str | Path, overwrite: bool = False, source: str | Pa
     sees a half-written export, and a failure leaves nothing behind. A full disk or read-only folder, whichever
     writer meets it (safetensors, tokenizers, json), is one OSError naming ``out_dir``."""
     final = check_export_folder(out_dir, source, overwrite)
-    with writing(out_dir):
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        with writing(out_dir):  # inside the clean-up: the disk is seen as the failed write left it
-            yield tmp
-        normal_permissions(tmp)
-        if final.exists() or final.is_symlink():
-            check_export_folder(out_dir, source, overwrite)  # still a previous export
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            old.rmdir()
-            final.rename(old)
-            try:
+    with no_folder_left_on_failure(out_dir):  # a refusal inside the block leaves no empty parents of out_dir
+        with writing(out_dir):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        try:
+            with writing(out_dir):  # inside the clean-up: the disk is seen as the failed write left it
+                yield tmp
+            normal_permissions(tmp)
+            if final.exists() or final.is_symlink():
+                check_export_folder(out_dir, source, overwrite)  # still a previous export
+                old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+                old.rmdir()
+                final.rename(old)
+                try:
+                    tmp.rename(final)
+                except BaseException:
+                    old.rename(final)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+            else:
                 tmp.rename(final)
-            except BaseException:
-                old.rename(final)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:

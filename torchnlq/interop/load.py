@@ -52,18 +52,30 @@ class LoadedModel:
             self.record = RunRecord(model_args=self.args, tokenizer=self.tokenizer)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda[:i]`` or ``auto`` (CUDA when present); an unusable choice is a UserError."""
-    if name == "auto":
+def resolve_device(name: str | torch.device) -> torch.device:
+    """``cpu``, ``cuda[:i]`` or ``auto`` (CUDA when present), checked to exist on this machine; else one UserError
+    about the device (a missing index would otherwise reach the weights' reader, whose refusal reads as a damaged
+    model file)."""
+    if isinstance(name, torch.device):
+        device = name
+    elif name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device '{name}'; use cpu, cuda, cuda:N or auto") from None
+    else:
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise UserError(f"unknown device '{name}'; use cpu, cuda, cuda:N or auto") from None
     if device.type not in ("cpu", "cuda"):
         raise UserError(f"device '{name}' is not supported by torchnlq's tools; use cpu, cuda, cuda:N or auto")
+    if device.type == "cpu" and device.index not in (None, 0):
+        raise UserError(f"device '{name}' does not exist: the CPU is one device (cpu, or cpu:0); use --device cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device '{name}' asked for but no CUDA device is visible; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        have = f"cuda:0 to cuda:{count - 1}" if count > 1 else "cuda:0"
+        raise UserError(f"device '{name}' does not exist: this machine has {count} CUDA device"
+                        f"{'s' if count != 1 else ''} ({have}); use one of them, or --device cpu")
     return device
 
 
@@ -102,7 +114,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     """Load a checkpoint folder, an export folder or a Hugging Face GPT-2/Llama/Qwen3 folder for inference;
     UserError when it is none of them or unusable."""
     p = Path(path).expanduser()
-    device = resolve_device(device) if isinstance(device, str) else device
+    device = resolve_device(device)
     if not p.exists():
         raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder, an export folder or a "
                         "Hugging Face GPT-2, Llama or Qwen3 folder")

@@ -53,6 +53,7 @@ class TorchnlqConfig(PretrainedConfig):
             if name != "tie_word_embeddings":
                 setattr(self, name, kwargs.pop(name, defaults.get(field)))
         self.query = dict(self.query or {})
+        self.moe = dict(self.moe or {})  # the sections (query, moe) are JSON objects in config.json
         self.use_cache = use_cache
         # Through the base class: transformers 4.x sets tie_word_embeddings there.
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)

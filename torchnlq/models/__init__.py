@@ -3,12 +3,15 @@
 Importing it registers the built-in families (dense/, moe/); every model comes from :func:`build_model`.
 """
 
-# name: transformers copies an export's modules by following "from .x import")
 from .args import ModelArgs
 from .counts import flops_per_token, num_params, param_counts
 from .decoder import Decoder
-from .dense import DENSE_FAMILY  # noqa: F401 - registers the dense family and its flavors (a relative import by
+
+# Importing the families' folders registers them and their flavors (each a relative import by name: transformers
+# copies an export's modules by following "from .x import").
+from .dense import DENSE_FAMILY  # noqa: F401
 from .family import FAMILIES, FLAVORS, Family, Flavor, build_model, build_model_args, get_family, register_family
+from .moe import MOE_FAMILY  # noqa: F401
 from .query import QUERY_TYPES, QueryProjection, build_query, register_query
 
 __all__ = [

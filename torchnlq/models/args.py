@@ -8,7 +8,16 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .config import DENSE, FIRST_BLOCK_FIELDS, FIRST_QUERY_FIELDS, LIMITS, REMOVED_QUERY_FIELDS, BlockOptions, Query
+from .config import (
+    DENSE,
+    FIRST_BLOCK_FIELDS,
+    FIRST_QUERY_FIELDS,
+    LIMITS,
+    REMOVED_QUERY_FIELDS,
+    BlockOptions,
+    MoE,
+    Query,
+)
 from .errors import ConfigError, unknown_choice
 from .query import QueryShape, check_query
 from .recorded import Field, check_record, integer, number
@@ -45,6 +54,7 @@ MODEL_FIELDS: dict[str, Field] = {
     **{f.name: _recorded(f, BlockOptions) for f in fields(BlockOptions) if f.name != "init"},
 }
 QUERY_FIELDS: dict[str, Field] = {f.name: _recorded(f, Query) for f in fields(Query)}
+MOE_FIELDS: dict[str, Field] = {f.name: _recorded(f, MoE) for f in fields(MoE)}
 _NEWER = " (written by a newer torchnlq?); upgrade torchnlq"
 
 
@@ -67,6 +77,8 @@ class ModelArgs(BlockOptions):
     vocab_size: int = 256
     max_seq_len: int = 256
     query: Query = field(default_factory=Query)
+    #: The moe family's options (every other family ignores them, and its record leaves them out).
+    moe: MoE = field(default_factory=MoE)
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -134,6 +146,8 @@ class ModelArgs(BlockOptions):
         for key, default in LATER_QUERY_FIELDS.items():
             if d["query"][key] == default:
                 del d["query"][key]
+        if self.family == DENSE:  # the options of another family: not what this model is
+            del d["moe"]
         return d
 
     @classmethod
@@ -144,14 +158,16 @@ class ModelArgs(BlockOptions):
         Unknown keys are a ConfigError (a newer torchnlq's model); keys of :data:`REMOVED_QUERY_FIELDS`
         are dropped; missing keys take the field defaults.
         """
-        if isinstance(d, dict) and isinstance(d.get("query"), Query):
-            d = {**d, "query": asdict(d["query"])}
+        if isinstance(d, dict):  # sections given as dataclasses (a TorchnlqConfig's) read as their dicts
+            d = {**d, **{k: asdict(v) for k, v in d.items() if k in ("query", "moe") and isinstance(v, (Query, MoE))}}
         if isinstance(d, dict) and OLD_FAMILY_KEY in d and "family" not in d:
             old = d.pop(OLD_FAMILY_KEY)
             d = {**d, "family": DENSE if old == OLD_DENSE else old}
-        values = check_record(d, {**MODEL_FIELDS, "query": Field(dict)}, key, unknown=_NEWER)
+        values = check_record(d, {**MODEL_FIELDS, "query": Field(dict), "moe": Field(dict)}, key, unknown=_NEWER)
         query = {k: v for k, v in values.pop("query", {}).items() if k not in REMOVED_QUERY_FIELDS}
-        return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)))
+        moe = check_record(values.pop("moe", {}), MOE_FIELDS, f"{key}.moe", unknown=_NEWER)
+        return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)),
+                   moe=MoE(**moe))
 
     @property
     def is_gpt2_block(self) -> bool:

@@ -8,6 +8,7 @@ Each field's doc is the ``--help`` text and the docs/configs.md line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -85,6 +86,43 @@ class Query:
     train_anchor: bool = option(
         True, "anchored: whether the anchor W_Q (taken from a pretrained model) trains; false freezes it."
     )
+
+
+#: ``model.moe.router``: how the router turns its logits into the weights of the chosen experts.
+ROUTER_SCORES = ("softmax", "softmax_normalized")
+
+
+@dataclass
+class MoE:
+    """Routed SwiGLU experts (Qwen3-MoE / OLMoE style; the moe family reads them): each token to top_k of n_experts."""
+
+    n_experts: int = option(8, "Routed experts per MoE layer.", min=1, max=4096)
+    top_k: int = option(2, "Experts each token is sent to (at most n_experts).", min=1, max=4096)
+    expert_hidden: int | None = option(
+        None, "Hidden size of each expert's SwiGLU MLP; unset means model.mlp_hidden.", min=1, max=LIMITS["mlp_hidden"])
+    n_shared_experts: int = option(
+        0, "Shared experts every token also passes through (DeepSeek's), as one SwiGLU MLP of n_shared_experts x "
+        "expert_hidden units.", min=0, max=64)
+    router: str = option(
+        "softmax",
+        "softmax: the top_k experts of the softmax over all experts, weighted by their probabilities (Qwen3-MoE, "
+        "OLMoE); softmax_normalized: those weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob).",
+        choices=ROUTER_SCORES,
+    )
+    aux_loss_coef: float = option(
+        0.01, "Load-balancing loss (Switch/GShard): coef · n_experts · sum_i f_i · P_i, f_i the share of the routed "
+        "tokens expert i gets, P_i its mean router probability (coef at an even load); 0 turns it off.", min=0.0)
+    bias_update_rate: float = option(
+        0.0, "Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the scores for choosing (not "
+        "for weighting), moved by this much after each step toward the mean load; 0 is off (DeepSeek: 0.001).",
+        min=0.0)
+    z_loss_coef: float = option(
+        0.0, "Router z-loss (ST-MoE): coef · mean over tokens of logsumexp(router logits)^2; 0 turns it off.", min=0.0)
+    every: int = option(
+        1, "MoE layers are those whose index + 1 is a multiple of this (Qwen3-MoE's decoder_sparse_step), from "
+        "first_dense on; the others are dense.", min=1)
+    first_dense: int = option(0, "Leading layers that stay dense (Qwen3-MoE's mlp_only_layers, DeepSeek's "
+                                 "first_k_dense_replace).", min=0)
 
 
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
@@ -185,19 +223,29 @@ FIRST_BLOCK_FIELDS = ("head_dim", "tie_embeddings", "positions", "rope_theta", "
 FIRST_QUERY_FIELDS = ("type", "activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
 
 
-def unset_by_default(cls: type) -> type:
-    """Give ``cls`` every block option of :class:`BlockOptions` unset (None) by default: an option the config does
-    not set takes the flavor's value, else the declared default (the doc says which). Applied before
+def unset_by_default(declared: type) -> Callable[[type], type]:
+    """Give a config section every option of ``declared`` (BlockOptions, MoE) unset (None) by default: an option the
+    config does not set takes the flavor's value, else the declared default (the doc says which). Applied before
     ``@dataclass``, which keeps each field's place and its metadata."""
-    for f in fields(BlockOptions):
-        doc = f"{f.metadata['doc']} Unset: the flavor's, else {f.default!r}."
-        setattr(cls, f.name, field(default=None, metadata={**f.metadata, "doc": doc, "declared": f.default}))
-        cls.__annotations__[f.name] = f"{BlockOptions.__annotations__[f.name]} | None"
-    return cls
+
+    def decorate(cls: type) -> type:
+        for f in fields(declared):
+            doc = f"{f.metadata['doc']} Unset: the flavor's, else {f.default!r}."
+            setattr(cls, f.name, field(default=None, metadata={**f.metadata, "doc": doc, "declared": f.default}))
+            cls.__annotations__[f.name] = f"{declared.__annotations__[f.name]} | None"
+        return cls
+
+    return decorate
 
 
 @dataclass
-@unset_by_default
+@unset_by_default(MoE)
+class MoEOptions(MoE):
+    """Routed experts (the moe family's): n_experts, top_k, the router, load balancing, which layers."""
+
+
+@dataclass
+@unset_by_default(BlockOptions)
 class Model(BlockOptions):
     """The model: a named flavor (sizes and block options), with optional per-field overrides."""
 
@@ -235,3 +283,4 @@ class Model(BlockOptions):
     )
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     query: Query = field(default_factory=Query)
+    moe: MoEOptions = field(default_factory=MoEOptions)

@@ -81,3 +81,9 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
     if args.tie_embeddings:
         n += param_counts(args).head_matmul
     return 6 * n + 12 * args.n_layers * args.n_heads * args.head_dim * seq_len
+
+
+def active_params(args: ModelArgs) -> str:
+    """``", active N"`` where a token computes with fewer parameters than the model has (an MoE), else nothing."""
+    active = num_params(args, active=True)
+    return f", active {active:,}" if active != num_params(args) else ""

@@ -42,6 +42,8 @@ class Family:
     check: Callable[[ModelArgs], None] | None = None
     #: The standard Hugging Face architectures that compute some of its models exactly (``--format hf-*``).
     hf_architectures: tuple[HFArchitecture, ...] = ()
+    #: Its words for a model, in the run's header (the moe family: its experts); None: nothing more to say.
+    describe: Callable[[ModelArgs], str] | None = None
 
 
 FAMILIES: dict[str, Family] = {}
@@ -186,6 +188,12 @@ def resolved_section(cfg: Model, args: ModelArgs) -> Model:
             if getattr(section, f.name) is None:
                 setattr(section, f.name, getattr(getattr(args, name), f.name))
     return resolved
+
+
+def describe_family(args: ModelArgs) -> str:
+    """``": <what the family says of this model>"``, or nothing."""
+    family = get_family(args.family)
+    return f": {family.describe(args)}" if family.describe is not None else ""
 
 
 def build_model(args: ModelArgs) -> Decoder:

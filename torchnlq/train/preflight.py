@@ -26,6 +26,15 @@ from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
 from torchnlq.train.optim import ADAMW, OPTIMIZERS, plan_groups
 
 
+def check_registry_names(cfg: JobConfig) -> None:
+    """A ConfigError with a did-you-mean for a registry-backed option naming nothing registered."""
+    choices = registry_choices()
+    for name, _, values in registry_fields(cfg):
+        for value in values:
+            if value is not None and value not in choices[name]:  # None: unset (model.family: the flavor's)
+                raise unknown_choice(name, value, choices[name])
+
+
 def check_job_config(cfg: JobConfig) -> ModelArgs:
     """Raise a one-line ConfigError for a config that cannot run; return the model's ModelArgs. Touches no file."""
     run_name = cfg.job.name
@@ -34,11 +43,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"job.name={run_name!r} is not a plain folder name (the run folder is job.dump_folder/job.name); "
             "use a name without '/', '\\' or '..', and set job.dump_folder for the location"
         )
-    choices = registry_choices()
-    for name, _, values in registry_fields(cfg):
-        for value in values:
-            if value is not None and value not in choices[name]:  # None: unset (model.family: the flavor's)
-                raise unknown_choice(name, value, choices[name])
+    check_registry_names(cfg)
     if cfg.data.synthetic and cfg.data.tokenizer != "byte":
         raise ConfigError('data.synthetic = true writes a byte-level corpus; set data.tokenizer = "byte"')
     if cfg.data.tokenizer == "hf" and not cfg.data.tokenizer_file:

@@ -68,6 +68,8 @@ COMPONENTS = (
     ("attention_query", ("attn.query.", "attn.q_bias")),
     ("norms", ("ln", "attn.q_norm.", "attn.k_norm.")),
     ("attention_kv_out", ("attn.",)),
+    ("experts", ("mlp.experts.",)),
+    ("router", ("mlp.router.",)),
     ("mlp", ("mlp.",)),
     ("head", ("lm_head.",)),
 )

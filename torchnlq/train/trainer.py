@@ -31,8 +31,10 @@ from torchnlq.data.tokenizer import build_tokenizer
 from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import build_model
-from torchnlq.models.counts import flops_per_token, num_params
+from torchnlq.models.counts import active_params, flops_per_token, num_params
+from torchnlq.models.family import describe_family
 from torchnlq.models.lm_loss import loss_path
+from torchnlq.models.moe.balance import clear_step_statistics, finish_step, set_router_loss_scale, step_statistics
 from torchnlq.parallel.device_figures import format_memory, memory_label, peak_tflops, resident_bytes
 from torchnlq.parallel.device_memory import check_fits_device, device_memory_bytes
 from torchnlq.parallel.dist import build_mesh, init_distributed
@@ -71,7 +73,7 @@ from torchnlq.train.run_start import (
     start_run,
 )
 from torchnlq.train.validate import Validator
-from torchnlq.train.weight_dynamics import WeightDynamics
+from torchnlq.train.weight_dynamics import WeightDynamics, with_means
 
 if TYPE_CHECKING:
     from torchnlq.train.wandb_logger import WandbLogger
@@ -224,6 +226,8 @@ class Trainer:
             parallelism=cfg.parallelism, mesh=self.mesh, device=self.device,
         )
         materialize_and_init(self.model, self.device, tcfg.seed, self.mesh)
+        # An MoE's router losses join the gradient as the loss does: divided by the accumulation steps.
+        set_router_loss_scale(self.model, 1.0 / tcfg.grad_accum_steps)
         # Under FSDP its MixedPrecisionPolicy casts; autocast is for the unsharded CUDA model.
         use_autocast = self.device.type == "cuda" and tcfg.mixed_precision == "bf16" and self.mesh is None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
@@ -326,11 +330,13 @@ class Trainer:
             return [f"could not compare with the saved {saved} ({e})"]
 
     def _log_header(self) -> None:
+        """The run's lines before its first step: what it trains, on what, how."""
         a, cfg, t, s = self.model_args, self.cfg, self.cfg.training, self.cfg.lr_schedule
         self.logger.info(
             f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {cfg.model.flavor} "
-            f"(query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, positions {a.positions}) "
-            f"| params {num_params(a):,} (non-embedding {num_params(a, non_embedding=True):,}) "
+            f"({a.family}{describe_family(a)}, query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, "
+            f"positions {a.positions}) | params {num_params(a):,} (non-embedding {num_params(a, non_embedding=True):,}"
+            f"{active_params(a)}) "
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
             f"batch fingerprint {self.data.schedule.fingerprint()}"
         )
@@ -401,6 +407,7 @@ class Trainer:
         """
         tcfg, record = self.cfg.training, self.record
         set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
+        clear_step_statistics(self.model)  # an MoE's routers count this step's loads afresh
         loss_sum = torch.zeros((), device=self.device)
         for micro, (x, y) in enumerate(self.loader.micro_batches(record.step)):
             set_gradient_sync(self.model, micro == tcfg.grad_accum_steps - 1)  # reduce once per step
@@ -415,22 +422,25 @@ class Trainer:
         loss = loss_sum / self.world_size
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
         if tcfg.on_nonfinite == "skip":
-            self._skip_or_update(bool(finite.item()))
+            updated = self._skip_or_update(bool(finite.item()))
         else:  # stop: remember the first bad step on the device; the loop checks before anything reads the state
             self._first_nonfinite = torch.where(finite | (self._first_nonfinite > 0), self._first_nonfinite,
                                                 record.step + 1)
             self.optimizer.step()
+            updated = True
+        if updated:  # an MoE's loads summed over the processes; its balancing bias moved
+            finish_step(self.model, dist.all_reduce if dist.is_available() and dist.is_initialized() else None)
         self.optimizer.zero_grad(set_to_none=True)
         record.step += 1
         record.tokens_seen += self.tokens_per_step
         return loss, grad_norm
 
-    def _skip_or_update(self, finite: bool) -> None:
-        """on_nonfinite = skip: step the optimizer, or skip this update and stop after too many in a row."""
+    def _skip_or_update(self, finite: bool) -> bool:
+        """on_nonfinite = skip: step the optimizer (True), or skip this update and stop after too many in a row."""
         if finite:
             self._consecutive_skips = 0
             self.optimizer.step()
-            return
+            return True
         step = self.record.step + 1
         self.record.skipped_steps += 1
         self._consecutive_skips += 1
@@ -441,6 +451,7 @@ class Trainer:
                 "training.max_consecutive_skips"
             )
         self.logger.warning(f"step {step}: non-finite loss/grad norm, update skipped")
+        return False
 
     @property
     def periodic(self) -> list[tuple[Any, Callable[[int, torch.Tensor, torch.Tensor], Any]]]:
@@ -459,6 +470,8 @@ class Trainer:
         self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
                               self.record.tokens_seen, self._group_lrs())
         self.metrics.scalar("skipped_steps", self.skipped_steps, step)
+        for tag, value in with_means("moe", step_statistics(self.model)).items():  # an MoE's loads and router
+            self.metrics.scalar(tag, value, step)
 
     def _raise_if_diverged(self) -> None:
         """on_nonfinite = stop: raise for a non-finite loss or grad norm so far, before anything logs or saves it."""

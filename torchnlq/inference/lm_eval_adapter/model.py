@@ -17,7 +17,6 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from torchnlq.errors import UserError
-from torchnlq.inference.device import tool_device
 from torchnlq.inference.multiple_choice import DEFAULT_BATCH_SIZE, model_tokenizer, score_continuations
 from torchnlq.inference.sampling import generate_tokens
 from torchnlq.interop.load import LoadedModel, as_loaded
@@ -78,7 +77,7 @@ class TorchnlqLM(LM):
         self.seed = _int_arg("seed", seed, 0)
         # A path made of digits arrives as an int from lm-eval's key=value parser.
         source = path if isinstance(path, LoadedModel) else str(path)
-        self.loaded = as_loaded(source, tool_device("cpu" if device is None else str(device)))
+        self.loaded = as_loaded(source, "cpu" if device is None else str(device))
         self.model = self.loaded.model
         self.tokenizer = model_tokenizer(self.loaded, tiktoken_file)
 

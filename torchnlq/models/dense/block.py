@@ -21,7 +21,11 @@ class Block(nn.Module):
         self.ln_1 = build_norm(args, args.dim)
         self.attn = Attention(args, layer)
         self.ln_2 = build_norm(args, args.dim)
-        self.mlp = MLP(args)
+        self.mlp = self.build_mlp(args, layer)
+
+    def build_mlp(self, args: ModelArgs, layer: int) -> nn.Module:
+        """The block's feed-forward part (a family whose blocks differ only there overrides this)."""
+        return MLP(args)
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Re-initialise this block in a fixed order: ln_1, attn, ln_2, mlp."""

@@ -1,0 +1,83 @@
+"""Routed SwiGLU experts, computed for the tokens routed to them only: grouped, or one expert at a time.
+
+The weights of all experts are three stacked tensors, ``[n_experts, out, in]`` as nn.Linear's (Hugging Face's
+per-expert ``gate_proj``, ``up_proj``, ``down_proj`` one above the other). The tokens' assignments are sorted by
+expert; ``torch._grouped_mm`` multiplies each expert's rows by its matrices in one call where the device and dtype
+have it (CUDA from compute capability 9.0 in bf16; the CPU in eager mode; a compiled CPU graph in bf16), and a
+loop over the experts' row blocks does elsewhere (the block sizes are read on the host: one graph break per MoE
+layer under torch.compile, docs/performance.md). Either way the cost is that of the routed tokens, never of
+every expert on every token. The outputs are gathered back per token and summed over its top_k in a fixed
+order (deterministic, where an index_add would not be on a GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def grouped_mm_supported(x: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm`` runs for ``x`` here (see the module doc)."""
+    if not hasattr(torch, "_grouped_mm") or x.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if x.device.type == "cuda":
+        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (9, 0)
+    if x.device.type == "cpu":
+        return x.dtype == torch.bfloat16 or not torch.compiler.is_compiling()
+    return False
+
+
+class GroupedExperts(nn.Module):
+    """``n_experts`` SwiGLU MLPs dim -> hidden -> dim: ``down(silu(gate(x)) * up(x))`` each."""
+
+    def __init__(self, dim: int, hidden: int, n_experts: int, top_k: int) -> None:
+        super().__init__()
+        self.n_experts, self.top_k = n_experts, top_k
+        #: The share of the experts a token uses (models/counts.py: the active parameters).
+        self.active_fraction = top_k / n_experts
+        #: Route as if every expert had its even share of the tokens (set for the memory estimate, which runs on
+        #: fake tensors whose routing no one can read: models/moe/balance.py).
+        self.even_split = False
+        self.gate_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))
+        self.up_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))
+        self.down_proj = nn.Parameter(torch.empty(n_experts, dim, hidden))
+
+    def init_weights(self, init_std: float, residual_std: float) -> None:
+        """gate and up N(0, init_std); down, into the residual stream, N(0, residual_std)."""
+        nn.init.normal_(self.gate_proj, mean=0.0, std=init_std)
+        nn.init.normal_(self.up_proj, mean=0.0, std=init_std)
+        nn.init.normal_(self.down_proj, mean=0.0, std=residual_std)
+
+    def forward(self, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Σ_j weights[t, j] · expert_{experts[t, j]}(x[t]) for tokens x [N, dim]; experts, weights [N, top_k]."""
+        n_tokens = x.shape[0]
+        order = experts.flatten().argsort(stable=True)  # the assignments, expert by expert (stable: by token within)
+        rows = x[order // self.top_k]
+        flat = experts.flatten()
+        counts = torch.zeros(self.n_experts, dtype=torch.long, device=x.device).index_add_(
+            0, flat, torch.ones_like(flat))  # a fixed shape, where bincount's depends on the values
+        if self.even_split:
+            sizes = [len(order) // self.n_experts + (e < len(order) % self.n_experts) for e in range(self.n_experts)]
+            counts = torch.tensor(sizes, device=x.device)
+        if grouped_mm_supported(x) and not self.even_split:
+            out = self._grouped(rows, counts.cumsum(0).to(torch.int32))
+        else:
+            out = self._looped(rows, sizes if self.even_split else counts.tolist())
+        per_token = torch.empty_like(out).index_copy_(0, order, out).view(n_tokens, self.top_k, -1)
+        return (per_token * weights.unsqueeze(-1)).sum(dim=1)
+
+    def _grouped(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        gate = torch._grouped_mm(rows, self.gate_proj.transpose(-2, -1), offs=offsets)
+        up = torch._grouped_mm(rows, self.up_proj.transpose(-2, -1), offs=offsets)
+        return torch._grouped_mm(F.silu(gate) * up, self.down_proj.transpose(-2, -1), offs=offsets)
+
+    def _looped(self, rows: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        parts = []
+        for e, part in enumerate(rows.split(sizes)):
+            hidden = F.silu(F.linear(part, self.gate_proj[e])) * F.linear(part, self.up_proj[e])
+            parts.append(F.linear(hidden, self.down_proj[e]))
+        return torch.cat(parts)
+
+    def extra_repr(self) -> str:
+        return f"n_experts={self.n_experts}, top_k={self.top_k}, hidden={self.gate_proj.shape[1]}"
