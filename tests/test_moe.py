@@ -78,9 +78,23 @@ def test_the_grouped_and_the_looped_experts_agree_in_fp32() -> None:
     grouped = experts(x, chosen, weights)
     rows_sorted = x[chosen.flatten().argsort(stable=True) // K]
     sizes = torch.bincount(chosen.flatten(), minlength=E).tolist()
-    looped = experts._looped(rows_sorted, sizes)
+    looped = GroupedExperts.compute(rows_sorted, torch.tensor(sizes), sizes, experts.gate_proj, experts.up_proj,
+                                    experts.down_proj)
     per_token = torch.empty_like(looped).index_copy_(0, chosen.flatten().argsort(stable=True), looped)
     torch.testing.assert_close(grouped, (per_token.view(11, K, D) * weights[..., None]).sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_experts_of_any_width_compute_grouped_or_looped() -> None:
+    """A width of no whole 16-byte rows (torch._grouped_mm's rule) takes the loop, with the same result."""
+    torch.manual_seed(2)
+    odd = GroupedExperts(D, 13, E, K)
+    odd.init_weights(0.3, 0.3)
+    x = torch.randn(7, D)
+    chosen, weights = torch.stack([torch.randperm(E)[:K] for _ in range(7)]), torch.rand(7, K)
+    out = odd(x, chosen, weights)
+    expected = torch.stack([sum(w * (F.silu(x[t] @ odd.gate_proj[e].T) * (x[t] @ odd.up_proj[e].T)) @ odd.down_proj[e].T
+                                for w, e in zip(weights[t], chosen[t])) for t in range(7)])
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_the_load_balancing_and_z_losses_are_their_formulas() -> None:

@@ -343,6 +343,10 @@ class Parallelism:
     reshard_after_forward: bool = option(
         True, "Free gathered parameters after each block's forward (less memory, one more all-gather in backward)."
     )
+    expert_parallel: bool = option(
+        False, "An MoE's experts split over the processes (n_experts / processes each), tokens sent to their "
+        "experts by all-to-all (parallel/expert_parallel.py); FSDP shards the rest. Eager only; not with HSDP."
+    )
 
 
 @dataclass

@@ -44,8 +44,8 @@ USAGE = """usage: run_suite.py SUITE.toml [--dry-run | --status] [--no-compare] 
 
 Train every run of a suite with run_train.sh, skipping finished runs and resuming interrupted ones, then
 compare them into the suite's folder; a suite with a [sweep] first searches each arm with Optuna.
-  --dry-run      print the commands (a scaling suite's or a sweep's budget in GPU-hours, the SLURM job script)
-                 and do nothing else
+  --dry-run      print the commands, the budget in GPU-hours (a sweep's: every trial to its end) and, for slurm,
+                 the job script; do nothing else
   --status       each run's state (new, queued, running at step N, finished, failed, interrupted) and each
                  study's trials; writes the comparison when everything has finished
   --no-compare   skip the comparison at the end
@@ -259,8 +259,7 @@ def print_plan(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig) -> N
 
     if sweep is None:
         print_commands(suite)
-        if suite.scaling:  # what it will cost, before anything runs
-            print(f"\n# budget\n{budget_table(suite.runs)}")
+        print(f"\n# budget\n{budget_table(suite.runs)}")  # what it will cost, before anything runs
     else:
         print(sweep_plan(sweep))
         spec = sweep.spec

@@ -126,11 +126,12 @@ class Attention(nn.Module):
         Without it, T > 1 new tokens attend causally among themselves and one new token to every cached one.
         """
         batch, seq_len, _ = x.shape
-        # Without a cache, a query that is its projection (linear) and no QK-norm: Q's and K's rows come in
+        # Eager, without a cache, a query that is its projection (linear), no QK-norm: Q's and K's rows come in
         # adjacent_order and RoPE rotates them as complex pairs (q·k is the same function; docs/performance.md).
+        # Not compiled: inductor fuses the rotate-half form into one kernel, and has no complex kernels.
         adjacent = (rope is not None and cache is None and self.fuse_projections and self.q_norm is None
-                    and self.q_bias is None and claims(self.query, FusableQuery)
-                    and getattr(type(self.query), "projection_is_query", False))
+                    and self.q_bias is None and not torch.compiler.is_compiling()
+                    and claims(self.query, FusableQuery) and getattr(type(self.query), "projection_is_query", False))
         q, kv = self._project(x, fuse=self.fuse_projections and cache is None, adjacent=adjacent)
         if self.q_bias is not None:
             q = q + self.q_bias

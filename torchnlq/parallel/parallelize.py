@@ -1,4 +1,4 @@
-"""Apply parallelism to a Decoder from outside: float8 -> activation checkpointing -> compile -> FSDP2.
+"""Apply parallelism to a Decoder from outside: float8 -> activation checkpointing -> compile -> experts -> FSDP2.
 
 The order matters: float8 swaps ``nn.Linear`` modules first; compile traces the checkpointed forward and,
 before FSDP, keeps each compiled block compute only. None of these changes a parameter name or state_dict key.
@@ -20,6 +20,7 @@ from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism
 from torchnlq.models.family import build_model
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
+from torchnlq.parallel.expert_parallel import apply_expert_parallel
 from torchnlq.parallel.float8 import apply_float8
 
 
@@ -33,13 +34,16 @@ def apply_compile(model: nn.Module, fullgraph: bool = True, backend: str = "indu
 
 
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, param_dtype: torch.dtype, reduce_dtype: torch.dtype,
-               reshard_after_forward: bool) -> nn.Module:
-    """FSDP2 ``fully_shard`` each block, then the root; a 2-D mesh (replicate, shard) gives HSDP."""
+               reshard_after_forward: bool, ignored: set[nn.Parameter] | None = None) -> nn.Module:
+    """FSDP2 ``fully_shard`` each block, then the root; a 2-D mesh (replicate, shard) gives HSDP. ``ignored``:
+    parameters sharded otherwise (expert parallelism's)."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     last = len(model.layers) - 1
     for index, block in enumerate(model.layers):  # backward needs the last block first: never reshard it
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward and index < last)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward and index < last,
+                    ignored_params=ignored)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
+                ignored_params=ignored)
     return model
 
 
@@ -51,10 +55,11 @@ def parallelize_model(model: nn.Module, *, training: Training, ac: ActivationChe
     if training.compile:
         apply_compile(model, fullgraph=True)
     if mesh is not None:
+        experts = apply_expert_parallel(model, mesh) if parallelism.expert_parallel else None
         # bf16 compute with fp32 reductions on CUDA with bf16; else fp32 throughout.
         bf16 = device.type == "cuda" and training.mixed_precision == "bf16"
         apply_fsdp(model, mesh, torch.bfloat16 if bf16 else torch.float32, torch.float32,
-                   parallelism.reshard_after_forward)
+                   parallelism.reshard_after_forward, experts)
     return model
 
 

@@ -20,7 +20,7 @@ from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.family import build_model, build_model_args, resolved_section
+from torchnlq.models.family import FLAVORS, build_model, build_model_args, get_family, resolved_section
 from torchnlq.models.query import ignored_knobs
 from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
 from torchnlq.train.optim import ADAMW, OPTIMIZERS, plan_groups
@@ -90,6 +90,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
     if cfg.optimizer.groups or OPTIMIZERS[cfg.optimizer.name].hidden != ADAMW:
         with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
             plan_groups(cfg.optimizer, build_model(args))
+    p = cfg.parallelism
+    if p.expert_parallel and (p.dp_replicate > 1 or cfg.training.compile):
+        why = "HSDP (parallelism.dp_replicate > 1)" if p.dp_replicate > 1 else "training.compile"
+        raise ConfigError(f"parallelism.expert_parallel splits the experts over every process of one FSDP group, "
+                          f"in eager mode: not with {why}; drop one of the two")
     return args
 
 
@@ -129,6 +134,10 @@ FORWARD_SHARE_OF_A_STEP = 1 / 3
 def config_warnings(cfg: JobConfig) -> list[str]:
     """Settings that are legal but do nothing, or not what they look like, in this run."""
     warnings = []
+    if cfg.parallelism.expert_parallel and "moe" not in get_family(cfg.model.family or FLAVORS[cfg.model.flavor].family
+                                                                   ).reads:
+        warnings.append("parallelism.expert_parallel is set but the model has no experts (its family reads no "
+                        "[model.moe]); it has no effect")
     ignored = ignored_knobs(cfg.model.query)
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)

@@ -325,7 +325,7 @@ class Trainer:
         if not saved.is_file():
             return []
         try:
-            return resume_changes(load_job_config([str(saved)]), self.cfg)
+            return resume_changes(load_job_config([str(saved)]), resolved_config(self.cfg, self.model_args))
         except UserError as e:  # a hand-edited or older config.toml: say so, the resume itself is checked
             return [f"could not compare with the saved {saved} ({e})"]
 
