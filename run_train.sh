@@ -82,7 +82,7 @@ if [ "$NGPU" = 1 ] && [ -z "$multinode" ]; then
   exec "$PYTHON" -m torchnlq.train "${config[@]}" "$@"
 fi
 # Config and data mistakes as one line here, rather than inside torchrun's multi-rank report.
-"$PYTHON" -m torchnlq.train --preflight "${config[@]}" "$@" || exit $?
+TORCHNLQ_WORLD_SIZE=$((NGPU * ${NNODES:-1})) "$PYTHON" -m torchnlq.train --preflight "${config[@]}" "$@" || exit $?
 mkdir -p "$TMPDIR"
 rdzv=(--standalone)
 if [ -n "$multinode" ]; then

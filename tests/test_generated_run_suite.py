@@ -131,8 +131,9 @@ def test_run_suite_any_suite_file_prints_its_commands_or_is_one_line(draw: dict)
             code, stdout, err = call(suite_main, [str(path), "--dry-run", *draw["cli"]])
         assert_outcome(code, err)
         assert tree(tmp) == before  # a dry run writes nothing, whatever the outcome
-        if code == 0:  # one comment and one command per run, each run with its own folder
-            lines = stdout.splitlines()
+        if code == 0:  # one comment and one command per run, each run with its own folder; then the budget
+            lines = stdout.split("\n\n# budget")[0].splitlines()
+            assert "\n# budget" in stdout
             assert lines[0].startswith("# suite ")
             commands = lines[2::2]
             names = [c.split("--job.name=")[1].split()[0] for c in commands]

@@ -275,6 +275,41 @@ def test_a_run_from_the_folder_trains_and_exports_back(tmp_path: Path, kind: str
 
 
 @pytest.mark.integration  # trains
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_one_option_takes_the_model_from_the_folder(tmp_path: Path, kind: str, llama_data: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """model.from_checkpoint: the folder's shapes, block and query, no [model] key copied by hand; the resolved
+    config says what was taken; the first loss is transformers' on the same batch."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import check_job_config, resolved_config
+    from torchnlq.config.render import to_toml
+    from torchnlq.train.trainer import Trainer
+
+    source = save_shipped(tmp_path / kind, kind, **SHAPES[kind])
+    argv = [f"--job.dump_folder={tmp_path / 'outputs'}", "--job.name=run", "--model.from_checkpoint=true",
+            f"--checkpoint.initial_load_path={source}", f"--data.path={llama_data}", "--data.tokenizer=hf",
+            f"--data.tokenizer_file={source / 'tokenizer.json'}", "--training.steps=2", "--training.seq_len=16",
+            "--training.micro_batch_size=4", "--training.device=cpu", "--validation.enabled=false",
+            "--lr_schedule.warmup_steps=1", "--checkpoint.enabled=true", "--checkpoint.interval=2",
+            "--metrics.log_interval=1"]
+    cfg = load_job_config(argv)
+    args = check_job_config(cfg)
+    config = json.loads((source / "config.json").read_text())
+    assert (args.n_layers, args.dim, args.n_heads, args.n_kv_heads, args.head_dim, args.mlp_hidden, args.vocab_size) == (
+        config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"],
+        config["num_key_value_heads"], config["head_dim"], config["intermediate_size"], config["vocab_size"])
+    assert (args.norm, args.mlp_activation, args.positions, args.qk_norm) == ("rms", "swiglu", "rope", kind == "qwen3")
+    printed = to_toml(resolved_config(cfg, args))
+    assert f"dim = {config['hidden_size']}" in printed and f"n_layers = {config['num_hidden_layers']}" in printed
+    trainer = Trainer(cfg)
+    x, y = next(iter(trainer.loader.micro_batches(0)))
+    with torch.no_grad():
+        expected = F.cross_entropy(hf_model(source)(x).logits.flatten(0, 1), y.flatten()).item()
+    trainer.train()
+    assert math.isclose(scalars(tmp_path / "outputs" / "run" / "tb")["loss/train"][1], expected, rel_tol=1e-5)
+
+
+@pytest.mark.integration  # trains
 def test_a_run_from_the_folder_carries_its_special_tokens_and_chat_template(tmp_path: Path, llama_data: Path) -> None:
     source = save_shipped(tmp_path / "llama", "llama", **{**SHAPES["llama"], "hidden_size": 128})
     run_from(tmp_path, source, llama_data, "llama").train()
@@ -349,7 +384,7 @@ CATALOGUE = {
                                       "gives (16,)"),
     "unsupported-model-type": ("generate", "llama", edit_config(model_type="mistral"), ["--prompt", "a"],
                                "is not a torchnlq export, nor a Hugging Face folder torchnlq reads (its model_type "
-                               "is \"mistral\"; torchnlq reads gpt2, llama and qwen3)"),
+                               "is \"mistral\"; torchnlq reads gpt2, llama, qwen3 and qwen3_moe)"),
     "pickled-weights-only": ("generate", "llama", lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"),
                              ["--prompt", "a"], "pytorch_model.bin, which torchnlq does not unpickle"),
     "tokenizer-config-corrupt": ("generate", "llama", write("tokenizer_config.json", b"{not json"), ["--prompt", "a"],

@@ -26,18 +26,17 @@ import torch
 from torchnlq.cli import run_cli
 from torchnlq.data import token_format as fmt
 from torchnlq.errors import ConfigError, UserError
-from torchnlq.interop.export import export_safetensors
-from torchnlq.interop.export import export_hf_standard
+from torchnlq.interop.export import export_hf_standard, export_safetensors
 from torchnlq.interop.hf_folder import read_hf_architecture
+from torchnlq.interop.load import LoadedModel, load_model
+from torchnlq.models import build_model
+from torchnlq.models.args import MODEL_FIELDS, MOE_FIELDS, QUERY_FIELDS, ModelArgs
+from torchnlq.models.config import MoE, Query
+from torchnlq.models.counts import num_params
 from torchnlq.models.dense.hf import GPT2, LLAMA
 from torchnlq.models.hf_mapping import HFArchitecture
-from torchnlq.interop.load import LoadedModel, load_model
-from torchnlq.models.args import MODEL_FIELDS, QUERY_FIELDS, ModelArgs
-from torchnlq.models.config import Query
 from torchnlq.models.layers import KVCache
 from torchnlq.models.recorded import Field, check_record, check_value, integer, number
-from torchnlq.models.counts import num_params
-from torchnlq.models import build_model
 
 from helpers.checkpoints import BYTE_TOKENIZER, load_script, tiny_model, write_byte_data, write_checkpoint
 
@@ -95,9 +94,10 @@ def test_nested_objects_name_the_dotted_key_and_required_keys_must_be_there() ->
 
 
 def test_every_recorded_model_field_has_a_schema() -> None:
-    """A field added to ModelArgs or Query without its schema entry would be read unchecked."""
-    assert set(MODEL_FIELDS) == {f.name for f in fields(ModelArgs)} - {"init", "query"}
+    """A field added to ModelArgs, Query or MoE without its schema entry would be read unchecked."""
+    assert set(MODEL_FIELDS) == {f.name for f in fields(ModelArgs)} - {"init", "query", "moe"}
     assert set(QUERY_FIELDS) == {f.name for f in fields(Query)}
+    assert set(MOE_FIELDS) == {f.name for f in fields(MoE)}
 
 
 def wrong_type(field: Field) -> Any:

@@ -88,6 +88,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("TORCHNLQ_WORLD_SIZE", "")  # recorded, so the NGPU=2 preflight's setting is undone
     return monkeypatch
 
 

@@ -68,7 +68,12 @@ def _train_main() -> Main:
 
 def _preflight_main() -> Main:
     main = _train_main()
-    return lambda argv: main(["--preflight", *argv])  # what run_train.sh runs first when NGPU > 1
+
+    def preflight(argv: list[str]) -> int:  # what run_train.sh runs first when NGPU > 1: here NGPU=2
+        os.environ["TORCHNLQ_WORLD_SIZE"] = "2"  # the row's clean environment puts it back afterwards
+        return main(["--preflight", *argv])
+
+    return preflight
 
 
 def _attr(module: str, name: str = "main") -> Callable[[], Main]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from torchnlq.models.config import MoE
+
 from catalogue.rows import (
     HF_MODEL_META, both, checkpoint, copy_of, edit_json, folders, gpt2_checkpoint,
     overwrite, row, set_key, truncate_shard, write,
@@ -65,6 +67,12 @@ IN_PROCESS = [
         "positions='rope': GPT-2 has learned absolute positions only", setup=checkpoint("rope", positions="rope")),
     row("convert_checkpoint.py", "hf-gpt2-of-a-gqa-model", ["{tmp}/gqa", "{tmp}/hf", "--format", "hf-gpt2"],
         "n_kv_heads=2 != n_heads=4 (GQA/MQA)", setup=checkpoint("gqa", n_kv_heads=2)),
+    row("convert_checkpoint.py", "hf-qwen3-moe-of-a-dense-model", ["{ckpt}", "{tmp}/hf", "--format", "hf-qwen3-moe"],
+        "--format hf-qwen3-moe (Qwen3MoeForCausalLM) holds models of the moe family"),
+    row("convert_checkpoint.py", "hf-qwen3-of-a-moe-model", ["{tmp}/moe", "{tmp}/hf", "--format", "hf-qwen3"],
+        "model.family='moe': --format hf-qwen3 (Qwen3ForCausalLM) holds models of the dense family",
+        setup=checkpoint("moe", family="moe", norm="rms", positions="rope", mlp_activation="swiglu",
+                         moe=MoE(n_experts=2, top_k=1, expert_hidden=8))),
     row("convert_checkpoint.py", "checkpoint-metadata-corrupt", ["{tmp}/corrupt", "{tmp}/out"], "torchnlq.json' is corrupt",
         setup=copy_of("{ckpt}", "corrupt", overwrite("torchnlq.json", "{not json"))),
     row("convert_checkpoint.py", "checkpoint-shard-truncated", ["{tmp}/truncated", "{tmp}/out"], "is truncated (100 of",

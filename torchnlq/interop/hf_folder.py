@@ -45,6 +45,32 @@ def hf_model_type(path: str | Path) -> str | None:
     return kind if kind in importable_architectures() else None
 
 
+def config_model_args(folder: Path, model_type: str, architecture: str,
+                      model_args: Callable[[dict[str, Any]], ModelArgs]) -> ModelArgs:
+    """The ModelArgs of ``folder``'s config.json, which must say ``model_type`` (no weight is read); one line naming
+    config.json and the key for a wrong type or size."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise UserError(f"'{folder}' has no config.json; {_HINT}")
+    config = read_json(config_file, "a Hugging Face config.json", _HINT)
+    if not isinstance(config, dict) or config.get("model_type") != model_type:
+        got = config.get("model_type") if isinstance(config, dict) else None
+        raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
+    try:
+        return model_args(config)
+    except KeyError as e:
+        raise UserError(f"'{folder}' config.json lacks or mangles {e}; it is not a {architecture} config") from None
+    except UserError as e:
+        raise UserError(f"'{config_file}': {e}") from None
+
+
+def hf_folder_model_args(path: str | Path) -> ModelArgs:
+    """The ModelArgs of a Hugging Face folder of an architecture a family reads, from its config.json alone."""
+    folder = Path(path)
+    arch = importable_architectures()[hf_model_type(folder)]
+    return config_model_args(folder, arch.model_type, arch.architecture, arch.model_args)
+
+
 def read_hf_folder(path: str | Path, model_type: str, architecture: str,
                    model_args: Callable[[dict[str, Any]], ModelArgs], prefix: str = "") -> tuple[ModelArgs, Take]:
     """(ModelArgs of the folder's config.json, which must say ``model_type``; ``take(name, shape)``, the fp32 weight
@@ -55,19 +81,8 @@ def read_hf_folder(path: str | Path, model_type: str, architecture: str,
     shape is one line naming the tensor, the file and both shapes.
     """
     folder = Path(path)
+    args = config_model_args(folder, model_type, architecture, model_args)
     config_file = folder / "config.json"
-    if not config_file.is_file():
-        raise UserError(f"'{folder}' has no config.json; {_HINT}")
-    config = read_json(config_file, "a Hugging Face config.json", _HINT)
-    if not isinstance(config, dict) or config.get("model_type") != model_type:
-        got = config.get("model_type") if isinstance(config, dict) else None
-        raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
-    try:
-        args = model_args(config)
-    except KeyError as e:
-        raise UserError(f"'{folder}' config.json lacks or mangles {e}; it is not a {architecture} config") from None
-    except UserError as e:
-        raise UserError(f"'{config_file}': {e}") from None
     tensors, files = read_hf_weights(folder)
 
     def take(name: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -22,7 +22,7 @@ from torchnlq.checkpoint.metadata import (
 from torchnlq.checkpoint.record import TOKENIZER_FIELDS, RunRecord
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
-from torchnlq.interop.hf_folder import hf_model_type, importable_architectures, read_hf_model
+from torchnlq.interop.hf_folder import hf_folder_model_args, hf_model_type, importable_architectures, read_hf_model
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.decoder import Decoder
@@ -103,6 +103,22 @@ def _read_json(path: Path) -> dict[str, Any]:
 def is_export(path: str | Path) -> bool:
     """True when ``path`` is a folder written by :func:`torchnlq.interop.export.export_safetensors`."""
     return (read_config(path) or {}).get("format") == EXPORT_FORMAT
+
+
+def folder_model_args(path: str | Path) -> ModelArgs:
+    """The ModelArgs of a checkpoint, an export or a Hugging Face folder a family reads, from its JSON alone (no
+    weight is read: the model an initial load would take, ``model.from_checkpoint``)."""
+    p = Path(path).expanduser()
+    config = read_config(p)
+    if config is not None and config.get("format") == EXPORT_FORMAT:
+        return RunRecord.from_meta(config, p / CONFIG_FILE).model_args
+    if Path(p, META_FILE).is_file():
+        return RunRecord.from_meta(read_meta(p), p / META_FILE).model_args
+    if hf_model_type(p) is not None:
+        return hf_folder_model_args(p)
+    raise UserError(f"'{path}' is neither a torchnlq checkpoint (no {META_FILE}), an export (no {CONFIG_FILE} + "
+                    f"{WEIGHTS_FILE}) nor a Hugging Face folder torchnlq reads "
+                    f"({in_words(list(importable_architectures()))})")
 
 
 def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cpu") -> LoadedModel:

@@ -147,6 +147,7 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
         if value is None:
             options[name] = flavor.family if name == "family" else flavor.options.get(name, declared_default(name))
     family = get_family(options["family"])
+    check_sections_read(cfg, family)
     n_layers = cfg.n_layers if cfg.n_layers is not None else flavor.n_layers
     dim = cfg.dim if cfg.dim is not None else flavor.dim
     n_heads = cfg.n_heads if cfg.n_heads is not None else flavor.n_heads
@@ -175,14 +176,31 @@ SECTIONS = tuple(f.name for f in fields(ModelArgs) if f.default_factory is not d
                  and f.name != "query")
 
 
+def check_sections_read(cfg: Model, family: Family) -> None:
+    """ConfigError for a ``[model.<section>]`` key set for a family that does not read that section (e.g.
+    ``model.moe.n_experts`` with ``model.family = 'dense'``): it would change nothing, which is rarely what was meant."""
+    for name in SECTIONS:
+        if name in family.reads:
+            continue
+        section = getattr(cfg, name)
+        for f in fields(section):
+            if getattr(section, f.name) is not None:
+                readers = [other.name for other in FAMILIES.values() if name in other.reads]
+                raise ConfigError(
+                    f"model.{name}.{f.name} is set, but model.family = '{family.name}' has no [model.{name}]: only "
+                    f"{' and '.join(repr(r) for r in readers) or 'no family'} reads it; set model.family "
+                    f"= '{readers[0] if readers else '...'}' or delete model.{name}.{f.name}")
+
+
 def resolved_section(cfg: Model, args: ModelArgs) -> Model:
     """``cfg`` with every option it leaves to the flavor set to what ``args`` resolved it to (the resolved config a
-    run records says what the model is, whatever the flavor table later says)."""
+    run records says what the model is, whatever the flavor table later says); the sub-sections the family does not
+    read stay unset."""
     resolved = copy.deepcopy(cfg)
     for f in fields(BlockOptions):
         if getattr(resolved, f.name) is None:
             setattr(resolved, f.name, getattr(args, f.name))
-    for name in SECTIONS:
+    for name in get_family(args.family).reads:
         section = getattr(resolved, name)
         for f in fields(section):
             if getattr(section, f.name) is None:
@@ -194,6 +212,22 @@ def describe_family(args: ModelArgs) -> str:
     """``": <what the family says of this model>"``, or nothing."""
     family = get_family(args.family)
     return f": {family.describe(args)}" if family.describe is not None else ""
+
+
+#: The ``[model]`` sizes a folder's model gives (``model.from_checkpoint``): every ModelArgs field but the options.
+SIZES = ("n_layers", "dim", "n_heads", "n_kv_heads", "mlp_hidden", "vocab_size", "max_seq_len")
+
+
+def section_from_args(cfg: Model, args: ModelArgs) -> Model:
+    """``cfg`` with every field it leaves unset taken from ``args`` (a folder's model): the sizes, the block options,
+    the sub-sections, and the query unless ``cfg`` sets one; what ``cfg`` sets stays."""
+    taken = resolved_section(cfg, args)
+    for name in SIZES:
+        if getattr(taken, name) is None:
+            setattr(taken, name, getattr(args, name))
+    if taken.query == type(taken.query)():  # the default: the folder's query
+        taken.query = copy.deepcopy(args.query)
+    return taken
 
 
 def build_model(args: ModelArgs) -> Decoder:

@@ -49,16 +49,21 @@ def grouped_experts(model: nn.Module) -> Iterator[GroupedExperts]:
     return (module for module in model.modules() if isinstance(module, GroupedExperts))
 
 
+def check_expert_split(n_experts: int, world: int) -> None:
+    """ConfigError unless ``n_experts`` splits evenly over ``world`` processes (each holds n_experts / world)."""
+    if n_experts % world:
+        raise ConfigError(f"parallelism.expert_parallel splits each layer's {n_experts} experts over {world} "
+                          "processes: model.moe.n_experts must be a multiple of the process count; change it or "
+                          "the number of processes")
+
+
 def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh) -> set[nn.Parameter]:
     """Split every MoE layer's experts over the processes of the 1-D ``mesh`` and route their forward through the
     all-to-all dispatch, in place (before FSDP, on the meta model); the expert parameters, for FSDP to ignore."""
     world = mesh.size()
     params: set[nn.Parameter] = set()
     for experts in grouped_experts(model):
-        if experts.n_experts % world:
-            raise ConfigError(f"parallelism.expert_parallel splits each layer's {experts.n_experts} experts over "
-                              f"{world} processes: n_experts must be a multiple of the process count; change "
-                              "model.moe.n_experts or the number of processes")
+        check_expert_split(experts.n_experts, world)
         for name in WEIGHTS:
             full = getattr(experts, name)
             local = torch.empty((full.shape[0] // world, *full.shape[1:]), dtype=full.dtype, device=full.device)

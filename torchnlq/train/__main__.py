@@ -17,11 +17,14 @@ PRINT_CONFIG = "--print-config"
 def preflight(args: list[str]) -> int:
     """Check a config and its data in one process, before torchrun starts several: one ``error:`` line."""
     from torchnlq.data.loader import data_meta
-    from torchnlq.train.preflight import check_data_fits_model, check_job_config
+    from torchnlq.train.preflight import check_data_fits_model, check_job_config, check_world
     from torchnlq.train.run_lock import RunLock, check_run_folder
 
     cfg = load_job_config(args)
     model_args = check_job_config(cfg)
+    world = os.environ.get("TORCHNLQ_WORLD_SIZE")  # run_train.sh: NGPU x NNODES, the processes torchrun will start
+    if world:
+        check_world(cfg, model_args, int(world))
     run_dir = Path(cfg.job.dump_folder) / cfg.job.name
     check_run_folder(run_dir)
     check_data_fits_model(data_meta(cfg.data, cfg.training.seq_len), model_args)

@@ -14,16 +14,27 @@ from typing import Any
 import torch
 
 from torchnlq.config.job_config import Data, JobConfig, Metrics
-from torchnlq.train.registries import registry_choices, registry_fields
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
+from torchnlq.interop.load import folder_model_args
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.family import FLAVORS, build_model, build_model_args, get_family, resolved_section
+from torchnlq.models.config import Model
+from torchnlq.models.family import (
+    FLAVORS,
+    build_model,
+    build_model_args,
+    get_family,
+    resolved_section,
+    section_from_args,
+)
 from torchnlq.models.query import ignored_knobs
+from torchnlq.parallel.dist import resolve_degrees
+from torchnlq.parallel.expert_parallel import check_expert_split
 from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
 from torchnlq.train.optim import ADAMW, OPTIMIZERS, plan_groups
+from torchnlq.train.registries import registry_choices, registry_fields
 
 
 def check_registry_names(cfg: JobConfig) -> None:
@@ -81,7 +92,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     # hf reads its tokenizer.json here (bounded, parsed once per file version): its size is the vocabulary's.
     vocab = padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple, cfg.data.tokenizer_file, cfg.data.eot_token)
-    args = build_model_args(cfg.model, vocab)
+    args = build_model_args(model_section(cfg), vocab)
     if cfg.training.seq_len > args.max_seq_len:
         raise ConfigError(
             f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
@@ -98,13 +109,34 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
     return args
 
 
+def model_section(cfg: JobConfig) -> Model:
+    """``[model]`` as it builds the model: the config's, or with ``model.from_checkpoint`` the initial load's model
+    filled in where the config leaves a key unset."""
+    if not cfg.model.from_checkpoint:
+        return cfg.model
+    if not cfg.checkpoint.initial_load_path:
+        raise ConfigError("model.from_checkpoint = true takes the model from checkpoint.initial_load_path, which is "
+                          "unset; give the folder (a Hugging Face folder, an export or a checkpoint)")
+    return section_from_args(cfg.model, folder_model_args(cfg.checkpoint.initial_load_path))
+
+
 def resolved_config(cfg: JobConfig, args: ModelArgs) -> JobConfig:
-    """``cfg`` as a run records it (config.toml, --print-config): the model options the flavor gave, written out."""
-    return dataclasses.replace(cfg, model=resolved_section(cfg.model, args))
+    """``cfg`` as a run records it (config.toml, --print-config): the model options the flavor (or, with
+    ``model.from_checkpoint``, the folder) gave, written out."""
+    section = section_from_args(cfg.model, args) if cfg.model.from_checkpoint else resolved_section(cfg.model, args)
+    return dataclasses.replace(cfg, model=section)
 
 
 # Characters W&B refuses in a project name (its server answers with an error once the run has started).
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+
+
+def check_world(cfg: JobConfig, args: ModelArgs, world: int) -> None:
+    """The mistakes of ``world`` processes (NGPU x NNODES) that would otherwise surface in every rank's traceback:
+    degrees that do not multiply to it, experts that do not split over it. Raises UserError/ConfigError."""
+    resolve_degrees(world, cfg.parallelism)
+    if cfg.parallelism.expert_parallel and "moe" in get_family(args.family).reads:
+        check_expert_split(args.moe.n_experts, world)
 
 
 def check_wandb(metrics: Metrics) -> None:
