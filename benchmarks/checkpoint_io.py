@@ -78,7 +78,8 @@ def main(argv: list[str]) -> int:
             raise unknown_choice("--flavor", flavor, list(FLAVORS))
     if args.repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {args.repeats}")
-    print("| flavor | params (M) | checkpoint (MB) | sync save (s) | async: training blocked (s) | async: total (s) | load (s) |")
+    print("| flavor | params (M) | checkpoint (MB) | sync save (s) | async: training blocked (s) | async: total (s) "
+          "| load (s) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for flavor in args.flavor:
         with tempfile.TemporaryDirectory() as tmp:

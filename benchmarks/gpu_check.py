@@ -505,8 +505,8 @@ def run_row(spec: RowSpec, config_args: list[str], opts: CheckOptions, device: t
     oom: list[int] = []
     while True:
         overrides = [*spec.overrides, f"--training.micro_batch_size={micro}", f"--training.grad_accum_steps={accum}"]
-        row = Row(query_type=spec.query_type, float8=spec.float8, variant=spec.variant, device=device.type, precision="",
-                  compile=t.compile, compile_backend=opts.compile_backend if t.compile else None,
+        row = Row(query_type=spec.query_type, float8=spec.float8, variant=spec.variant, device=device.type,
+                  precision="", compile=t.compile, compile_backend=opts.compile_backend if t.compile else None,
                   micro_batch_size=micro, seq_len=t.seq_len, grad_accum_steps=accum,
                   tokens_per_step=micro * t.seq_len * accum, out_of_memory_at=list(oom), capacity_bytes=capacity)
         variant: Variant | None = None

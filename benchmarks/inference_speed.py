@@ -155,7 +155,8 @@ def format_inference_results(results: list[InferenceResult], opts: argparse.Name
              f"{r.decode_ms_per_step / ref.decode_ms_per_step:.3f}×", f"{r.kv_cache_mib:,.1f}", f"{r.peak_mib:,.1f}"]
             for r in results]
     return "\n".join([
-        (f"# inference: {opts.layers} layers, d={opts.dim}, {opts.heads} heads, vocab {opts.vocab}; batch {opts.batch}, "
+        (f"# inference: {opts.layers} layers, d={opts.dim}, {opts.heads} heads, vocab {opts.vocab}; "
+         f"batch {opts.batch}, "
          f"prompt {opts.prompt}, {opts.decode} decode steps; {'bf16 weights' if opts.autocast == 'bf16' else 'fp32'}, "
          f"{'compiled (dynamic shapes)' if opts.compile else 'eager'}; median of {opts.rounds} interleaved rounds "
          f"after {opts.warmup} warm-up"),

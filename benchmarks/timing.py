@@ -127,7 +127,8 @@ def ratio_table(kind: str, quantity: str, reference: tuple[str, Sequence[float]]
     return markdown_table(
         [kind, f"{quantity} (median)", f"vs {versus} (median of rounds)", "range"],
         [[reference[0], f"{1000 * median(reference[1]):.1f}", "1.000×", ""],
-         [other[0], f"{1000 * median(other[1]):.1f}", f"{median(ratios):.3f}×", f"{min(ratios):.3f}–{max(ratios):.3f}"]],
+         [other[0], f"{1000 * median(other[1]):.1f}", f"{median(ratios):.3f}×",
+          f"{min(ratios):.3f}–{max(ratios):.3f}"]],
         right=[False, True, True, True])
 
 

@@ -104,7 +104,8 @@ class Variant:
                  workdir: Path, index: int) -> None:
         self.label, self.overrides = label, overrides
         total_steps = opts.warmup + opts.steps + 1  # + 1: the memory measurement
-        run_args = [f"--job.dump_folder={workdir / 'runs'}", f"--job.name=v{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}",
+        run_args = [f"--job.dump_folder={workdir / 'runs'}",
+                    f"--job.name=v{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}",
                     f"--training.steps={total_steps}", *BENCH_OVERRIDES]
         cfg = load_job_config([*config_args, *overrides, *run_args])
         if not opts.real_data:

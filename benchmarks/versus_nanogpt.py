@@ -14,8 +14,8 @@ shape (layers, width, heads, vocabulary rows, micro-batch, sequence length, accu
 bf16 on CUDA or fp32). Each program trains ``--steps`` optimizer steps; tokens/s is the median over the
 steps after the first two, from each program's own per-step log (torchnlq's TensorBoard
 ``throughput/tokens_per_s``, nanoGPT's ``iter N: ... time T ms``: both include the wait for the loss
-that the log line reads). MFU is torchnlq's count (``torchnlq.models.counts.flops_per_token``) for every row, peak memory the
-CUDA allocator's peak (nanoGPT's read by a launcher at exit), the estimate torchnlq's
+that the log line reads). MFU is torchnlq's count (``torchnlq.models.counts.flops_per_token``) for every row,
+peak memory the CUDA allocator's peak (nanoGPT's read by a launcher at exit), the estimate torchnlq's
 (``train/memory_estimate.py``), the first step the wall time from the program's start to the end of its
 first step (compilation included). ``--json OUT`` writes every figure, each step's time included.
 On the CPU (``--device cpu``) it runs at any shape a CPU trains, e.g. the debug config (the test does).
@@ -27,7 +27,8 @@ at 1.0. The time per iteration is (CPU of a LONG-step run − CPU of a SHORT-ste
 SHORT), so start-up and the end of a run cancel; each round runs the four programs in a shuffled
 order and the ratio is the median over rounds of torchnlq / nanoGPT within a round.
 ``--vocab gpt2`` is nanoGPT's default 50,304-row head (the head is then most of the step); ``byte``
-a 257-row character model (bytes and torchnlq's end-of-text) like nanoGPT's shakespeare_char (the blocks are most of it).
+a 257-row character model (bytes and torchnlq's end-of-text) like nanoGPT's shakespeare_char (the blocks are
+most of it).
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ def _stream(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> 
         for line in proc.stdout:
             lines.append((time.perf_counter(), line.rstrip("\n")))
             if time.perf_counter() - start > timeout:
-                raise UserError(f"'{' '.join(argv[:3])} ...' ran past --timeout {timeout:g} s; raise it or lower --steps")
+                raise UserError(f"'{' '.join(argv[:3])} ...' ran past --timeout {timeout:g} s; "
+                                "raise it or lower --steps")
         code = proc.wait()
     finally:
         if proc.poll() is None:
@@ -296,7 +298,8 @@ def profile(opts: Any, overrides: list[str]) -> int:
                     f"--training.steps={opts.steps_count}", f"--data.path={our_data}", "--data.synthetic=false",
                     *BENCH_OVERRIDES, "--metrics.tensorboard=true", "--metrics.log_interval=1",
                     "--metrics.weight_dynamics_interval=0", f"--job.dump_folder={tmp / 'runs'}", f"--job.name=r{index}"]
-            print(f"[{index + 2}/{len(loaded) + 1}] torchnlq {_shown(config)}, {opts.steps_count} steps ...", flush=True)
+            print(f"[{index + 2}/{len(loaded) + 1}] torchnlq {_shown(config)}, {opts.steps_count} steps ...",
+                  flush=True)
             start_wall = time.time()
             _stream(argv, Path.cwd(), env_for(f"r{index}"), opts.timeout)  # the user's relative paths hold
             ours = ProgramResult(f"torchnlq {_shown(config)} ({config_args.query.type})", argv[1:], tokens_per_step)
@@ -416,7 +419,8 @@ def main(argv: list[str]) -> int:
         return cpu_seconds(opts)
     unknown = [a for a in overrides if not a.startswith("--") or a.count(".") < 1]
     if unknown:
-        raise UserError(f"unrecognized argument {unknown[0]!r}: configs come as paths, overrides as --section.key=value")
+        raise UserError(f"unrecognized argument {unknown[0]!r}: "
+                        "configs come as paths, overrides as --section.key=value")
     try:
         opts.steps_count = 12 if opts.steps is None else int(opts.steps)
     except ValueError:

@@ -183,8 +183,8 @@ def model_only(site: Path, rounds: int) -> int:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
     titan = spec.build()
     torch.manual_seed(0)
-    ours = build_model(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=HEADS, mlp_hidden=HIDDEN, vocab_size=VOCAB, max_seq_len=SEQ,
-                         tie_embeddings=False, positions="rope", rope_theta=500000.0, norm="rms",
+    ours = build_model(ModelArgs(n_layers=LAYERS, dim=DIM, n_heads=HEADS, mlp_hidden=HIDDEN, vocab_size=VOCAB,
+                         max_seq_len=SEQ, tie_embeddings=False, positions="rope", rope_theta=500000.0, norm="rms",
                          mlp_activation="swiglu", init="depth"))
     weights = ours.state_dict()
     mapped = {"tok_embeddings.weight": weights["tok_emb.weight"], "norm.weight": weights["ln_f.weight"],
@@ -213,9 +213,11 @@ def model_only(site: Path, rounds: int) -> int:
         passes(model, 2)  # warm-up: allocations, first-call costs
     times = dict(zip(models, interleave([lambda m=m: passes(m) for m in models.values()], rounds)))
     params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
-    print(f"# the models alone: forward + full-logits cross-entropy + backward, {BATCH} x {SEQ} tokens, fp32, 1 thread, "
+    print(f"# the models alone: forward + full-logits cross-entropy + backward, {BATCH} x {SEQ} tokens, "
+          "fp32, 1 thread, "
           f"{rounds} rounds of 3 passes, CPU seconds; parameters {params['torchtitan']:,} / {params['torchnlq']:,}")
-    print(ratio_table("model", "CPU ms per forward + backward", ("torchtitan 0.3.0 debugmodel (SDPA)", times["torchtitan"]),
+    print(ratio_table("model", "CPU ms per forward + backward",
+                      ("torchtitan 0.3.0 debugmodel (SDPA)", times["torchtitan"]),
                       ("torchnlq (linear query)", times["torchnlq"]), "torchtitan"))
     return 0
 

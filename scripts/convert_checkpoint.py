@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
     p.add_argument("--format", default="safetensors", choices=(*FORMATS, *standard), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export (never any other folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is a previous torchnlq export "
+                   "(never any other folder)")
     p.add_argument("--tiktoken-file", default=None, help="GPT-2 .tiktoken ranks file, for a gpt2 model that carries "
                    "none (default: $TORCHNLQ_TIKTOKEN_FILE, then tiktoken's cache)")
     add_plugins_option(p)

@@ -67,13 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--tokenizer hf: the token appended after each document (default: the first of "
                    "<|endoftext|>, <|end_of_text|>, </s>, <eos> in the vocabulary)")
     p.add_argument("--tiktoken-file", default=None,
-                   help="local GPT-2 .tiktoken ranks file for offline use (default: $TORCHNLQ_TIKTOKEN_FILE, else tiktoken's download)")
+                   help="local GPT-2 .tiktoken ranks file for offline use "
+                   "(default: $TORCHNLQ_TIKTOKEN_FILE, else tiktoken's download)")
     p.add_argument("--val-fraction", type=float, default=0.0005,
                    help="fraction of documents split off as validation when the dataset has no validation split")
     p.add_argument("--split-seed", type=int, default=2357, help="seed of that split (the paper's)")
     p.add_argument("--num-proc", type=int, default=min(8, os.cpu_count() or 1), help="tokenizer processes")
     p.add_argument("--cache-dir", default=None,
-                   help="Hugging Face cache (downloads, arrow files); default OUT/hf_cache, delete it after to save space")
+                   help="Hugging Face cache (downloads, arrow files); default OUT/hf_cache, "
+                   "delete it after to save space")
     return p
 
 

@@ -23,7 +23,8 @@ def script_command(args: str) -> str:
     import torchnlq: from such a venv the hint names its interpreter (``.venv/bin/python``).
     """
     in_venv = sys.prefix != sys.base_prefix
-    activated = os.environ.get("VIRTUAL_ENV") and Path(os.environ["VIRTUAL_ENV"]).resolve() == Path(sys.prefix).resolve()
+    activated = (os.environ.get("VIRTUAL_ENV")
+                 and Path(os.environ["VIRTUAL_ENV"]).resolve() == Path(sys.prefix).resolve())
     if not in_venv or activated:
         return f"python {args}"
     python = Path(sys.prefix) / "bin" / "python"

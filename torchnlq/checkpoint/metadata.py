@@ -39,7 +39,8 @@ def read_meta(ckpt_dir: str | Path) -> dict[str, Any]:
     if not Path(ckpt_dir).is_dir():
         raise UserError(f"checkpoint '{ckpt_dir}' does not exist; pass a <run>/checkpoints/step-N folder")
     if not path.is_file():
-        raise UserError(f"'{ckpt_dir}' is not a torchnlq checkpoint (no {META_FILE}); pass a <run>/checkpoints/step-N folder")
+        raise UserError(f"'{ckpt_dir}' is not a torchnlq checkpoint (no {META_FILE}); "
+                        "pass a <run>/checkpoints/step-N folder")
     meta = read_json(path, "a checkpoint's record", "use another checkpoint")  # JSON, never unpickled
     if not isinstance(meta, dict):
         raise UserError(f"'{path}' is corrupt (not a JSON object); use another checkpoint")

@@ -50,7 +50,8 @@ def scan_tokens(path: Path, eot_id: int) -> tuple[int, int, int]:
     return n, largest, eots
 
 
-def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = False) -> tuple[dict[str, Any], list[str]]:
+def adopt_folder(folder: str | Path, tokenizer: str = "gpt2",
+                 overwrite: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Make a nanoGPT data folder (``train.bin``, ``val.bin``: uint16 ids) a torchnlq token folder.
 
     Writes only ``meta.json`` beside them. Returns (meta, notes): the notes say what could not be checked.
@@ -63,7 +64,8 @@ def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = 
         raise UserError(f"{given} is not a folder; point it at the folder holding train.bin and val.bin")
     if path.resolve() in protected_folders():  # the one rule of every writer (torchnlq/paths.py)
         raise UserError(f"{given} is the current directory, the home folder or a parent of one, which torchnlq never "
-                        f"writes into; run the command from outside it (e.g. --adopt ../{path.resolve().name or 'DATA'})")
+                        "writes into; run the command from outside it "
+                        f"(e.g. --adopt ../{path.resolve().name or 'DATA'})")
     files = {s: fmt.split_file(path, s) for s in fmt.SPLITS}
     missing = [f.name for f in files.values() if not f.is_file()]
     if missing:
@@ -72,7 +74,8 @@ def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = 
     meta_path = path / fmt.META_NAME
     if meta_path.exists() or meta_path.is_symlink():
         if not overwrite:
-            raise UserError(f"{given} already has a {fmt.META_NAME} (prepared or adopted before): train on it as it is, "
+            raise UserError(f"{given} already has a {fmt.META_NAME} (prepared or adopted before): "
+                            "train on it as it is, "
                             "or pass --overwrite to replace that meta.json")
         if meta_path.is_dir():
             raise UserError(f"{given} holds a folder named {fmt.META_NAME}; move it away first")
@@ -110,7 +113,8 @@ def adopt_folder(folder: str | Path, tokenizer: str = "gpt2", overwrite: bool = 
     try:
         fmt.commit(path, {}, meta)
     except OSError as e:  # commit removed its temporary meta.json
-        raise UserError(f"could not write {meta_path} ({type(e).__name__}: {e}); adopt a folder you can write to") from e
+        raise UserError(f"could not write {meta_path} ({type(e).__name__}: {e}); "
+                        "adopt a folder you can write to") from e
     return meta, notes
 
 

@@ -68,7 +68,8 @@ def check_out_folder(out: str | Path, overwrite: bool = False) -> Path:
         )
     if not any(n in TOKEN_FILES for n in names):
         raise UserError(
-            f"--out '{out}' is not a token folder (no {', '.join(TOKEN_FILES)}) and --overwrite replaces only a previous "
+            f"--out '{out}' is not a token folder (no {', '.join(TOKEN_FILES)}) "
+            "and --overwrite replaces only a previous "
             f"one; {fix}"
         )
     return path

@@ -27,7 +27,9 @@ NOUNS = (
     "goat duck sailor baker miller hunter witch giant rabbit crow snake tiger monk knight girl boy"
 ).split()
 ADJECTIVES = "quick lazy small big old young wise happy sad dark bright quiet loud brave shy clever".split()
-VERBS = "sees likes chases finds helps follows watches calls feeds meets hears fears loves visits greets carries".split()
+VERBS = (
+    "sees likes chases finds helps follows watches calls feeds meets hears fears loves visits greets carries"
+).split()
 PLACES = "river forest hill village castle garden field lake cave market bridge tower meadow harbor".split()
 COLORS = "red blue green white black yellow grey brown".split()
 NUMBERS = (
@@ -116,7 +118,8 @@ def ensure_synthetic_corpus(path: str | Path, seed: int = 0) -> Path:
             source = None
         if not (isinstance(source, dict) and source.get("kind") == "synthetic"):
             raise UserError(
-                f"data.path '{folder}' holds files torchnlq did not write as its synthetic corpus ({', '.join(held[:3])}); "
+                f"data.path '{folder}' holds files torchnlq did not write as its synthetic corpus "
+                f"({', '.join(held[:3])}); "
                 "data.synthetic = true writes only into a new or empty folder: set data.synthetic = false to train "
                 "on that folder's token files, or point data.path elsewhere"
             )

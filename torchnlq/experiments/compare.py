@@ -285,7 +285,8 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
     for g in groups:  # seeds of one arm are averaged: read at one point, or the mean mixes stages of training
         steps = sorted({at.of(r) for r in g.runs})
         if len(steps) > 1:
-            raise UserError(f"runs {', '.join(r.name for r in g.runs)} differ only in their seed but share no validation "
+            raise UserError(f"runs {', '.join(r.name for r in g.runs)} differ only in their seed "
+                            "but share no validation "
                             f"step (each read at its last: {', '.join(map(str, steps))}); finish them to a common step "
                             "or compare at --step/--tokens")
     base = next(g for g in groups if any(r.path == baseline.path for r in g.runs))

@@ -136,7 +136,8 @@ def draw_downstream(groups: list[Group], x: str = "steps") -> Any:
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for index, g in enumerate(groups):
-            xs, mean, _ = mean_curve([_on_axis(r.downstream[task], scales[id(r)]) for r in g.runs if task in r.downstream])
+            xs, mean, _ = mean_curve([_on_axis(r.downstream[task], scales[id(r)]) for r in g.runs
+                                      if task in r.downstream])
             if xs:
                 ax.plot(xs, mean, color=f"C{index}", lw=1.6, marker=".", label=g.name)
         _x_axis(ax, x)
@@ -185,7 +186,8 @@ def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    shown = [g for g in groups if any(_WEIGHT_TAG.match(t) and t.endswith(f"/{matrix}/{stat}") for t in g.runs[0].weights)]
+    shown = [g for g in groups
+             if any(_WEIGHT_TAG.match(t) and t.endswith(f"/{matrix}/{stat}") for t in g.runs[0].weights)]
     scales = _scales(groups, x)
     fig, axes = plt.subplots(1, len(shown), figsize=(4.5 * len(shown) + 1, 4), squeeze=False, sharey=True,
                              layout="constrained")

@@ -140,7 +140,8 @@ def difference_table(a: Losses, b: Losses, tolerance: float) -> tuple[str, list[
         # where both sides have losses, and said.
         start = max(min(a[kind]), min(b[kind])) if a[kind] and b[kind] else 0
         if start and min(a[kind]) != min(b[kind]):
-            lines.append(f"{kind}: A starts at step {min(a[kind])}, B at step {min(b[kind])}; compared from step {start}")
+            lines.append(f"{kind}: A starts at step {min(a[kind])}, B at step {min(b[kind])}; "
+                         f"compared from step {start}")
         for step in sorted(s for s in a[kind].keys() | b[kind].keys() if s >= start):
             x, y = a[kind].get(step), b[kind].get(step)
             if x is None or y is None:

@@ -148,7 +148,8 @@ def _expand_grid(where: str, grid: Any) -> list[dict[str, Any]]:
                 raise UserError(f"{where}: grid key '{key}' = {value!r}: {e}") from None
         twice = [v for i, v in enumerate(values) if v in values[:i]]
         if twice:
-            raise UserError(f"{where}: grid key '{key}' lists {twice[0]!r} twice; each value gives one run, list it once")
+            raise UserError(f"{where}: grid key '{key}' lists {twice[0]!r} twice; "
+                            "each value gives one run, list it once")
     return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
 
@@ -177,7 +178,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     parser.add_argument("--job.dump_folder", dest="dump", nargs="?", const="")  # bare: "" (its own message)
     moved, cli = parser.parse_known_args(cli)
     if moved.dump == "":
-        raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), the folder the suite's runs go to")
+        raise UserError("--job.dump_folder needs a value (e.g. --job.dump_folder=DIR), "
+                        "the folder the suite's runs go to")
     dump = moved.dump or dump
 
     for key in ("executor", "sweep"):

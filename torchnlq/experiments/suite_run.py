@@ -128,7 +128,8 @@ def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, 
         t0 = time.perf_counter()
         code, stopped_by = launch(cmd)
         seconds = time.perf_counter() - t0
-        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}" + (f" stopped_by={stopped_by}" if stopped_by else ""))
+        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}"
+             + (f" stopped_by={stopped_by}" if stopped_by else ""))
         if stopped_by:
             print(f"[suite] stopped by {stopped_by} during {run.name} (exit {code}); run the same command to resume",
                   file=out, flush=True)

@@ -161,7 +161,8 @@ def evaluate_source(
                                    settings.seed, recorded.interval)
         batches = rows.batches_at(loaded.record.step)
     else:
-        batches = list(ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size, settings.seed))
+        batches = list(ValidationSet(val, settings.seq_len, settings.sequences, settings.micro_batch_size,
+                                     settings.seed))
     check_ids_fit_model(batches, loaded.args.vocab_size, data_dir, loaded.path)
     model_device = loaded.model.tok_emb.weight.device
     mean, std = evaluate(loaded.model, batches, model_device, evaluation_autocast(loaded.record, model_device))

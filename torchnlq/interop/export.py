@@ -84,7 +84,8 @@ def check_export_folder(out_dir: str | Path, source: str | Path | None = None, o
     final = given.resolve()
     fix = "choose a new output folder such as exports/NAME"
     if final in protected_folders():
-        raise UserError(f"output folder '{out_dir}' is the current directory, the home folder or a parent of one; {fix}")
+        raise UserError(f"output folder '{out_dir}' is the current directory, the home folder or a parent of one; "
+                        f"{fix}")
     if source is not None:
         src = Path(source).expanduser().resolve()
         if final == src:

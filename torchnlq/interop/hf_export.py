@@ -70,7 +70,8 @@ def export_hf(
     from safetensors.torch import save_file
 
     loaded, target = prepare_export(source, dtype)
-    code = export_code(loaded.args.query.type, loaded.args.family)  # a plugin that cannot travel: refused before any write
+    # a plugin that cannot travel: refused before any write
+    code = export_code(loaded.args.query.type, loaded.args.family)
     weights = {f"model.{k}": v for k, v in loaded.model.state_dict().items()}
     # code_files: what --overwrite may replace.
     extra = {**run_metadata(loaded), "dtype": DTYPE_NAMES[target], "code_files": sorted(code)}

@@ -55,7 +55,8 @@ def config_model_args(folder: Path, model_type: str, architecture: str,
     config = read_json(config_file, "a Hugging Face config.json", _HINT)
     if not isinstance(config, dict) or config.get("model_type") != model_type:
         got = config.get("model_type") if isinstance(config, dict) else None
-        raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder (model_type {got!r}, not {model_type!r})")
+        raise UserError(f"'{folder}' is not a Hugging Face {model_type} folder "
+                        f"(model_type {got!r}, not {model_type!r})")
     try:
         return model_args(config)
     except KeyError as e:

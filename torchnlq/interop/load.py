@@ -144,7 +144,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
     if config is not None:
         raise UserError(
             f"'{path}' is not a torchnlq export, nor a Hugging Face folder torchnlq reads (its model_type is "
-            f"{shown(config.get('model_type'))}; torchnlq reads {in_words(list(importable_architectures()))}); load it with "
+            f"{shown(config.get('model_type'))}; torchnlq reads {in_words(list(importable_architectures()))}); "
+            "load it with "
             "transformers, or "
             "pass a torchnlq checkpoint or a --format safetensors export"
         )

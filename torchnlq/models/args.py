@@ -48,7 +48,8 @@ def _recorded(f: dataclasses.Field, declared: type) -> Field:
 #: and sizes beyond any model trained today yet small enough that the model is sized on the meta device in a second.
 #: The choices of the strings are :meth:`ModelArgs.validate`'s (with a did-you-mean).
 MODEL_FIELDS: dict[str, Field] = {
-    "n_layers": integer(1, LIMITS["n_layers"]), "dim": integer(1, LIMITS["dim"]), "n_heads": integer(1, LIMITS["n_heads"]),
+    "n_layers": integer(1, LIMITS["n_layers"]), "dim": integer(1, LIMITS["dim"]),
+    "n_heads": integer(1, LIMITS["n_heads"]),
     "n_kv_heads": integer(1, LIMITS["n_heads"], null=True), "mlp_hidden": integer(1, LIMITS["mlp_hidden"], null=True),
     "vocab_size": integer(1, LIMITS["vocab_size"]), "max_seq_len": integer(1, LIMITS["max_seq_len"]),
     **{f.name: _recorded(f, BlockOptions) for f in fields(BlockOptions) if f.name != "init"},
@@ -113,7 +114,8 @@ class ModelArgs(BlockOptions):
         if self.init == "paper" and not self.is_gpt2_block:
             raise ConfigError(
                 f"model.init='paper' repeats the draws of the paper's GPT-2 block; it needs model.family='{DENSE}', "
-                "model.norm='layer', a GELU MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' for this block"
+                "model.norm='layer', a GELU MLP and model.qk_norm=false: use model.init='torchnlq' or 'depth' "
+                "for this block"
             )
         if self.rope_scaling_factor != 1.0 and self.positions != "rope":
             raise ConfigError(

@@ -285,7 +285,8 @@ class Model(BlockOptions):
     from_checkpoint: bool = option(
         False, "Take the model from checkpoint.initial_load_path (a Hugging Face folder, an export or a checkpoint): "
         "its family, sizes, block options and (unless the run's config sets one) its query; the [model] keys "
-        "set in the run's config still win. The resolved config (--print-config, config.toml) writes out what was taken.",
+        "set in the run's config still win. The resolved config (--print-config, config.toml) writes out what was "
+        "taken.",
     )
     query: Query = field(default_factory=Query)
     moe: MoEOptions = field(default_factory=MoEOptions)

@@ -127,7 +127,8 @@ class Decoder(nn.Module):
         batch, seq_len = x.shape[:2]
         past = cache.get_seq_length() if cache is not None else 0
         if past + seq_len > self.args.max_seq_len:
-            raise ValueError(f"sequence length {past + seq_len} exceeds the model's max_seq_len={self.args.max_seq_len}")
+            raise ValueError(f"sequence length {past + seq_len} exceeds the model's "
+                             f"max_seq_len={self.args.max_seq_len}")
         rope = None
         if self.pos_emb is not None:
             where = positions if positions is not None else torch.arange(past, past + seq_len, device=x.device)

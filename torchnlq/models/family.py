@@ -178,7 +178,8 @@ SECTIONS = tuple(f.name for f in fields(ModelArgs) if f.default_factory is not d
 
 def check_sections_read(cfg: Model, family: Family) -> None:
     """ConfigError for a ``[model.<section>]`` key set for a family that does not read that section (e.g.
-    ``model.moe.n_experts`` with ``model.family = 'dense'``): it would change nothing, which is rarely what was meant."""
+    ``model.moe.n_experts`` with ``model.family = 'dense'``): it would change nothing, which is rarely what was
+    meant."""
     for name in SECTIONS:
         if name in family.reads:
             continue

@@ -86,7 +86,8 @@ class QueryDiagnostics:
     def __init__(self, interval: int, tokens: torch.Tensor) -> None:
         self.schedule, self.tokens = Every(interval), tokens
 
-    def run(self, model: nn.Module, device: torch.device, autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, float]:
+    def run(self, model: nn.Module, device: torch.device,
+            autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, float]:
         """The statistics of ``model`` on this object's tokens (see :func:`query_diagnostics`)."""
         with autocast():
             return query_diagnostics(model, self.tokens.to(device))

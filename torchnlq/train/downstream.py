@@ -106,7 +106,8 @@ def parse_row(obj: object, path: Path, line: int) -> ChoiceRow:
     if isinstance(label, bool) or not isinstance(label, int):
         raise _row_error(path, line, f"'label' must be an integer, got {json.dumps(obj['label'])[:40]}")
     if not 0 <= label < len(endings):
-        raise _row_error(path, line, f"'label' is {label} but the row has {len(endings)} endings (0..{len(endings) - 1})")
+        raise _row_error(path, line, f"'label' is {label} but the row has {len(endings)} endings "
+                                     f"(0..{len(endings) - 1})")
     return ChoiceRow(context, list(endings), label, line)
 
 

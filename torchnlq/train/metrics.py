@@ -285,7 +285,8 @@ class MetricsLogger:
         return left
 
     def log_validation(self, step: int, mean: float, std: float, seconds: float,
-                       eval_train: tuple[float, float] | None = None, per_source: dict[str, float] | None = None) -> None:
+                       eval_train: tuple[float, float] | None = None,
+                       per_source: dict[str, float] | None = None) -> None:
         """Write the validation line and scalars; ``eval_train``: the paper protocol's train estimate (mean, std);
         ``per_source``: a mixture's loss per source (``loss/val/<name>``; ``mean`` is their weighted mean)."""
         self._validation_s += seconds

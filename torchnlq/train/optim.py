@@ -275,7 +275,8 @@ def build_optimizer(cfg: Optimizer, model: nn.Module, device_type: str,
                for name, p in zip(plan.names, plan.params) if _is_sharded(p)]
     if sharded:  # refused rather than silently computed (GroupOptimizer.matrices_only)
         plan, name = sharded[0]
-        raise ConfigError(f"{GROUP_OPTIMIZERS[plan.optimizer].title} cannot orthogonalise FSDP-sharded matrices ({name} is a shard): train "
+        raise ConfigError(f"{GROUP_OPTIMIZERS[plan.optimizer].title} cannot orthogonalise FSDP-sharded matrices "
+                          f"({name} is a shard): train "
                           f"it on one process (or replicated: parallelism.dp_shard = 1), or use optimizer.name = "
                           f"'{ADAMW}'")
     optimizers = [GROUP_OPTIMIZERS[name].build(cfg, kind, _torch_groups(used), device_type)

@@ -95,7 +95,8 @@ def start_run(
         record.resumed_from = str(path)
         line = f"resumed from {path} (step {record.step}, {record.tokens_seen:,} tokens seen)"
         if cfg.initial_load_path:
-            line += f"; checkpoint.initial_load_path {cfg.initial_load_path} is not used: the run has its own checkpoints"
+            line += (f"; checkpoint.initial_load_path {cfg.initial_load_path} is not used: "
+                     "the run has its own checkpoints")
         return RunStart("resume", line, record.step, resume_point=path, weights_from=path)
     src = cfg.initial_load_path
     if not src:

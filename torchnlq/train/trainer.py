@@ -172,7 +172,8 @@ class Trainer:
         )
         if self.is_main:
             self.validator.report = self.logger.info
-        self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval, self.data.validation.batches_at(0)[0][0])
+        self.diagnostics = QueryDiagnostics(cfg.metrics.query_diagnostics_interval,
+                                            self.data.validation.batches_at(0)[0][0])
         self.weight_dynamics = WeightDynamics(cfg.metrics.weight_dynamics_interval, None)
         self.profiler = Profiler(cfg.profiling, self.run_dir / "profiler", self.rank, self.device, self.logger.info)
         self._weights_reference_missing = False  # a start from a DCP checkpoint: no drift (initial_query_weights)
@@ -230,7 +231,8 @@ class Trainer:
         set_router_loss_scale(self.model, 1.0 / tcfg.grad_accum_steps)
         # Under FSDP its MixedPrecisionPolicy casts; autocast is for the unsharded CUDA model.
         use_autocast = self.device.type == "cuda" and tcfg.mixed_precision == "bf16" and self.mesh is None
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else contextlib.nullcontext
+        self.autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast
+                         else contextlib.nullcontext)
         #: Tokens of logits the head's loss forms at a time (0: all of them); the model computes the loss.
         self.loss_chunk_tokens = loss_chunk_tokens(tcfg, self.device.type)
 
@@ -251,7 +253,8 @@ class Trainer:
         """This run's metadata at step 0 (see torchnlq/checkpoint/record.py)."""
         cfg, tcfg, data = self.cfg, self.cfg.training, self.data
         meta = data.meta
-        tokenizer = {k: meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in meta} | {"name": meta["tokenizer"]}
+        tokenizer = ({k: meta[k] for k in ("tokenizer", "vocab_size", "eot_id") if k in meta}
+                     | {"name": meta["tokenizer"]})
         info = meta.get("tokenizer_info") or {}
         # Which .tiktoken ranks or tokenizer.json the data was made with (checkpoints carry that file), and an hf
         # tokenizer's end-of-text text (its id alone does not say which token it is).
@@ -334,7 +337,8 @@ class Trainer:
         a, cfg, t, s = self.model_args, self.cfg, self.cfg.training, self.cfg.lr_schedule
         self.logger.info(
             f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {cfg.model.flavor} "
-            f"({a.family}{describe_family(a)}, query {a.query.type}, {a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, "
+            f"({a.family}{describe_family(a)}, query {a.query.type}, "
+            f"{a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, "
             f"positions {a.positions}) | params {num_params(a):,} (non-embedding {num_params(a, non_embedding=True):,}"
             f"{active_params(a)}) "
             f"| {self.tokens_per_step:,} tokens/step | data {self.data.train_tokens:,} train tokens, "
@@ -483,7 +487,8 @@ class Trainer:
             )
 
     def validate(self) -> float:
-        """Evaluate on the validation batches (and the paper protocol's eval_train row), log it, return the mean loss."""
+        """Evaluate on the validation batches (and the paper protocol's eval_train row), log it, return the mean
+        loss."""
         result = self.validator.run(self.model, self.step)
         self.metrics.log_validation(self.step, result.mean, result.std, result.seconds, result.eval_train,
                                     result.per_source)
@@ -495,7 +500,8 @@ class Trainer:
         figures = self.downstream.run(self.model)
         for tag, value in figures.items():
             self.metrics.scalar(tag, value, self.step)
-        scores = ", ".join(f"{tag.split('/')[1]} {value:.4f}" for tag, value in figures.items() if tag.endswith("acc_norm"))
+        scores = ", ".join(f"{tag.split('/')[1]} {value:.4f}" for tag, value in figures.items()
+                           if tag.endswith("acc_norm"))
         self.logger.info(f"step {self.step:>6}/{self.cfg.training.steps}  downstream acc_norm: {scores}  "
                          f"({figures['downstream/seconds']:.1f}s)")
 
@@ -660,4 +666,5 @@ class Trainer:
             self.export_final()
         wall = time.perf_counter() - start
         tokens = self.record.tokens_seen - start_tokens
-        self.logger.info(f"done: step {self.step}, {tokens:,} tokens in {wall:.1f}s ({tokens / max(wall, 1e-9):,.0f} tok/s incl. validation)")
+        self.logger.info(f"done: step {self.step}, {tokens:,} tokens in {wall:.1f}s "
+                         f"({tokens / max(wall, 1e-9):,.0f} tok/s incl. validation)")

@@ -29,7 +29,8 @@ def wandb_config(cfg: JobConfig, hparams: dict[str, HParam]) -> dict[str, Any]:
 
 
 def _run_id(folder: Path, new: bool) -> str:
-    """This run folder's W&B run id: read from ``folder/run_id``, or (``new``, or none saved) drawn and written there."""
+    """This run folder's W&B run id: read from ``folder/run_id``, or (``new``, or none saved) drawn and written
+    there."""
     path = folder / RUN_ID_FILE
     if not new and path.is_file():
         saved = path.read_text().strip()

@@ -1,7 +1,8 @@
 """Weight dynamics of the query (the paper's future work: "weight dynamics analysis"), per layer.
 
-For every block's query matrices (``QueryProjection.matrices()``: W_Q, W1, W2 of the built-in types): σ_max, effective rank (Roy & Vetterli, 2007), stable rank and
-drift, plus their means (docs/monitoring.md). Under FSDP every rank calls :func:`weight_stats` together.
+For every block's query matrices (``QueryProjection.matrices()``: W_Q, W1, W2 of the built-in types): σ_max,
+effective rank (Roy & Vetterli, 2007), stable rank and drift, plus their means (docs/monitoring.md). Under FSDP
+every rank calls :func:`weight_stats` together.
 """
 
 from __future__ import annotations

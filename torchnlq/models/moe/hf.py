@@ -43,7 +43,8 @@ QWEN3_MOE_FIELDS = {
     "num_local_experts": MOE_FIELDS["n_experts"], "num_experts_per_tok": MOE_FIELDS["top_k"],
     "norm_topk_prob": Field(bool), "decoder_sparse_step": MOE_FIELDS["every"],
     "mlp_only_layers": Field(list, values=integer(0)), "router_aux_loss_coef": MOE_FIELDS["aux_loss_coef"],
-    "use_sliding_window": Field(bool), "sliding_window": integer(0, null=True), "max_window_layers": integer(0, null=True),
+    "use_sliding_window": Field(bool), "sliding_window": integer(0, null=True),
+    "max_window_layers": integer(0, null=True),
 }
 #: The dense layers' MLP names, which the MoE layers do not have.
 _DENSE_MLP = {ours for ours in LLAMA_LAYER_NAMES if ours.startswith("mlp.")}

@@ -24,7 +24,8 @@ class AddToGradient(torch.autograd.Function):
     language model's; the router's losses still train it."""
 
     @staticmethod
-    def forward(ctx: Any, output: torch.Tensor, loss: torch.Tensor, scale: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, output: torch.Tensor, loss: torch.Tensor,  # type: ignore[override]
+                scale: float) -> torch.Tensor:
         ctx.save_for_backward(loss)
         ctx.scale = scale
         return output.view_as(output)
