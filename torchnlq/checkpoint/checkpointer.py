@@ -43,8 +43,9 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 #: record and the tokenizer files.
 SAVE_FILE = re.compile(r"^((__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp|rng-rank\d+\.pt|torchnlq\.json"
                        r"|tokenizer\.(json|tiktoken))$")
-# DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+#: DCP warns on every single-process save that it "assumes" one process: that is our intent. Ignored around the
+#: save call only (a filter set at import would last only as long as the warning filters of the importer's context).
+SINGLE_PROCESS_SAVE = "torch.distributed is disabled, unavailable or uninitialized"
 
 
 def step_folders(folder: Path) -> list[int]:
@@ -313,11 +314,14 @@ class Checkpointer:
                 self._extra_files = dict(self._extra_files_source()) if self._extra_files_source is not None else {}
             for name, data in self._extra_files.items():
                 (partial / name).write_bytes(data)
-        if self.cfg.async_mode:
-            future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
-            self._pending = (future, partial, final, step)
-        else:
-            dcp.save(state, checkpoint_id=str(partial))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=SINGLE_PROCESS_SAVE)
+            if self.cfg.async_mode:
+                self._pending = (dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group),
+                                 partial, final, step)
+            else:
+                dcp.save(state, checkpoint_id=str(partial))
+        if not self.cfg.async_mode:
             pause_point("save", step)  # fault tests: shards written, not yet complete
             self._finish(partial, final)
         self.last_save_blocked_s = time.perf_counter() - start
