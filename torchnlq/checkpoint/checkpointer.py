@@ -43,8 +43,7 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 #: record and the tokenizer files.
 SAVE_FILE = re.compile(r"^((__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp|rng-rank\d+\.pt|torchnlq\.json"
                        r"|tokenizer\.(json|tiktoken))$")
-#: DCP warns on every single-process save that it "assumes" one process: that is our intent. Ignored around the
-#: save call only (a filter set at import would last only as long as the warning filters of the importer's context).
+#: DCP warns on every single-process save that it "assumes" one process: that is our intent.
 SINGLE_PROCESS_SAVE = "torch.distributed is disabled, unavailable or uninitialized"
 
 
@@ -244,6 +243,10 @@ class Checkpointer:
         extra_files: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.cfg = cfg
+        # Set when a checkpointer exists, not at import: a filter added while a module is imported lasts only as long
+        # as the importer's warnings context (a test's, under pytest), and an async save warns from its own thread,
+        # outside any context the saving call could hold.
+        warnings.filterwarnings("ignore", message=SINGLE_PROCESS_SAVE)
         self.schedule = Every(cfg.interval if cfg.enabled else 0)  # the loop's saves
         self.folder = run_dir / "checkpoints"
         self.rank = rank
@@ -314,14 +317,11 @@ class Checkpointer:
                 self._extra_files = dict(self._extra_files_source()) if self._extra_files_source is not None else {}
             for name, data in self._extra_files.items():
                 (partial / name).write_bytes(data)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=SINGLE_PROCESS_SAVE)
-            if self.cfg.async_mode:
-                self._pending = (dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group),
-                                 partial, final, step)
-            else:
-                dcp.save(state, checkpoint_id=str(partial))
-        if not self.cfg.async_mode:
+        if self.cfg.async_mode:
+            future = dcp.async_save(state, checkpoint_id=str(partial), process_group=self._async_group)
+            self._pending = (future, partial, final, step)
+        else:
+            dcp.save(state, checkpoint_id=str(partial))
             pause_point("save", step)  # fault tests: shards written, not yet complete
             self._finish(partial, final)
         self.last_save_blocked_s = time.perf_counter() - start
