@@ -177,7 +177,7 @@ def test_many_runs_fit_the_law_that_made_them_and_a_crossing_says_whether_it_was
     line = next(line for line in out.splitlines() if line.startswith("- linear and residual_mlp cross at "))
     meet = float(line.split("cross at ")[1].split(" FLOPs")[0])
     assert meet == pytest.approx(lo * 1000 * TOKENS_PER_STEP, rel=0.01)
-    assert ("outside the range both measured" in line) is not inside
+    assert ("outside the runs' range" in line) is not inside
     gap = (1.8 + 2.0 * 1000**-0.30) - (1.6 + 2.4 * 1000**-0.28)  # at x = 1000, beyond both ranges
     assert f"at 2.05e+09 FLOPs (extrapolated) residual_mlp is lower by {gap:.4f}." in line
 

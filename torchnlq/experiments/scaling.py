@@ -414,15 +414,16 @@ def report(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -
 
 def _crossing_line(first: Fit, second: Fit, span: tuple[float, float], allow_exact: bool) -> str:
     """Where two query types' curves meet within ``span``, each meeting said to be inside or outside the compute
-    both measured, and which is lower at the span's end."""
+    their runs measured (one size's runs differ a little in compute between query types: the range is both's),
+    and which is lower at the span's end."""
     pair = f"{first.query_type} and {second.query_type}"
     exact = [f.query_type for f in (first, second) if f.exact]
     if exact and not allow_exact:
         return (f"- {pair}: where they cross is not shown: the fit of {' and '.join(exact)} is exactly determined "
                 "(as many runs as parameters); --allow-exact-fits shows it.")
-    measured = (max(first.measured[0], second.measured[0]), min(first.measured[1], second.measured[1]))
+    measured = (min(first.measured[0], second.measured[0]), max(first.measured[1], second.measured[1]))
     meet = [f"{c:.4g} FLOPs" + ("" if measured[0] <= c <= measured[1] else
-                                f" (outside the range both measured, {measured[0]:.3g} to {measured[1]:.3g} FLOPs: "
+                                f" (outside the runs' range, {measured[0]:.3g} to {measured[1]:.3g} FLOPs: "
                                 "an extrapolation)")
             for c in crossings(first, second, *span)]
     where = (f"cross at {' and '.join(meet)}" if meet else
