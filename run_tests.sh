@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the test suite:  ./run_tests.sh [pytest args ...]
+# Run the test suite:  ./run_tests.sh [pytest args ...]   (on every core; -n 0: in one process)
 # First use creates .venv with the dev extras (see scripts/bootstrap.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,7 +11,9 @@ trap 'rm -rf "$SCRATCH"' EXIT
 export TMPDIR="$SCRATCH" TORCHINDUCTOR_CACHE_DIR="$SCRATCH/inductor" TIKTOKEN_CACHE_DIR="$SCRATCH/tiktoken" HF_HOME="$SCRATCH/hf"
 export HYPOTHESIS_STORAGE_DIRECTORY="$SCRATCH/hypothesis"
 set +e
-"$PYTHON" -m pytest "$@"
+# On every core (pytest-xdist, one worker per core; TORCHNLQ_TEST_WORKERS=N for N): a test file's tests share a
+# worker, so its module fixtures are built once (tests/conftest.py). -n 0 (or --pdb work) runs in this process.
+"$PYTHON" -m pytest -n "${TORCHNLQ_TEST_WORKERS:-auto}" --dist loadgroup "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected no tests: report it rather than pretend success.

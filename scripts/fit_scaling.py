@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fit validation loss against training compute per query type: exponents, floors, crossing, a plot.
 
-Usage: python scripts/fit_scaling.py RUN... [--at-flops C] [--out DIR] [--allow-different-data]
+Usage: python scripts/fit_scaling.py RUN... [--at-flops C] [--out DIR] [--allow-different-data] [--allow-exact-fits]
 See docs/experiments.md, "Scaling".
 """
 

@@ -2,7 +2,8 @@
 
 Shared helper code lives in the tests/helpers/ package (``from helpers.train import run_train``).
 Tests marked ``integration`` (subprocesses, torchrun, end-to-end trainer runs) are deselected by
-``-m "not integration"``; see [tool.pytest.ini_options] in pyproject.toml.
+``-m "not integration"``; see [tool.pytest.ini_options] in pyproject.toml. run_tests.sh runs them on every core
+(pytest-xdist), a test file to a worker (pytest_collection_modifyitems below).
 """
 
 from __future__ import annotations
@@ -11,6 +12,20 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (run_tests.sh) every test file is one group, run on one worker: its
+    module- and session-scoped fixtures (a trained run, a torchrun job, a Hugging Face export) are built once, not
+    once per worker. A test that names its own ``xdist_group`` keeps it; the ``cuda`` tests share one (one GPU,
+    one test at a time)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "cuda" if item.get_closest_marker("cuda") else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

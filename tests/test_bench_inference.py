@@ -14,6 +14,7 @@ TINY = ["--layers", "2", "--dim", "32", "--heads", "4", "--vocab", "128", "--pro
         "--rounds", "2", "--warmup", "1", "--device", "cpu"]
 
 
+@pytest.mark.integration  # the benchmark's every variant, timed
 def test_the_table_and_json_describe_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "inference.json"
     assert run_cli(inference_speed.main, [*TINY, "--batch", "2", "--json", str(out)]) == 0

@@ -74,6 +74,7 @@ def test_a_fresh_start_beside_a_runs_checkpoints_is_refused(tmp_path, capsys, wh
     assert snapshot(run / "checkpoints") == before
 
 
+@pytest.mark.integration  # trains three runs
 def test_a_second_start_of_a_run_without_checkpoints_is_refused_and_rerun_sets_the_first_aside(tmp_path, capsys):
     """Issue 24.5: never a silent second run appended to the first's train.log and tb/."""
     from helpers.train import scalars
@@ -102,6 +103,7 @@ def test_a_second_start_of_a_run_without_checkpoints_is_refused_and_rerun_sets_t
         k: v for k, v in after.items() if k.startswith("previous-1/")}
 
 
+@pytest.mark.integration  # trains and resumes
 def test_a_run_with_checkpoints_resumes_with_or_without_rerun(tmp_path, capsys):
     assert train(tmp_path, capsys, steps=4)[0] == 0
     assert train(tmp_path, capsys, "--job.rerun=true", steps=6, lr_schedule__decay_steps=4)[0] == 0
@@ -137,6 +139,7 @@ def test_an_entry_of_the_wrong_kind_is_one_line(tmp_path, capsys, name, kind):
     assert snapshot(run) == before
 
 
+@pytest.mark.integration  # trains and resumes
 def test_a_full_disk_during_a_save_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
     """ENOSPC in the second save: one line naming the resume point; the run then resumes from it."""
     import torch.distributed.checkpoint as dcp

@@ -459,6 +459,7 @@ def check_harness_numbers(results: dict, samples: dict, expected: dict) -> None:
     assert results["tiny_ppl"]["bits_per_byte,none"] == pytest.approx(bits, rel=1e-5)
 
 
+@pytest.mark.integration  # lm-evaluation-harness's whole evaluator
 def test_simple_evaluate_matches_the_direct_computation(mc_files, harness_task):
     lm_eval = _lm_eval()
     from lm_eval.tasks import TaskManager

@@ -133,6 +133,7 @@ def test_summary_counts_the_flavor(doc_flavor, query):
     assert int(values["total_params"]) == hand_count(flavor, 50304, query)
 
 
+@pytest.mark.integration  # the entry point's memory estimate: a training step of GPT-2 small on fake tensors
 def test_model_summary_entry_point_prints_the_count(doc_flavor, capsys):
     """The docs' command, ``scripts/model_summary.py --model.flavor NAME`` (its main, in process)."""
     assert summary.main(["--model.flavor", doc_flavor.name]) == 0

@@ -153,6 +153,12 @@ def test_the_walk_through_runs_as_written(plugin: Path) -> None:
     assert (export / "plugin_my_queries.py").is_file()
     help_text = run(["bash", str(REPO_ROOT / "run_train.sh"), "--job.plugins", "my_queries", "--help"], plugin)
     assert re.search(r"--model\.query\.type\n.*one of [^\n]*anchored_mlp", help_text.stdout), help_text.stdout[:2000]
+    # The checkpoint sampled without --plugins: one line that says to import the plugin, not that the file is damaged.
+    forgot = run([sys.executable, str(REPO_ROOT / "scripts" / "generate.py"),
+                  "outputs/anchored_mlp/checkpoints/step-20", "--max-new-tokens", "4"], plugin)
+    assert forgot.returncode == 2 and forgot.stderr.count("\n") == 1, forgot.stderr[-2000:]
+    assert "query type 'anchored_mlp', which no imported module registers" in forgot.stderr
+    assert "--plugins MODULE" in forgot.stderr and "damaged" not in forgot.stderr
 
     import my_queries  # noqa: F401 - what --plugins does for the tools
 

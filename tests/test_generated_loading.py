@@ -217,6 +217,7 @@ def train_argv(tmp: Path, source: Path, model: dict[str, Any], data: Path, model
     return [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items()]
 
 
+@pytest.mark.integration  # trains, once per example
 @settings(max_examples=30, **SETTINGS)
 @given(st.sampled_from([("ckpt", "torchnlq.json", {}), ("export", "config.json", {}),
                         ("gpt2", "config.json", GPT2_MODEL), ("llama", "config.json", LLAMA_MODEL)]),

@@ -27,6 +27,7 @@ def debug_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
 def test_debug_run_learns(debug_run: tuple[Path, subprocess.CompletedProcess]) -> None:
     tmp, proc = debug_run
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr == "", proc.stderr[-2000:]  # a clean run warns about nothing (issue 40.5)
     run = tmp / "outputs" / "debug_model"
     assert (run / "config.toml").is_file() and (run / "train.log").is_file()
     data = scalars(run / "tb")

@@ -283,6 +283,7 @@ def run_script(capsys: pytest.CaptureFixture[str], name: str, *argv: object) -> 
     return rc, captured.out, captured.err
 
 
+@pytest.mark.integration  # transformers, and two exports
 @pytest.mark.skipif(not SHARED_GPT2.is_file(), reason="../shared/data/gpt2.tiktoken not present")
 def test_a_gpt2_saved_without_its_tokenizer_exports_gpt2s(bare_gpt2: Path, tmp_path: Path, capsys,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,6 +138,8 @@ def start_the_subprocess_rows_first(request: pytest.FixtureRequest) -> None:
 
     The in-process rows keep one core busy; the processes run on the others meanwhile (on a
     2-core CI machine this hides most of their cost). Nothing starts under -m "not integration".
+    Under pytest-xdist every worker collects every row but only one runs them (their xdist group): there the
+    first row starts them all, and no other worker starts any.
     """
-    if _subprocess_rows(request.session):
+    if _subprocess_rows(request.session) and not os.environ.get("PYTEST_XDIST_WORKER"):
         request.getfixturevalue("launched")

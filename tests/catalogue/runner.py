@@ -26,6 +26,8 @@ from torchnlq.cli import run_cli
 # ==================================================================================================
 
 Main = Callable[[list[str]], "int | None"]
+#: The xdist group of every entry point's subprocess rows: under ``--dist loadgroup`` they run on one worker.
+SUBPROCESS_GROUP = "catalogue-subprocess-rows"
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,7 @@ def mistake_tests(in_process: list[Any], in_subprocess: list[Any]) -> tuple[Call
         check_in_process(mistake, inputs, tmp_path, clean_env, capsys)
 
     @pytest.mark.integration
+    @pytest.mark.xdist_group(SUBPROCESS_GROUP)  # one worker starts them all at once (conftest.launched)
     @pytest.mark.parametrize("mistake", in_subprocess)
     def test_mistake_in_a_subprocess(mistake: Mistake, request: pytest.FixtureRequest, launched: Launches) -> None:
         check_in_subprocess(mistake, request, launched)

@@ -27,6 +27,8 @@ IN_PROCESS = [
         "is inside the run folder '{runs}/b' being compared"),
     row("fit_scaling.py", "runs-of-other-data", ["{runs}/a", "{runs}/other_batches"],
         "the runs saw different training batches"),
+    row("fit_scaling.py", "allow-exact-fits-given-a-value", ["{runs}/a", "--allow-exact-fits=yes"],
+        "argument --allow-exact-fits: ignored explicit argument 'yes'"),
 ]
 
 SUBPROCESS = [

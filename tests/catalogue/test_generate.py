@@ -34,6 +34,16 @@ IN_PROCESS = [
         setup=copy_of("{export}", "export", lambda f: (
             edit_json("config.json", set_key("tokenizer", {"name": "gpt2", "vocab_size": 50257, "eot_id": 50256}))(f),
             overwrite("vocab.json", "{not json")(f)))),
+    # A plugin's query type, without --plugins: the model is sound, the module that registers its type is missing.
+    row("generate.py", "plugin-checkpoint-without-its-plugin", ["{tmp}/plugged"],
+        "holds a model of query type 'anchored_mlp', which no imported module registers: import the plugin module "
+        "that registered it for training, with --plugins MODULE",
+        setup=copy_of("{ckpt}", "plugged",
+                      edit_json("torchnlq.json", set_key("model_args.query.type", "anchored_mlp")))),
+    row("generate.py", "plugin-export-without-its-plugin", ["{tmp}/plugged_export"],
+        "holds a model of query type 'anchored_mlp', which no imported module registers",
+        setup=copy_of("{export}", "plugged_export",
+                      edit_json("config.json", set_key("model_args.query.type", "anchored_mlp")))),
     row("generate.py", "max-new-tokens-not-a-number", ["{ckpt}", "--max-new-tokens", "ten"], "ten"),
     row("generate.py", "checkpoint-missing", ["{tmp}/nowhere"], "'{tmp}/nowhere' does not exist"),
     row("generate.py", "run-folder-for-a-checkpoint", ["{run}"], "it looks like a run folder"),

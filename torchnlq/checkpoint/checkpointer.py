@@ -43,8 +43,8 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 #: record and the tokenizer files.
 SAVE_FILE = re.compile(r"^((__\d+)?\.metadata(\.tmp)?|__\d+_\d+\.distcp|rng-rank\d+\.pt|torchnlq\.json"
                        r"|tokenizer\.(json|tiktoken))$")
-# DCP warns on every single-process save/load that it "assumes" one process: that is our intent.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+#: DCP warns on every single-process save that it "assumes" one process: that is our intent.
+SINGLE_PROCESS_SAVE = "torch.distributed is disabled, unavailable or uninitialized"
 
 
 def step_folders(folder: Path) -> list[int]:
@@ -249,6 +249,10 @@ class Checkpointer:
         extra_files: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.cfg = cfg
+        # Set when a checkpointer exists, not at import: a filter added while a module is imported lasts only as long
+        # as the importer's warnings context (a test's, under pytest), and an async save warns from its own thread,
+        # outside any context the saving call could hold.
+        warnings.filterwarnings("ignore", message=SINGLE_PROCESS_SAVE)
         self.schedule = Every(cfg.interval if cfg.enabled else 0)  # the loop's saves
         self.folder = run_dir / "checkpoints"
         self.rank = rank

@@ -152,6 +152,11 @@ class RunRecord:
             raise UserError(f"'{where}' has no model_args; it was not written by this torchnlq, or is corrupt")
         try:
             values = check_record(meta, META_FIELDS, "")
+        except UserError as e:
+            raise UserError(f"'{where}': {e}; the file is damaged or was edited: use another copy of the model"
+                            ) from None
+        _check_query_type_registered(values["model_args"], where)
+        try:
             args = ModelArgs.from_dict(values["model_args"])
         except UserError as e:
             raise UserError(f"'{where}': {e}; the file is damaged or was edited: use another copy of the model"
@@ -204,6 +209,24 @@ def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return info if isinstance(info, dict) else None
+
+
+def _check_query_type_registered(model_args: dict[str, Any], where: str | Path) -> None:
+    """A model whose query type no imported module registers was, as a rule, trained with a plugin: say to import it
+    (the file is sound), rather than call the file damaged."""
+    from torchnlq.errors import closest
+    from torchnlq.models.query import QUERY_TYPES
+
+    query = model_args.get("query")
+    name = query.get("type") if isinstance(query, dict) else None
+    if not isinstance(name, str) or name in QUERY_TYPES:
+        return  # a registered type, or a malformed record: ModelArgs.from_dict names what is wrong
+    match = closest(name, list(QUERY_TYPES))
+    raise UserError(f"'{where}' holds a model of query type {name!r}, which no imported module registers: import the "
+                    "plugin module that registered it for training, with --plugins MODULE (generate.py, evaluate.py, "
+                    "convert_checkpoint.py) or --job.plugins MODULE (a run); the run's config.toml names it under "
+                    f"[job] plugins (registered now: {', '.join(sorted(QUERY_TYPES))}"
+                    + (f"; if the name was mistyped, did you mean '{match}'?)" if match else ")"))
 
 
 def _data_record(meta: dict[str, Any], data: dict[str, Any] | None) -> DataRecord | None:

@@ -56,7 +56,7 @@ class Job:
         [],
         "Python modules imported before the config is checked, so that query types and flavors they register "
         "(register_query, FLAVORS) can be named (like torchtitan's custom_import); importable by name, e.g. from "
-        "the working directory. On the command line: comma-separated.",
+        "the working directory.",
     )
 
 

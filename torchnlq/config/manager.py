@@ -20,7 +20,7 @@ from typing import Any
 
 from torchnlq.config.job_config import REMOVED_OPTIONS, JobConfig, entry_type
 from torchnlq.config.plugins import import_plugins
-from torchnlq.config.render import iter_options
+from torchnlq.config.render import LIST_SPELLING, iter_options
 from torchnlq.models.config import REMOVED_QUERY_FIELDS
 from torchnlq.errors import ConfigError, closest
 
@@ -94,20 +94,50 @@ def _invisible_at(text: str, message: str) -> str:
 
 def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
     """Apply a TOML file; a top-level ``extends = "other.toml"`` (relative to the
-    file) is applied first, so a variant config holds only what differs."""
+    file) is applied first, so a variant config holds only what differs, and a top-level
+    ``unset = ["data.path", ...]`` then returns the options it names to their built-in defaults
+    (TOML has no null: this is how a variant drops a key its base sets)."""
     resolved = str(Path(path).resolve())
     if resolved in _seen:
         raise ConfigError(f"config file '{path}' extends itself (cycle: {' -> '.join(_seen + (resolved,))})")
     data = read_toml(path)
     base = data.pop("extends", None)
+    unset = data.pop(UNSET_KEY, None)
     if base is not None:
         if not isinstance(base, str):
             raise ConfigError(f"{path}: extends must be a file name string, got {base!r}")
         apply_file(cfg, str(Path(path).parent / base), _seen + (resolved,))
     described = copy.deepcopy(cfg)
+    if unset is not None:
+        unset_options(cfg, unset, path, data)
     apply_mapping(cfg, data, source=path)
     if "description" not in data.get("job", {}):
         flag_changes_to_description(cfg, described)
+
+
+#: The top-level key of a config file that returns inherited options to their built-in defaults.
+UNSET_KEY = "unset"
+
+
+def unset_options(cfg: JobConfig, names: Any, source: str, data: dict[str, Any]) -> None:
+    """Return each option in ``names`` (dotted, as on the command line) to its built-in default; ``data`` is the
+    rest of the file, which may not set an option it unsets."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"{source}: {UNSET_KEY} is a list of option names, e.g. {UNSET_KEY} = [\"data.path\"]; "
+                          f"got {names!r:.80}")
+    defaults = JobConfig()
+    for name in names:
+        try:
+            obj, f = _resolve(cfg, name)
+            default, _ = _resolve(defaults, name)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {UNSET_KEY}: {e}") from None
+        section: Any = data
+        for part in name.split("."):
+            section = section.get(part) if isinstance(section, dict) else None
+        if section is not None:
+            raise ConfigError(f"{source}: {UNSET_KEY} names {name} and the file also sets it: keep one")
+        setattr(obj, f.name, copy.deepcopy(getattr(default, f.name)))
 
 
 #: The note flag_changes_to_description appends: (the author's text, "key=value, ...").
@@ -331,14 +361,28 @@ def _parse_string(key: str, raw: str | None, typ: Any) -> Any:
         if lowered in ("false", "0", "no", "off"):
             return False
         raise ConfigError(f"--{key} expects true or false, got '{raw}'")
-    if typing.get_origin(base) is list:  # a comma-separated list on the command line
-        return [part.strip() for part in raw.split(",") if part.strip()]
+    if typing.get_origin(base) is list:
+        return parse_list(key, raw)
     if base in (int, float):
         try:
             return base(raw) if base is float else int(raw, 0)
         except ValueError:
             raise ConfigError(f"--{key} expects {'an integer' if base is int else 'a number'}, got '{raw}'") from None
     return raw
+
+
+def parse_list(key: str, raw: str) -> list[Any]:
+    """A list option on the command line: a TOML array (``["a.jsonl", "b, c.jsonl"]``, as the file writes it: items
+    may hold commas) when it starts with ``[``, else comma-separated items (``a.jsonl,b.jsonl``; empty: none)."""
+    if not raw.lstrip().startswith("["):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    try:
+        parsed = tomllib.loads(f"value = {raw}")
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ConfigError(f"--{key}: {raw!r:.80} is not a TOML array ({e}); write a list as {LIST_SPELLING}") from None
+    if set(parsed) != {"value"}:  # a newline in the value began another key
+        raise ConfigError(f"--{key}: {raw!r:.80} holds more than one TOML array; write a list as {LIST_SPELLING}")
+    return parsed["value"]
 
 
 def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) -> Any:

@@ -14,6 +14,10 @@ from typing import Any
 from torchnlq.config.job_config import JobConfig, entry_type
 
 
+#: How a list option is written on the command line (--help, docs/configs.md and the errors say it).
+LIST_SPELLING = 'a TOML array \'["a", "b"]\' (quoted for the shell) or comma-separated a,b'
+
+
 def iter_options(section: Any, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, Any]]:
     """Yield ``(dotted_name, field, value)`` for every option, depth first."""
     for f in dataclasses.fields(section):
@@ -82,10 +86,20 @@ def _choices(name: str, f: dataclasses.Field, registries: Choices | None) -> Seq
     return (registries or {}).get(name)
 
 
-def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None, given: Any = _NOT_GIVEN) -> str:
+def _list_rule(section: Any, name: str) -> str | None:
+    """How a list option is written: ``[[tables]]`` in the file only, or a TOML array / comma-separated items."""
+    if not isinstance(getattr(section, name), list):
+        return None
+    if entry_type(section, name) is not None:
+        return "a list of tables: [[...]] entries in the TOML file, not on the command line"
+    return f"a list: on the command line {LIST_SPELLING}"
+
+
+def _describe(f: dataclasses.Field, value: Any, choices: Sequence[Any] | None, given: Any = _NOT_GIVEN,
+              list_rule: str | None = None) -> str:
     """The option's doc, its built-in default and rules, and the value the given config sets when it differs."""
     meta = f.metadata
-    extra = []
+    extra = [list_rule] if list_rule else []
     if choices:
         extra.append("one of " + "|".join(map(str, choices)))
     if meta.get("min") is not None:
@@ -109,6 +123,10 @@ def help_text(cfg: JobConfig | None = None, registries: Choices | None = None, s
         "       ./run_train.sh --job.config_file CONFIG.toml [...]   (the same, as torchtitan spells it)",
         "       ./run_train.sh [CONFIG.toml] [...] --print-config      (print the resolved TOML and exit)",
         "",
+        f"A list option is written as {LIST_SPELLING}",
+        "A config file's top-level unset = [\"data.path\", ...] returns options it inherits (extends) to their "
+        "built-in defaults",
+        "",
         "Without CONFIG, runs train_configs/debug_model.toml. Options (built-in defaults; "
         + (f"'this config' is what {source} sets):" if cfg is not None else "pass a CONFIG to see its values):"),
     ]
@@ -119,7 +137,8 @@ def help_text(cfg: JobConfig | None = None, registries: Choices | None = None, s
             section = head
             out.append(f"\n[{head}]  {section_doc(defaults, head)}")
         choices = _choices(name, f, registries)
-        out.append(f"  --{name}\n      {_describe(f, value, choices, given.get(name, _NOT_GIVEN))}")
+        rule = _list_rule(functools.reduce(getattr, head.split("."), defaults), f.name)
+        out.append(f"  --{name}\n      {_describe(f, value, choices, given.get(name, _NOT_GIVEN), rule)}")
     return "\n".join(out)
 
 
@@ -143,9 +162,12 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
             allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
         if meta.get("max") is not None:
             allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
+        section_obj = functools.reduce(getattr, head.split("."), cfg)
+        if entry_type(section_obj, key) is None and isinstance(value, list):
+            allowed.append("a list: `[\"a\", \"b\"]`; on the command line the same array, quoted, or `a,b`")
         default = "unset" if value is None else f"`{_toml_value(value)}`"
         out.append(_row(f"`{key}`", default, "; ".join(allowed), meta.get("doc", "")))
-        item = entry_type(functools.reduce(getattr, head.split("."), cfg), key)
+        item = entry_type(section_obj, key)
         if item is not None:  # the keys of one [[head.key]] entry, as a table of their own
             section = None
             out.append(markdown_reference_entry(item(), f"{head}.{key}", registries))

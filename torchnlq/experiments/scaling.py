@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,14 @@ def _rule_lr(where: str, rule: Any, query: str, dim: int) -> float:
 
 # ----- the fit -------------------------------------------------------------------------------------------------
 
+#: The fit's bounds on alpha (docs/experiments.md, "Scaling"): a loss that falls with compute (alpha > 0; the lower
+#: bound keeps the power finite) and no faster than C^-5, far beyond any measured language-model exponent (0.05-0.5).
+ALPHA_BOUNDS = (1e-4, 5.0)
+#: The law's three parameters: with as many runs as this the fit is exactly determined.
+N_PARAMETERS = 3
+#: A parameter this close to a bound (relative to its scale: the losses for E and A, 1 for alpha) is on it.
+ON_BOUND_TOLERANCE = 1e-6
+
 
 def power_law(c: np.ndarray, e: float, a: float, alpha: float) -> np.ndarray:
     """E + A * c ** -alpha (c: compute over the fit's reference C0)."""
@@ -157,21 +167,117 @@ class Point:
     loss: float
 
 
-@dataclass
-class Fit:
-    """``L(C) = E + A (C / C0) ** -alpha`` of one query type, and the per-seed spread of its parameters."""
+class Bound(typing.NamedTuple):
+    """A parameter the fit left on one of its bounds: the runs do not determine it."""
 
-    query_type: str
+    name: str  # E, A or alpha
+    value: float
+    side: str  # lower or upper
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value:.4g}, its {self.side} bound{_BOUND_MEANINGS.get((self.name, self.side), '')}"
+
+
+#: What a parameter on a bound says about the runs.
+_BOUND_MEANINGS = {("E", "lower"): " (no floor above zero)",
+                   ("E", "upper"): " (the lowest loss measured: the runs show no floor below it)",
+                   ("A", "lower"): " (a flat curve)",
+                   ("alpha", "lower"): " (the loss does not fall with compute)"}
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """A least-squares fit of ``L = E + A (C / C0) ** -alpha`` and what it can say.
+
+    ``dof`` is the runs less the three parameters (0: exactly determined, no run left over to test the law);
+    ``on_bounds`` the parameters the fit left on a bound; ``covariance_estimable`` is False where scipy could not
+    estimate the parameters' covariance (no degrees of freedom, or directions the runs do not constrain).
+    """
+
     e: float
     a: float
     alpha: float
+    dof: int
+    on_bounds: tuple[Bound, ...] = ()
+    covariance_estimable: bool = True
+
+    @property
+    def params(self) -> tuple[float, float, float]:
+        """(E, A, alpha)."""
+        return self.e, self.a, self.alpha
+
+    @property
+    def exact(self) -> bool:
+        """As many runs as parameters: no run is left over to test the law."""
+        return self.dof == 0
+
+
+def fit_power_law(flops: Sequence[float], losses: Sequence[float], c0: float) -> LawFit:
+    """Least-squares (E, A, alpha) of ``L = E + A (C / c0) ** -alpha``, bounded to E in [0, min L], A >= 0 and alpha
+    in :data:`ALPHA_BOUNDS`, with the degrees of freedom, the parameters on a bound and whether the covariance could
+    be estimated (scipy's OptimizeWarning about the covariance becomes that flag, not a line on stderr)."""
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    c = np.asarray(flops, dtype=np.float64) / c0
+    y = np.asarray(losses, dtype=np.float64)
+    budgets = len(set(c.tolist()))
+    if budgets < N_PARAMETERS:
+        raise UserError(f"a power law with a floor has 3 parameters: it needs runs at 3 or more compute budgets, got "
+                        f"{budgets}")
+    lowest, highest = float(y.min()), float(y.max())
+    lower, upper = (0.0, 0.0, ALPHA_BOUNDS[0]), (lowest, np.inf, ALPHA_BOUNDS[1])
+    start = (0.5 * lowest, max(highest - 0.5 * lowest, 1e-3), 0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)  # read from the covariance itself below
+        try:
+            params, covariance = curve_fit(power_law, c, y, p0=start, bounds=(lower, upper), maxfev=20000)
+        except RuntimeError as e:  # no convergence
+            raise UserError(f"the power-law fit did not converge ({e}); more budgets or seeds may help") from None
+    scales = (max(lowest, 1e-12), max(highest, 1e-12), 1.0)  # E and A in units of the losses, alpha of 1
+    on_bounds = tuple(
+        Bound(name, bound, side)
+        for name, value, low, high, scale in zip(("E", "A", "alpha"), params, lower, upper, scales)
+        for bound, side in ((low, "lower"), (high, "upper"))
+        if math.isfinite(bound) and abs(value - bound) <= ON_BOUND_TOLERANCE * scale
+    )
+    return LawFit(float(params[0]), float(params[1]), float(params[2]), dof=len(y) - N_PARAMETERS,
+                  on_bounds=on_bounds, covariance_estimable=bool(np.isfinite(covariance).all()))
+
+
+def _dof_words(dof: int) -> str:
+    return f"{dof} degree{'' if dof == 1 else 's'} of freedom"
+
+
+@dataclass
+class Fit:
+    """One query type's fitted law, its runs, and the same fit per seed (the spread of its parameters)."""
+
+    query_type: str
+    law: LawFit
     c0: float
     points: list[Point] = field(default_factory=list)
     seed_fits: list[tuple[float, float, float]] = field(default_factory=list)  # (e, a, alpha) per seed
 
+    @property
+    def e(self) -> float:
+        return self.law.e
+
+    @property
+    def a(self) -> float:
+        return self.law.a
+
+    @property
+    def alpha(self) -> float:
+        return self.law.alpha
+
+    @property
+    def exact(self) -> bool:
+        """The fit is exactly determined (:attr:`LawFit.exact`)."""
+        return self.law.exact
+
     def loss_at(self, flops: float) -> float:
         """The fitted loss at ``flops``."""
-        return float(power_law(np.asarray(flops / self.c0), self.e, self.a, self.alpha))
+        return float(power_law(np.asarray(flops / self.c0), *self.law.params))
 
     def spread(self, index: int) -> float | None:
         """The sample standard deviation over the seed fits of parameter ``index`` (0: E, 2: alpha); None below 2."""
@@ -183,36 +289,46 @@ class Fit:
         values = [float(power_law(np.asarray(flops / self.c0), *f)) for f in self.seed_fits]
         return statistics.stdev(values) if len(values) > 1 else None
 
+    @property
+    def measured(self) -> tuple[float, float]:
+        """The smallest and largest training compute of its runs."""
+        return min(p.flops for p in self.points), max(p.flops for p in self.points)
 
-def fit_power_law(flops: Sequence[float], losses: Sequence[float], c0: float) -> tuple[float, float, float]:
-    """Least-squares (E, A, alpha) of ``L = E + A (C / c0) ** -alpha``; E in [0, min L), alpha in (0, 5]."""
-    from scipy.optimize import curve_fit
+    def checks(self) -> list[str]:
+        """What the fit can and cannot say, in short words (the table's cell)."""
+        law = self.law
+        words = [_dof_words(law.dof) + (" (exactly determined)" if law.exact else "")]
+        words += [f"{bound.name} on its {bound.side} bound" for bound in law.on_bounds]
+        return words + ([] if law.covariance_estimable else ["covariance not estimable"])
 
-    c = np.asarray(flops, dtype=np.float64) / c0
-    y = np.asarray(losses, dtype=np.float64)
-    if len(set(c.tolist())) < 3:
-        raise UserError(f"a power law with a floor has 3 parameters: it needs runs at 3 or more compute budgets, got "
-                        f"{len(set(c.tolist()))}")
-    lowest = float(y.min())
-    start = (0.5 * lowest, max(float(y.max()) - 0.5 * lowest, 1e-3), 0.3)
-    try:
-        params, _ = curve_fit(power_law, c, y, p0=start, bounds=([0.0, 0.0, 1e-4], [lowest, np.inf, 5.0]),
-                              maxfev=20000)
-    except RuntimeError as e:  # no convergence
-        raise UserError(f"the power-law fit did not converge ({e}); more budgets or seeds may help") from None
-    return float(params[0]), float(params[1]), float(params[2])
+    def notes(self, allow_exact: bool) -> list[str]:
+        """The same as sentences for the report, each saying what it means for the fit's figures."""
+        law = self.law
+        runs = f"{len(self.points)} runs for {N_PARAMETERS} parameters"
+        if law.exact:
+            shown = ("its prediction and crossings are shown as asked (--allow-exact-fits)" if allow_exact else
+                     "its prediction and crossings are not shown (--allow-exact-fits shows them)")
+            out = [f"{runs}: the fit is exactly determined ({_dof_words(0)}): no run is left over to test the law; "
+                   f"{shown}. More budgets or seeds would test it."]
+        else:
+            out = [f"{runs}: {_dof_words(law.dof)}."]
+        out += [f"{bound}: the runs do not determine it, and the other parameters and the predictions depend on "
+                "where the bound lies." for bound in law.on_bounds]
+        if not law.covariance_estimable and not law.exact:  # an exact fit never has one: said above
+            out.append("the parameters' covariance cannot be estimated (too few runs, or directions the runs do "
+                       "not constrain): the fit gives no uncertainty of its own.")
+        return out
 
 
 def fit_query_type(points: list[Point], c0: float) -> Fit:
     """One query type's fit on all its points, and the same fit per seed (for seeds with 3+ budgets)."""
-    e, a, alpha = fit_power_law([p.flops for p in points], [p.loss for p in points], c0)
-    fit = Fit(points[0].query_type, e, a, alpha, c0, points)
+    fit = Fit(points[0].query_type, fit_power_law([p.flops for p in points], [p.loss for p in points], c0), c0, points)
     seeds = sorted({str(p.seed) for p in points})
     if len(seeds) > 1:
         for seed in seeds:
             own = [p for p in points if str(p.seed) == seed]
-            if len({p.flops for p in own}) >= 3:
-                fit.seed_fits.append(fit_power_law([p.flops for p in own], [p.loss for p in own], c0))
+            if len({p.flops for p in own}) >= N_PARAMETERS:
+                fit.seed_fits.append(fit_power_law([p.flops for p in own], [p.loss for p in own], c0).params)
     return fit
 
 
@@ -265,38 +381,65 @@ def _pm(value: float, spread: float | None, spec: str) -> str:
     return format(value, spec) + (f" ± {format(spread, spec)}" if spread is not None else "")
 
 
-def report(fits: list[Fit], at_flops: float | None) -> str:
-    """The Markdown report: one row per query type, then where the curves cross."""
-    lo = min(p.flops for f in fits for p in f.points)
-    hi = max(p.flops for f in fits for p in f.points)
+def report(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -> str:
+    """The Markdown report: one row per query type (with what its fit can say), the notes in words, a row per run,
+    then where the curves cross. An exactly determined fit's prediction and crossings are left out unless
+    ``allow_exact``."""
+    lo = min(f.measured[0] for f in fits)
+    hi = max(f.measured[1] for f in fits)
     target = at_flops or hi
-    lines = [f"| query | runs | seeds | alpha | E (floor) | A | loss at {target:.3g} FLOPs |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    beyond = " (beyond the largest run: extrapolated)" if target > hi else ""
+    lines = [f"| query | runs | seeds | alpha | E (floor) | A | loss at {target:.3g} FLOPs{beyond} | fit |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for f in fits:
         seeds = len({str(p.seed) for p in f.points})
+        predicted = (_pm(f.loss_at(target), f.loss_spread_at(target), ".4f") if allow_exact or not f.exact
+                     else "not shown: exactly determined")
         lines.append(f"| {f.query_type} | {len(f.points)} | {seeds} | {_pm(f.alpha, f.spread(2), '.3f')} | "
-                     f"{_pm(f.e, f.spread(0), '.4f')} | {f.a:.4f} | {_pm(f.loss_at(target), f.loss_spread_at(target), '.4f')} |")
+                     f"{_pm(f.e, f.spread(0), '.4f')} | {f.a:.4f} | {predicted} | {'; '.join(f.checks())} |")
     lines += ["", f"Fit: L(C) = E + A (C / C0) ** -alpha, C0 = {fits[0].c0:.4g} FLOPs (the smallest run), least "
-              "squares over every run of a query type; ± is the sample standard deviation of the same fit made on "
-              "each seed's runs alone (from two seeds with three or more budgets each)."]
-    span = (lo, max(hi, target))
+              "squares over every run of a query type, within the bounds E in [0, the lowest loss], A >= 0, alpha in "
+              f"[{ALPHA_BOUNDS[0]:g}, {ALPHA_BOUNDS[1]:g}]; ± is the sample standard deviation of the same fit made "
+              "on each seed's runs alone (from two seeds with three or more budgets each).", ""]
+    lines += [f"- {f.query_type}: {note}" for f in fits for note in f.notes(allow_exact)]
     lines += ["", "| run | query | seed | training FLOPs | val loss |", "| --- | --- | --- | ---: | ---: |"]
     lines += [f"| {p.run} | {p.query_type} | {p.seed} | {p.flops:.6g} | {p.loss:.4f} |"
               for f in fits for p in sorted(f.points, key=lambda p: p.flops)]
     lines.append("")
+    span = (lo, max(hi, target))
     for i, first in enumerate(fits):
         for second in fits[i + 1:]:
-            meet = crossings(first, second, *span)
-            where = (f"cross at {' and '.join(f'{c:.4g}' for c in meet)} FLOPs" if meet else
-                     f"do not cross between {span[0]:.3g} and {span[1]:.3g} FLOPs")
-            lower = first if first.loss_at(span[1]) < second.loss_at(span[1]) else second
-            lines.append(f"- {first.query_type} and {second.query_type} {where}; at {span[1]:.3g} FLOPs "
-                         f"{lower.query_type} is lower by {abs(first.loss_at(span[1]) - second.loss_at(span[1])):.4f}.")
+            lines.append(_crossing_line(first, second, span, allow_exact))
     return "\n".join(lines)
 
 
-def plot(fits: list[Fit], at_flops: float | None) -> bytes | None:
-    """scaling.png: each query type's runs and fitted curve, loss against compute (log x); None without matplotlib."""
+def _crossing_line(first: Fit, second: Fit, span: tuple[float, float], allow_exact: bool) -> str:
+    """Where two query types' curves meet within ``span``, each meeting said to be inside or outside the compute
+    their runs measured (one size's runs differ a little in compute between query types: the range is both's),
+    and which is lower at the span's end."""
+    pair = f"{first.query_type} and {second.query_type}"
+    exact = [f.query_type for f in (first, second) if f.exact]
+    if exact and not allow_exact:
+        return (f"- {pair}: where they cross is not shown: the fit of {' and '.join(exact)} is exactly determined "
+                "(as many runs as parameters); --allow-exact-fits shows it.")
+    measured = (min(first.measured[0], second.measured[0]), max(first.measured[1], second.measured[1]))
+    meet = [f"{c:.4g} FLOPs" + ("" if measured[0] <= c <= measured[1] else
+                                f" (outside the runs' range, {measured[0]:.3g} to {measured[1]:.3g} FLOPs: "
+                                "an extrapolation)")
+            for c in crossings(first, second, *span)]
+    where = (f"cross at {' and '.join(meet)}" if meet else
+             f"do not cross between {span[0]:.3g} and {span[1]:.3g} FLOPs")
+    end = span[1]
+    lower = first if first.loss_at(end) < second.loss_at(end) else second
+    extrapolated = " (extrapolated)" if end > measured[1] else ""
+    caveat = f" (from the exactly determined fit of {' and '.join(exact)})" if exact else ""
+    return (f"- {pair} {where}; at {end:.3g} FLOPs{extrapolated} {lower.query_type} is lower by "
+            f"{abs(first.loss_at(end) - second.loss_at(end)):.4f}{caveat}.")
+
+
+def plot(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -> bytes | None:
+    """scaling.png: each query type's runs and fitted curve, loss against compute (log x); None without matplotlib.
+    An exactly determined curve is drawn only between its runs (unless ``allow_exact``), and says so."""
     try:
         import matplotlib
 
@@ -313,8 +456,10 @@ def plot(fits: list[Fit], at_flops: float | None) -> bytes | None:
     for index, f in enumerate(fits):
         color = f"C{index}"
         ax.scatter([p.flops for p in f.points], [p.loss for p in f.points], color=color, s=16)
-        ax.plot(grid, [f.loss_at(c) for c in grid], color=color, lw=1.6,
-                label=f"{f.query_type}: E + A C^-{f.alpha:.3f}, E = {f.e:.3f}")
+        own = grid if allow_exact or not f.exact else np.geomspace(*f.measured, 200)
+        ax.plot(own, [f.loss_at(c) for c in own], color=color, lw=1.6,
+                label=f"{f.query_type}: E + A C^-{f.alpha:.3f}, E = {f.e:.3f}"
+                      + (" (exactly determined)" if f.exact else ""))
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs (the model's count x tokens)")
     ax.set_ylabel("validation loss at the run's end")
@@ -340,13 +485,17 @@ def main(argv: list[str]) -> int:
                    help="also predict each query type's loss at this training compute (FLOPs)")
     p.add_argument("--out", default="scaling", help="folder for scaling.md and scaling.png")
     p.add_argument("--allow-different-data", action="store_true", help="fit runs with different data fingerprints")
+    p.add_argument("--allow-exact-fits", action="store_true",
+                   help="also print the predicted loss and the crossings of a query type whose fit is exactly "
+                        "determined (3 runs for 3 parameters: no run is left over to test the law)")
     args = p.parse_args(argv)
     if args.at_flops is not None and not (math.isfinite(args.at_flops) and args.at_flops > 0):
         raise UserError(f"--at-flops must be a positive number of FLOPs, got {args.at_flops}")
     check_out_folder(args.out, expand_paths(list(args.runs)))
     fits = fit_all(run_points(args.runs, args.allow_different_data))
-    text = "# Scaling: validation loss against training compute\n\n" + report(fits, args.at_flops) + "\n"
-    image = plot(fits, args.at_flops)
+    body = report(fits, args.at_flops, args.allow_exact_fits)
+    text = f"# Scaling: validation loss against training compute\n\n{body}\n"
+    image = plot(fits, args.at_flops, args.allow_exact_fits)
     files = {"scaling.md": text.encode()} | ({"scaling.png": image} if image else {})
     folder = OwnedFolder(Path(args.out))
     folder.check(list(files))

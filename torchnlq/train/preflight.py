@@ -176,7 +176,8 @@ def config_warnings(cfg: JobConfig) -> list[str]:
         warnings.append(f"{keys} set but model.query.type={cfg.model.query.type!r} does not read it; it has no effect")
     if cfg.data.sources and cfg.data.path != Data().path:
         warnings.append(f"data.path = {cfg.data.path!r} is not read: the run trains on its [[data.sources]]; "
-                        "remove data.path (or the sources)")
+                        "remove data.path, or, where it comes from a config this one extends, write "
+                        "unset = [\"data.path\"] at the top of this config (docs/configs.md)")
     # Runs that cannot do what they look like: a warmup as long as the run, validation dwarfing training.
     t, s, v = cfg.training, cfg.lr_schedule, cfg.validation
     if s.warmup_steps >= t.steps:
