@@ -27,14 +27,14 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from torchnlq.interop.export import HF_EXPORT_FILE, HF_MODELING_FILE, export_safetensors
-from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError, UserError
-from torchnlq.interop.hf_export import AUTO_MAP, export_hf, hf_config
-from torchnlq.interop.ship_code import PACKAGE_FILE, export_code
-from torchnlq.models import build_model
 from torchnlq.inference.sampling import STOP_EOT, generate_tokens
-from torchnlq.models import Decoder, ModelArgs
+from torchnlq.interop.hf_export import AUTO_MAP, export_hf, hf_config
+from torchnlq.interop.load import LoadedModel, load_model
+from torchnlq.interop.ship_code import PACKAGE_FILE, export_code
+from torchnlq.models import Decoder, ModelArgs, build_model
+from torchnlq.models.config import MoE
 from torchnlq.models.query import QUERY_TYPES
 
 from helpers import REPO_ROOT, WITHOUT_TORCHNLQ
@@ -122,17 +122,25 @@ def until_eot(ids: list[int], start: int) -> list[int]:
 # ---------------------------------------------------------------- without transformers
 
 
-def test_the_export_ships_the_model_package_not_a_copy():
-    """Every file of torchnlq/models/ travels, flat, changed in its imports only; each import names a shipped file."""
+def test_the_export_ships_the_model_package_not_a_copy(tmp_path):
+    """The files of torchnlq/models/ the model imports travel, flat, changed in their imports only; each import
+    names a shipped file; and they are what transformers' save_pretrained copies again (its own closure of the
+    wrapper's relative imports over every model file), so a re-saved folder holds the same files."""
     import re
+
+    from transformers.dynamic_module_utils import get_relative_import_files
 
     code = export_code("residual_mlp")
     models = REPO_ROOT / "torchnlq" / "models"
     imports = re.compile(r"^\s*from \.+[\w.]* import", re.MULTILINE)
+    everything = {}
     for path in models.rglob("*.py"):
         parts = path.relative_to(models).with_suffix("").parts
         flat = PACKAGE_FILE if parts == ("__init__",) else "_".join(p for p in parts if p != "__init__") + ".py"
         source = path.read_text(encoding="utf-8")
+        everything[flat] = source
+        if flat not in code:
+            continue
         shipped = code[flat]
         assert imports.sub("", shipped) == imports.sub("", source), flat  # the code itself unchanged
         for module in re.findall(r"^\s*from \.(\w+) import", shipped, flags=re.MULTILINE):
@@ -140,7 +148,10 @@ def test_the_export_ships_the_model_package_not_a_copy():
         assert not re.search(r"^\s*from \.\.", shipped, flags=re.MULTILINE) and "from torchnlq" not in shipped
     wrapper = code[HF_MODELING_FILE]
     assert "from .torchnlq_models import ModelArgs, build_model" in wrapper and "from torchnlq" not in wrapper
-    assert len(code) == 1 + sum(1 for _ in models.rglob("*.py"))
+    for name, source in {**everything, HF_MODELING_FILE: wrapper}.items():  # every file, flattened as shipped
+        (tmp_path / name).write_text(code.get(name, source), encoding="utf-8")
+    copied = {Path(p).name for p in get_relative_import_files(str(tmp_path / HF_MODELING_FILE))}
+    assert set(code) == copied | {HF_MODELING_FILE}
 
 
 def test_export_folder(tmp_path):
@@ -342,7 +353,9 @@ def test_config_json_round_trips_every_model_field(transformers):
                      tie_embeddings=False, positions="rope", rope_theta=5e5, norm_eps=1e-6, init_std=0.03, bias=True,
                      mlp_activation="swiglu", norm="rms", qk_norm=True, rope_scaling_factor=8.0,
                      rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16, family="parallel",
-                     query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False))
+                     query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False),
+                     moe=MoE(n_experts=6, top_k=3, expert_hidden=24, n_shared_experts=1, router="softmax_normalized",
+                             aux_loss_coef=0.02, bias_update_rate=1e-3, z_loss_coef=1e-3, every=2, first_dense=1))
     defaults = ModelArgs()
     same = [f.name for f in fields(ModelArgs) if f.name not in ("init", "head_dim")
             and getattr(args, f.name) == getattr(defaults, f.name)]

@@ -94,3 +94,21 @@ def test_adamw8bit_has_adamws_groups_and_settings() -> None:
     assert opt.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(1.5e-3)
     with pytest.raises(ConfigError, match="optimizer.fused"):
         build_optimizer(Optimizer(name="adamw8bit", fused=True), model, "cpu")
+
+
+@pytest.mark.parametrize("option", ["--optimizer.name=adamw8bit", "--float8.enabled=true"])
+def test_torchao_is_an_extra_and_a_run_without_it_says_how_to_install_it(
+        option: str, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A None in sys.modules is how Python spells "not installed" to both find_spec and import."""
+    import sys
+
+    from torchnlq.cli import run_cli
+    from torchnlq.train.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    code = run_cli(main, [f"--job.dump_folder={tmp_path / 'out'}", "--data.synthetic=true", "--data.tokenizer=byte",
+                          "--training.device=cpu", option])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "needs the torchao package: pip install 'torchnlq[torchao]'" in err[0] and err[0].startswith("error:")
+    assert not (tmp_path / "out").exists()

@@ -75,8 +75,6 @@ def test_a_transformers_load_with_torchnlq_prints_nothing_on_stderr(hf_export: P
     assert done.stdout.split()[0] == "320"  # the byte vocabulary, padded to a multiple of 64: the model's logits
 
 
-@pytest.mark.xfail(reason="fix lands with the lead's interop refactor: the shipped modeling_torchnlq.py imports "
-                          "transformers' quantizers (which import torchao) with torchao's loggers quieted", strict=True)
 def test_a_transformers_load_without_torchnlq_prints_nothing_on_stderr(hf_export: Path) -> None:
     """torchao, when installed, prints "Failed to load ..._C_cutlass_90a.abi3.so" and two torch.utils._pytree
     deprecations when transformers first imports it, at the first model load."""

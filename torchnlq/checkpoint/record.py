@@ -193,7 +193,8 @@ class RunRecord:
             "initialized_from": self.initialized_from,
             "resumed_from": self.resumed_from,
             "data_sources": self.data.sources if self.data else None,
-            # Which tokenizer file made the ids (an hf tokenizer.json, or tiktoken ranks): runs compare only on the same.
+            # Which tokenizer file made the ids (an hf tokenizer.json, or tiktoken ranks): runs compare only on the
+            # same.
             "tokenizer_sha256": self.tokenizer.get("tokenizer_sha256") or self.tokenizer.get("tiktoken_sha256"),
         }
 
@@ -203,7 +204,8 @@ class RunRecord:
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    """``run_info.json`` of a run folder as written by :meth:`RunRecord.write_run_info`; None if absent or unreadable."""
+    """``run_info.json`` of a run folder as written by :meth:`RunRecord.write_run_info`; None if absent or
+    unreadable."""
     try:
         info = json.loads((run_dir / RUN_INFO_FILE).read_text())
     except (OSError, json.JSONDecodeError):

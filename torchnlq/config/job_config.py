@@ -145,12 +145,14 @@ class Optimizer:
 
     name: str = option(
         "adamw",
-        "Optimizer: adamw (torch), adamw8bit (torchao's 8-bit AdamW states), or muon (torch's Muon for the blocks' "
-        "2-D matrices, AdamW for embeddings, head, gains and biases: modded-nanogpt's split).",
+        "Optimizer: adamw (torch), adamw8bit (torchao's 8-bit AdamW states: pip install 'torchnlq[torchao]'), or "
+        "muon (torch's Muon for the blocks' 2-D matrices, AdamW for embeddings, head, gains and biases: "
+        "modded-nanogpt's split).",
         registry="optimizers",
     )
     lr: float = option(6e-4, "Peak learning rate (reached at the end of warmup).", min=0.0, min_exclusive=True)
-    weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).", min=0.0)
+    weight_decay: float = option(0.1, "Decoupled weight decay for >= 2-D tensors (norm gains are not decayed).",
+                                 min=0.0)
     beta1: float = option(0.9, "AdamW beta1.", min=0.0, max=1.0, max_exclusive=True)
     beta2: float = option(0.95, "AdamW beta2.", min=0.0, max=1.0, max_exclusive=True)
     eps: float = option(1e-8, "AdamW epsilon.", min=0.0, min_exclusive=True)
@@ -189,8 +191,10 @@ class LRSchedule:
                               registry="decay shapes")
     decay_length: int | None = option(None, "wsd: steps of the decay tail; unset means decay_fraction of decay_steps.",
                                       min=1)
-    decay_fraction: float = option(0.2, "wsd: the decay tail as a fraction of decay_steps (when decay_length is unset).",
-                                   min=0.0, max=1.0, min_exclusive=True)
+    decay_fraction: float = option(
+        0.2, "wsd: the decay tail as a fraction of decay_steps (when decay_length is unset).", min=0.0, max=1.0,
+        min_exclusive=True,
+    )
 
 
 @dataclass
@@ -265,8 +269,8 @@ class Downstream:
         [], "HellaSwag-format .jsonl files (ctx, endings, label) to score every interval steps: acc and "
         "length-normalised acc_norm per task, logged as downstream/<file name>/...; empty: none.",
     )
-    interval: int | None = option(None, "Score them every this many steps (and at the end); unset: validation.interval.",
-                                  min=1)
+    interval: int | None = option(
+        None, "Score them every this many steps (and at the end); unset: validation.interval.", min=1)
     max_examples: int = option(500, "Rows read from each task (its first ones): the cost of one evaluation is "
                                     "their endings, one forward sequence each.", min=1)
     batch_size: int = option(16, "Sequences per forward while scoring.", min=1)
@@ -279,7 +283,8 @@ class Validation:
     enabled: bool = option(True, "Run validation every interval steps and at the end.")
     interval: int = option(50, "Validate every this many steps.", min=1)
     sequences: int = option(64, "Number of fixed validation sequences (2400 in the paper).", min=1)
-    micro_batch_size: int | None = option(None, "Sequences per validation forward; unset means training.micro_batch_size.", min=1)
+    micro_batch_size: int | None = option(
+        None, "Sequences per validation forward; unset means training.micro_batch_size.", min=1)
     seed: int = option(2357, "Seed of the fixed validation offsets (the paper's protocol: 42).", min=0, max=SEED_MAX)
     protocol: str = option(
         "fixed",
@@ -364,7 +369,8 @@ class ActivationCheckpoint:
 
 @dataclass
 class Float8:
-    """float8 training of the linear layers through torchao (GPUs with float8 support)."""
+    """float8 training of the linear layers through torchao (GPUs with float8 support; pip install
+    'torchnlq[torchao]')."""
 
     enabled: bool = option(False, "Swap eligible nn.Linear layers for float8 training linears.")
     recipe: str = option("tensorwise", "Scaling recipe.", choices=("tensorwise", "rowwise"))

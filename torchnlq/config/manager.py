@@ -60,7 +60,8 @@ def read_toml(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file '{path}' not found; pass a TOML file such as train_configs/debug_model.toml")
     if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file '{path}' is {p.stat().st_size:,} bytes; a config is a few KB: pass the TOML file")
+        raise ConfigError(f"config file '{path}' is {p.stat().st_size:,} bytes; a config is a few KB: "
+                          "pass the TOML file")
     try:
         raw = p.read_bytes()
         # A UTF-8 byte-order mark (Windows editors write one) is valid UTF-8 text; TOML's grammar has no room for it.
@@ -69,7 +70,8 @@ def read_toml(path: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file '{path}' is not valid TOML: {e}{_invisible_at(text, str(e))}") from None
     except RecursionError:
-        raise ConfigError(f"config file '{path}' is nested too deeply for a config; pass a train_configs/ file") from None
+        raise ConfigError(
+            f"config file '{path}' is nested too deeply for a config; pass a train_configs/ file") from None
     except UnicodeDecodeError as e:
         utf16 = " (it starts with a UTF-16 byte-order mark)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
         raise ConfigError(
@@ -247,7 +249,8 @@ def _resolve(cfg: JobConfig, dotted: str) -> tuple[Any, dataclasses.Field]:
         where = ".".join(parts[:depth]) or "config"
         if part not in fields:
             kind = "section" if depth == 0 else "key"
-            raise ConfigError(f"unknown {kind} '{'.'.join(parts[: depth + 1])}' in {where}{_suggest(part, list(fields))}")
+            raise ConfigError(
+                f"unknown {kind} '{'.'.join(parts[: depth + 1])}' in {where}{_suggest(part, list(fields))}")
         if depth == len(parts) - 1:
             break
         obj = getattr(obj, part)

@@ -70,7 +70,8 @@ def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any
             raise UserError(f"{where}: [scaling] has no key '{key}' (keys: {', '.join(SCALING_KEYS)})")
     sizes = table.get("sizes")
     if not isinstance(sizes, list) or not sizes:
-        raise UserError(f"{where}: [scaling] sizes must be a non-empty list of {{n_layers, dim}} tables or flavor names")
+        raise UserError(f"{where}: [scaling] sizes must be a non-empty list of {{n_layers, dim}} tables or "
+                        "flavor names")
     sizes = [{"flavor": s} if isinstance(s, str) else s for s in sizes]
     for i, size in enumerate(sizes):
         if not isinstance(size, dict) or not (set(size) <= set(SIZE_KEYS)) or not ({"flavor"} <= set(size) or
@@ -557,6 +558,7 @@ def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names
     rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
     lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]
     lines += [f"| {' | '.join(row)} |" for row in rows]
-    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for GPT-2 small "
-                               "on one H200, compiled: docs/performance.md) on one card; the memory estimate is the "
-                               "config's micro-batch on CUDA in bf16 (torchnlq/train/memory_estimate.py).")
+    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for "
+                               "GPT-2 small on one H200, compiled: docs/performance.md) on one card; the memory "
+                               "estimate is the config's micro-batch on CUDA in bf16 "
+                               "(torchnlq/train/memory_estimate.py).")

@@ -6,17 +6,42 @@ docs/checkpoints.md describes the config.json names, weights and generation.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+@contextlib.contextmanager
+def _torchao_quiet() -> Iterator[None]:
+    """transformers' model classes import its quantizers, which import torchao when it is installed: torchao then
+    reports its CUDA-only libraries and torch's pytree deprecations on the stderr of a process that never uses it."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+with _torchao_quiet():
+    from transformers import Cache, DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torchnlq.models import ModelArgs, build_model
 from torchnlq.models.rope import RotaryEmbedding
 
 # torchnlq-export: plugin imports (the export adds one line per plugin module it ships)
+
 
 #: ModelArgs fields stored under transformers' usual config.json name; the others keep their own name.
 CONFIG_NAMES = {

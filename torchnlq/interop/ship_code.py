@@ -121,4 +121,17 @@ def export_code(query_type: str, family: str = DENSE) -> dict[str, str]:
                                       + PLUGIN_MARKER)
         files[name] = source
     files["modeling_torchnlq.py"] = wrapper
-    return files
+    return _imported_from(files, "modeling_torchnlq.py")
+
+
+def _imported_from(files: dict[str, str], start: str) -> dict[str, str]:
+    """The files ``start`` imports, directly or through each other: what transformers' ``save_pretrained`` copies
+    again, so that an export and a re-saved copy hold the same files (e.g. not the trainer's MoE statistics)."""
+    kept, todo = {start}, [start]
+    while todo:
+        for module, _ in _imports(files[todo.pop()]):
+            name = module.lstrip(".") + ".py"
+            if module.startswith(".") and name in files and name not in kept:
+                kept.add(name)
+                todo.append(name)
+    return {name: source for name, source in files.items() if name in kept}

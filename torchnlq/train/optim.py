@@ -227,6 +227,8 @@ class OptimizerKind:
     adamw_state: Callable[[int], int]
     #: The name its AdamW-kind groups are reported under (the run header, torchnlq.json).
     adamw_label: str
+    #: The optional package it needs (an extra of torchnlq's of the same name), checked before the run starts.
+    package: str | None = None
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,7 @@ GROUP_OPTIMIZERS: dict[str, GroupOptimizer] = {
 OPTIMIZERS: dict[str, OptimizerKind] = {
     ADAMW: OptimizerKind("torch's AdamW (fused on CUDA by default)", ADAMW, _torch_adamw, lambda n: 8 * n, ADAMW),
     "adamw8bit": OptimizerKind("torchao's 8-bit AdamW states (~2 bytes per parameter instead of 8)", ADAMW,
-                               _adamw8bit, _adamw8bit_state, "adamw8bit"),
+                               _adamw8bit, _adamw8bit_state, "adamw8bit", package="torchao"),
     "muon": OptimizerKind("torch's Muon for the blocks' 2-D matrices, AdamW for embeddings, head, gains and biases "
                           "(modded-nanogpt's split)", "muon", _torch_adamw, lambda n: 8 * n, ADAMW),
 }

@@ -78,6 +78,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     check_schedule(s, cfg.training.steps)
     check_wandb(cfg.metrics)
+    check_optional_packages(cfg)
     if cfg.profiling.memory_snapshot and (cfg.training.device == "cpu" or not torch.cuda.is_available()):
         raise ConfigError(
             "profiling.memory_snapshot records CUDA's allocator, and this run trains on the CPU; set "
@@ -137,6 +138,18 @@ def check_world(cfg: JobConfig, args: ModelArgs, world: int) -> None:
     resolve_degrees(world, cfg.parallelism)
     if cfg.parallelism.expert_parallel and "moe" in get_family(args.family).reads:
         check_expert_split(args.moe.n_experts, world)
+
+
+def check_optional_packages(cfg: JobConfig) -> None:
+    """The optional packages the config asks for are installed: torchao for an optimizer that names it (adamw8bit)
+    and for float8 (it is an extra: large, CUDA-minded and noisy on import)."""
+    needs = [(f"optimizer.name = {cfg.optimizer.name!r}", OPTIMIZERS[cfg.optimizer.name].package)]
+    if cfg.float8.enabled:
+        needs.append(("float8.enabled = true", "torchao"))
+    for what, package in needs:
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"{what} needs the {package} package: pip install 'torchnlq[{package}]' (or pip "
+                              f"install {package}); without it use optimizer.name = 'adamw' and float8.enabled = false")
 
 
 def check_wandb(metrics: Metrics) -> None:
@@ -209,7 +222,8 @@ def config_warnings(cfg: JobConfig) -> list[str]:
                 "validation.interval"
             )
     if cfg.data.tiktoken_file and cfg.data.tokenizer != "gpt2":
-        warnings.append(f"data.tiktoken_file set but data.tokenizer = {cfg.data.tokenizer!r} reads no ranks; it has no effect")
+        warnings.append(f"data.tiktoken_file set but data.tokenizer = {cfg.data.tokenizer!r} reads no ranks; "
+                        "it has no effect")
     for key in ("tokenizer_file", "eot_token"):
         if getattr(cfg.data, key) is not None and cfg.data.tokenizer != "hf":
             warnings.append(f"data.{key} set but data.tokenizer = {cfg.data.tokenizer!r} reads no tokenizer.json; "
