@@ -97,11 +97,11 @@ def test_a_commit_against_the_working_tree_runs_each_ones_code_and_leaves_the_ch
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
-    gpt = repo / "torchnlq" / "models" / "gpt.py"  # the working tree's init differs from the commit's
-    source = gpt.read_text()
+    layers = repo / "torchnlq" / "models" / "layers.py"  # the working tree's init differs from the commit's
+    source = layers.read_text()
     drawn = "nn.init.normal_(self.proj.weight, mean=0.0, std=residual_std)"
     assert drawn in source
-    gpt.write_text(source.replace(drawn, drawn.replace("std=residual_std", "std=residual_std * 1.01"), 1))
+    layers.write_text(source.replace(drawn, drawn.replace("std=residual_std", "std=residual_std * 1.01"), 1))
     status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout
     tiny = ["training.steps=3", "training.micro_batch_size=4", "training.seq_len=32", "training.device=cpu",
             "validation.interval=3", "validation.sequences=8"]

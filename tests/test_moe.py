@@ -238,3 +238,28 @@ def test_the_statistics_are_the_steps_and_clear() -> None:
         assert 0 < stats[index, "entropy"] <= math.log(E) + 1e-6
     clear_step_statistics(model)
     assert step_statistics(model) == []
+
+
+def test_the_paper_check_of_the_same_parameter_count_holds_at_equal_active_and_total() -> None:
+    """model_summary's params_vs_linear_query of an MoE: the residual GELU query's extra parameters (two norm gains
+    per layer, over linear's W_Q) are the same in the total and in the active count, counted here from the built
+    models (an expert's parameters active at top_k / n_experts)."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import check_job_config
+    from torchnlq.train.summary import summarize
+
+    def counts(query: str) -> tuple[int, float]:
+        cfg = load_job_config(["--data.tokenizer=byte", "--model.flavor=moe_debug", f"--model.query.type={query}"])
+        args = check_job_config(cfg)
+        model = build_model(args)
+        total = sum(p.numel() for p in model.parameters())
+        experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+        return total, total - experts * (1 - args.moe.top_k / args.moe.n_experts)
+
+    (linear, linear_active), (residual, residual_active) = counts("linear"), counts("residual_mlp")
+    assert residual - linear == residual_active - linear_active > 0
+    line = dict(x.split(": ", 1) for x in summarize(load_job_config(
+        ["--data.tokenizer=byte", "--model.flavor=moe_debug", "--model.query.type=residual_mlp"])))
+    assert line["params_vs_linear_query"] == (f"{residual - linear:+,} (the same config with model.query.type = "
+                                              f"linear has {linear:,}; active {residual - linear:+,}, against its "
+                                              f"{int(linear_active):,})")

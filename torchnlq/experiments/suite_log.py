@@ -66,11 +66,24 @@ def read_records(dump_folder: Path) -> dict[str, list[Record]]:
 LOCK_NAME = ".suite.lock"
 
 
-def remove_lock(dump_folder: Path) -> None:
-    """Remove the lock file, and the dump folder when nothing else is in it (a refused first submission)."""
+def first_missing(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist yet (what making it would create), or None."""
+    top, path = None, folder.absolute()
+    while not path.exists():
+        top, path = path, path.parent
+    return top
+
+
+def remove_lock(dump_folder: Path, created: Path) -> None:
+    """Remove the lock file, then the dump folder and its parents up to ``created`` (:func:`first_missing` before
+    the lock was taken) while nothing else is in them: a refused first submission leaves no folder behind."""
     (dump_folder / LOCK_NAME).unlink(missing_ok=True)
-    if dump_folder.is_dir() and not any(dump_folder.iterdir()):
-        dump_folder.rmdir()
+    folder = dump_folder.absolute()
+    while folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        if folder == created:
+            break
+        folder = folder.parent
 
 
 @contextmanager

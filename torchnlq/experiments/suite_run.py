@@ -181,7 +181,7 @@ def fit_suite(suite: Suite, done: list[SuiteRun], out: TextIO) -> list[Path]:
 def check_finished_runs(suite: Suite) -> None:
     """Refuse a finished run whose saved config differs from what the suite now gives it: its results would be
     reported as the new configuration's."""
-    from torchnlq.train.preflight import resume_changes
+    from torchnlq.train.preflight import check_job_config, resolved_config, resume_changes
 
     for run in suite.runs:
         saved = suite.run_dir(run) / "config.toml"
@@ -189,10 +189,11 @@ def check_finished_runs(suite: Suite) -> None:
             continue
         try:
             before = load_job_config([str(saved)])
+            now = load_job_config([str(run.config), *run.overrides])
+            now = resolved_config(now, check_job_config(now))  # as the run recorded it: the flavor's options set
         except UserError:
-            continue  # a hand-edited config.toml: the run itself says so when it resumes
-        changes = [c for c in resume_changes(before, load_job_config([str(run.config), *run.overrides]))
-                   if not c.startswith(("job.description", "job.rerun"))]
+            continue  # a hand-edited config.toml, or a config the run itself will refuse in one line
+        changes = [c for c in resume_changes(before, now) if not c.startswith(("job.description", "job.rerun"))]
         if changes:
             change = changes[0].replace(" changed on resume", "").split(";")[0] + (" and more" if changes[1:] else "")
             raise UserError(f"{suite.path}: run '{run.name}' finished with another configuration than the suite now "
@@ -341,7 +342,7 @@ def run_stage(suite: Suite, executor: ExecutorConfig, context: dict[str, Any], c
         return 1 if failed else 0
     from torchnlq.experiments import slurm
 
-    new_folder = not suite.dump_folder.exists()
+    created = suite_log.first_missing(suite.dump_folder)
     try:
         with suite_log.suite_lock(suite.dump_folder):  # two jobs ending at once submit the next stage once
             todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
@@ -351,8 +352,8 @@ def run_stage(suite: Suite, executor: ExecutorConfig, context: dict[str, Any], c
             if todo:
                 slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
     except UserError:
-        if new_folder:  # refused: the folder made for the lock goes again (nothing else was written)
-            suite_log.remove_lock(suite.dump_folder)
+        if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
+            suite_log.remove_lock(suite.dump_folder, created)
         raise
     if wait:
         slurm.wait_for(suite.dump_folder, [r.name for r in suite.runs], executor, out)

@@ -157,7 +157,9 @@ class Attention(nn.Module):
         if mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, enable_gqa=gqa)
+            # Without a cache, one token attends to itself either way: a constant True, not a SymBool under
+            # compile's dynamic shapes (SDPA takes a bool only).
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or seq_len > 1, enable_gqa=gqa)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
 
     def _project(self, x: torch.Tensor, fuse: bool, adjacent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,9 +96,14 @@ def parameter_lines(cfg: JobConfig, args: ModelArgs, model: nn.Module) -> list[s
         lines[-1] += " (tied: the token embedding)"
     linear_cfg = copy.deepcopy(cfg)
     linear_cfg.model.query.type = "linear"
-    linear = num_params(check_job_config(linear_cfg))
-    lines.append(f"params_vs_linear_query: {num_params(args) - linear:+,} (the same config with "
-                 f"model.query.type = linear has {linear:,})")
+    linear_args = check_job_config(linear_cfg)
+    linear = num_params(linear_args)
+    line = (f"params_vs_linear_query: {num_params(args) - linear:+,} (the same config with model.query.type = linear "
+            f"has {linear:,}")
+    active = num_params(linear_args, active=True)
+    if active != linear:  # an MoE: the paper's check at equal active parameters too (the query is outside experts)
+        line += f"; active {num_params(args, active=True) - active:+,}, against its {active:,}"
+    lines.append(line + ")")
     return lines
 
 
