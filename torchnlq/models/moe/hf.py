@@ -21,10 +21,10 @@ from ..dense.hf import (
     DECODER_FIELDS,
     LLAMA_LAYER_NAMES,
     QWEN3_BLOCK,
-    attention_state_dict,
     block_incompatibility,
     decoder_config,
     decoder_model_args,
+    llama_state_dict,
     no_sliding_window,
     read_attention,
     read_embeddings,
@@ -79,24 +79,16 @@ def qwen3_moe_config(args: ModelArgs) -> dict[str, Any]:
 
 
 def qwen3_moe_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """torchnlq weights under Qwen3MoeForCausalLM's names (as save_pretrained writes them), fp32."""
-    args = model.args
-    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
-    out = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["ln_f.weight"]}
-    for i, block in enumerate(model.layers):
-        src, dst = f"layers.{i}.", f"model.layers.{i}."
-        out |= attention_state_dict(block, sd, src, dst, args.kv_dim)
-        moe = is_moe_layer(args, i)
-        for ours, theirs in LLAMA_LAYER_NAMES.items():
-            if src + f"{ours}.weight" in sd and not (moe and ours in _DENSE_MLP):
-                out[dst + f"{theirs}.weight"] = sd[src + f"{ours}.weight"]
-        if moe:
-            out[dst + "mlp.gate.weight"] = sd[src + "mlp.router.gate.weight"]
+    """torchnlq weights under Qwen3MoeForCausalLM's names (as save_pretrained writes them), fp32: Llama's names for
+    all but the MoE layers' MLPs (which hold no dense MLP weights), then their routers and experts."""
+    out = llama_state_dict(model)
+    for i, layer in enumerate(model.layers):
+        if is_moe_layer(model.args, i):
+            dst = f"model.layers.{i}.mlp."
+            out[dst + "gate.weight"] = layer.mlp.router.gate.weight.detach().float()
             for ours, theirs in _EXPERT_NAMES.items():
-                for e, weight in enumerate(sd[src + f"mlp.experts.{ours}"]):
-                    out[dst + f"mlp.experts.{e}.{theirs}.weight"] = weight
-    if not args.tie_embeddings:
-        out["lm_head.weight"] = sd["lm_head.weight"]
+                for e, weight in enumerate(getattr(layer.mlp.experts, ours).detach().float()):
+                    out[dst + f"experts.{e}.{theirs}.weight"] = weight
     return out
 
 
