@@ -641,3 +641,31 @@ def test_the_step_line_names_its_memory_figure_and_writes_it_as_the_estimate_doe
     value = float(shown.group(1)) * 2 ** (20 if shown.group(2) == "MiB" else 30)
     assert shown.group(2) == ("GiB" if peak >= 2**30 else "MiB") and value == pytest.approx(peak, rel=0.01)
     assert 0 < resident_bytes() <= peak * 1.01  # resident now is at most the peak so far
+
+
+def test_a_resume_in_the_same_second_is_read_after_the_earlier_file(tmp_path: Path) -> None:
+    """TensorBoard reads a folder's event files in name order and purges events whose step goes back. A file
+    named for the same second that sorts after a new writer's (a higher pid or counter, as strings) must not
+    make the resumed steps vanish: the new writer's file sorts last, and every step reads back."""
+    import logging
+
+    import torch
+
+    from torchnlq.train.metrics import MetricsLogger
+
+    tb = tmp_path / "tb"
+    first = MetricsLogger(logging.getLogger("t"), tb, torch.device("cpu"), 1, None, 9)
+    for step in range(1, 7):
+        first.scalar("loss/train", float(step), step)
+    first.close()
+    (written,) = tb.glob("events.out.tfevents.*")
+    _, _, _, _, host, pid, counter = written.name.split(".", 6)
+    stamp = int(time.time())  # the same second as the resume below, and a name that sorts after its own
+    written.rename(tb / f"events.out.tfevents.{stamp:010d}.{host}.~{pid}.{counter}")
+    resumed = MetricsLogger(logging.getLogger("t"), tb, torch.device("cpu"), 1, None, 9, start_step=6)
+    for step in range(7, 10):
+        resumed.scalar("loss/train", float(step), step)
+    resumed.close()
+    names = sorted(p.name for p in tb.glob("events.out.tfevents.*"))
+    assert len(names) == 2 and "~" in names[0]
+    assert scalars(tb)["loss/train"] == {step: float(step) for step in range(1, 10)}

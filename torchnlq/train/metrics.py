@@ -142,6 +142,25 @@ def hparams_summary(hparams: dict[str, HParam] | None = None, *, end_status: Run
                                         tensor=metadata.NULL_TENSOR)])
 
 
+def wait_for_a_later_second(tb_dir: str | Path) -> None:
+    """Return once a new event file's name sorts after every one in ``tb_dir``.
+
+    Readers (TensorBoard, ``EventAccumulator``) read a folder's event files in name order and drop events
+    whose step goes back ("a restart"). A name is ``events.out.tfevents.<unix second>.<host>.<pid>.<n>``:
+    two writers started in the same second sort by pid and counter as strings (``...10`` before ``...9``),
+    so a resume in the same second could be read first and then purged by the older file. A start in a
+    later second sorts last; waiting for it costs at most a second, and only when a file is that new.
+    """
+    newest = 0
+    for path in Path(tb_dir).glob("events.out.tfevents.*"):
+        stamp = path.name.split(".")[3]
+        if stamp.isdigit():
+            newest = max(newest, int(stamp))
+    wait = newest + 1 - time.time()
+    if 0 < wait <= 1.0:  # a clock that went back by more is not waited for
+        time.sleep(wait)
+
+
 def text_summary(tag: str, markdown: str) -> Any:
     """A TensorBoard text summary under exactly ``tag`` (``SummaryWriter.add_text`` appends ``/text_summary``)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -202,6 +221,7 @@ class MetricsLogger:
 
             # purge_step hides events a crashed earlier attempt logged after the step we resume from.
             with writing(tb_dir):
+                wait_for_a_later_second(tb_dir)
                 self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
         self.start_step = start_step
         self.last_step = start_step  # the step of the latest scalar (where the session's end is written)
