@@ -147,3 +147,23 @@ def test_the_optimizer_state_follows_the_runs_own_groups() -> None:
     total = sum(p.numel() for p in named.values())
     assert 0 < muon < total
     assert estimate_memory(cfg, args, 1, "cpu").optimizer == 4 * muon + 8 * (total - muon)
+
+
+@pytest.mark.integration  # a fresh process
+def test_the_estimate_of_a_bf16_qk_norm_model_prints_nothing() -> None:
+    """The estimate's fake CPU step of a GPU config (QK-norm: a bf16 input beside an fp32 gain) says nothing on
+    stderr: ATen's CPU remark that its fused RMSNorm is not taken is about the fake step, not the user's run.
+    A fresh process, since torch gives that remark once per process."""
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT
+
+    code = ("from torchnlq.config.manager import load_job_config\n"
+            "from torchnlq.train.preflight import check_job_config\n"
+            "from torchnlq.train.memory_estimate import estimate_memory\n"
+            "cfg = load_job_config(['train_configs/moe_gpt_small.toml'])\n"
+            "print(estimate_memory(cfg, check_job_config(cfg), 1, 'cuda').weights > 0)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    assert done.stderr == ""
