@@ -142,7 +142,7 @@ def hparams_summary(hparams: dict[str, HParam] | None = None, *, end_status: Run
                                         tensor=metadata.NULL_TENSOR)])
 
 
-def wait_for_a_later_second(tb_dir: str | Path) -> None:
+def _wait_for_a_later_second(tb_dir: str | Path) -> None:
     """Return once a new event file's name sorts after every one in ``tb_dir``.
 
     Readers (TensorBoard, ``EventAccumulator``) read a folder's event files in name order and drop events
@@ -221,7 +221,7 @@ class MetricsLogger:
 
             # purge_step hides events a crashed earlier attempt logged after the step we resume from.
             with writing(tb_dir):
-                wait_for_a_later_second(tb_dir)
+                _wait_for_a_later_second(tb_dir)
                 self.writer = SummaryWriter(log_dir=str(tb_dir), purge_step=start_step + 1 if start_step else 0)
         self.start_step = start_step
         self.last_step = start_step  # the step of the latest scalar (where the session's end is written)
