@@ -34,7 +34,7 @@ from torchnlq.interop.hf_export import AUTO_MAP, export_hf, hf_config
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.interop.ship_code import PACKAGE_FILE, export_code
 from torchnlq.models import Decoder, ModelArgs, build_model
-from torchnlq.models.config import MoE
+from torchnlq.models.moe.config import MoE
 from torchnlq.models.query import QUERY_TYPES
 
 from helpers import REPO_ROOT, WITHOUT_TORCHNLQ

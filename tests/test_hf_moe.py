@@ -23,7 +23,7 @@ from torchnlq.interop.hf_export import export_hf
 from torchnlq.interop.load import LoadedModel, load_model
 from torchnlq.interop.upcycle import upcycle
 from torchnlq.models import Decoder, ModelArgs, build_model, num_params
-from torchnlq.models.config import MoE
+from torchnlq.models.moe.config import MoE
 
 from helpers import WITHOUT_TORCHNLQ
 from helpers.checkpoints import BYTE_TOKENIZER

@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from torchnlq.config.job_config import Query
 from torchnlq.errors import ConfigError
 from torchnlq.models import ModelArgs, build_model, build_model_args, num_params
-from torchnlq.models.config import MoE, Model
+from torchnlq.models.config import Model
+from torchnlq.models.moe.config import MoE
 from torchnlq.models.counts import flops_per_token
-from torchnlq.models.moe.balance import clear_step_statistics, finish_step, step_statistics
+from torchnlq.models.moe.runtime import clear_step_statistics, finish_step, step_statistics
 from torchnlq.models.moe.block import MoEFeedForward, is_moe_layer
 from torchnlq.models.moe.experts import GroupedExperts
 from torchnlq.models.query import QUERY_TYPES

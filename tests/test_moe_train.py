@@ -70,7 +70,7 @@ def test_the_compiled_moe_blocks_have_no_graph_breaks_as_the_trainer_compiles_th
     from torch._dynamo.utils import counters
 
     from torchnlq.models import ModelArgs, build_model
-    from torchnlq.models.config import MoE
+    from torchnlq.models.moe.config import MoE
     from torchnlq.parallel.parallelize import apply_compile
 
     torch._dynamo.reset()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchnlq.models.config import MoE
+from torchnlq.models.moe.config import MoE
 
 from catalogue.rows import (
     HF_MODEL_META, both, checkpoint, copy_of, edit_json, folders, gpt2_checkpoint,

@@ -40,6 +40,8 @@ CONFIG_FILE_OPTION = "job.config_file"
 def load_job_config(args: list[str]) -> JobConfig:
     """Build the config from ``[CONFIG.toml] [--section.key value | --section.key=value ...]``, file first."""
     path, overrides = _split_args(args)
+    # Plugins first: a plugin family declares [model.<name>] sections that the rest of the file may set.
+    import_plugins(_plugins_named(path, overrides))
     cfg = JobConfig()
     if path is not None:
         apply_file(cfg, path)
@@ -48,8 +50,18 @@ def load_job_config(args: list[str]) -> JobConfig:
         set_from_string(cfg, key, raw)
     if "job.description" not in {key for key, _ in overrides}:
         flag_changes_to_description(cfg, described)
-    import_plugins(cfg.job.plugins)  # before anything checks a registry name
     return cfg
+
+
+def _plugins_named(path: str | None, overrides: list[tuple[str, str | None]]) -> list[str]:
+    """``job.plugins`` as the file (with the files it extends) and the overrides set it, read before the rest."""
+    cfg = JobConfig()
+    if path is not None:
+        apply_file(cfg, path, only="job")
+    for key, raw in overrides:
+        if key == "job.plugins":
+            set_from_string(cfg, key, raw)
+    return cfg.job.plugins
 
 
 def read_toml(path: str) -> dict[str, Any]:
@@ -94,21 +106,25 @@ def _invisible_at(text: str, message: str) -> str:
     return ""
 
 
-def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = ()) -> None:
+def apply_file(cfg: JobConfig, path: str, _seen: tuple[str, ...] = (), only: str | None = None) -> None:
     """Apply a TOML file; a top-level ``extends = "other.toml"`` (relative to the
     file) is applied first, so a variant config holds only what differs, and a top-level
     ``unset = ["data.path", ...]`` then returns the options it names to their built-in defaults
-    (TOML has no null: this is how a variant drops a key its base sets)."""
+    (TOML has no null: this is how a variant drops a key its base sets). ``only``: apply that section alone."""
     resolved = str(Path(path).resolve())
     if resolved in _seen:
         raise ConfigError(f"config file '{path}' extends itself (cycle: {' -> '.join(_seen + (resolved,))})")
     data = read_toml(path)
     base = data.pop("extends", None)
     unset = data.pop(UNSET_KEY, None)
+    if only is not None:
+        data = {only: data[only]} if only in data else {}
+        if isinstance(unset, list):
+            unset = [name for name in unset if isinstance(name, str) and name.startswith(f"{only}.")]
     if base is not None:
         if not isinstance(base, str):
             raise ConfigError(f"{path}: extends must be a file name string, got {base!r}")
-        apply_file(cfg, str(Path(path).parent / base), _seen + (resolved,))
+        apply_file(cfg, str(Path(path).parent / base), _seen + (resolved,), only)
     described = copy.deepcopy(cfg)
     if unset is not None:
         unset_options(cfg, unset, path, data)

@@ -58,6 +58,11 @@ CONFIG_NAMES = {
 NOT_IN_CONFIG = ("init",)
 
 
+def sections() -> list[str]:
+    """The ModelArgs fields that are sections (the query, each registered family's): objects in config.json."""
+    return [f.name for f in dataclasses.fields(ModelArgs) if f.default_factory is not dataclasses.MISSING]
+
+
 def model_fields() -> dict[str, str]:
     """Every ModelArgs field in config.json -> its config.json name."""
     return {f.name: CONFIG_NAMES.get(f.name, f.name) for f in dataclasses.fields(ModelArgs)
@@ -77,8 +82,8 @@ class TorchnlqConfig(PretrainedConfig):
         for field, name in model_fields().items():
             if name != "tie_word_embeddings":
                 setattr(self, name, kwargs.pop(name, defaults.get(field)))
-        self.query = dict(self.query or {})
-        self.moe = dict(self.moe or {})  # the sections (query, moe) are JSON objects in config.json
+        for name in sections():  # the query and each family's section are JSON objects in config.json
+            setattr(self, name, dict(getattr(self, name) or {}))
         self.use_cache = use_cache
         # Through the base class: transformers 4.x sets tie_word_embeddings there.
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)

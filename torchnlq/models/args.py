@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from .config import (
@@ -15,12 +15,12 @@ from .config import (
     LIMITS,
     REMOVED_QUERY_FIELDS,
     BlockOptions,
-    MoE,
     Query,
 )
 from .errors import ConfigError, unknown_choice
 from .query import QueryShape, check_query
 from .recorded import Field, check_record, integer, number
+from .sections import SECTIONS, carries_sections, fill_sections, same_fields, sections_read_by
 
 #: Fields added after the first checkpoints, with the default :meth:`ModelArgs.to_dict` leaves out: every block
 #: option but the first ones, every query field but the first ones (models/config.py).
@@ -55,14 +55,25 @@ MODEL_FIELDS: dict[str, Field] = {
     **{f.name: _recorded(f, BlockOptions) for f in fields(BlockOptions) if f.name != "init"},
 }
 QUERY_FIELDS: dict[str, Field] = {f.name: _recorded(f, Query) for f in fields(Query)}
-MOE_FIELDS: dict[str, Field] = {f.name: _recorded(f, MoE) for f in fields(MoE)}
+
+
+def recorded_fields(declared: type) -> dict[str, Field]:
+    """What a record of section ``declared`` (a family's ``[model.<name>]``) may hold: its options' types and ranges."""
+    return {f.name: _recorded(f, declared) for f in fields(declared)}
+
+
 _NEWER = " (written by a newer torchnlq?); upgrade torchnlq"
+#: An unknown top-level key may be a section of a plugin family not imported yet.
+_NEWER_OR_PLUGIN = (" (written by a newer torchnlq, or a section of a plugin family: import its module first, "
+                    "[job] plugins or --plugins)")
 
 
+@carries_sections(config_side=False)
 @dataclass
 class ModelArgs(BlockOptions):
     """Everything :class:`torchnlq.models.decoder.Decoder` needs to build itself: the resolved sizes below and the block
-    options of :class:`~torchnlq.models.config.BlockOptions` (declared there once, for the config too).
+    options of :class:`~torchnlq.models.config.BlockOptions` (declared there once, for the config too), and each
+    family's sections (``args.moe``: models/sections.py), resolved.
 
     ``n_kv_heads``, ``head_dim`` and ``mlp_hidden`` left ``None`` are derived in ``__post_init__``
     (n_heads, dim // n_heads, 4 * dim). ``init`` says how the weights start, not what the model is,
@@ -78,10 +89,12 @@ class ModelArgs(BlockOptions):
     vocab_size: int = 256
     max_seq_len: int = 256
     query: Query = field(default_factory=Query)
-    #: The moe family's options (every other family ignores them, and its record leaves them out).
-    moe: MoE = field(default_factory=MoE)
+
+    def __eq__(self, other: object) -> bool:
+        return same_fields(self, other)
 
     def __post_init__(self) -> None:
+        fill_sections(self)
         if self.head_dim is None:
             if self.n_heads < 1 or self.dim % self.n_heads:
                 divisors = [h for h in range(1, min(self.dim, 64) + 1) if self.dim % h == 0]
@@ -148,8 +161,9 @@ class ModelArgs(BlockOptions):
         for key, default in LATER_QUERY_FIELDS.items():
             if d["query"][key] == default:
                 del d["query"][key]
-        if self.family == DENSE:  # the options of another family: not what this model is
-            del d["moe"]
+        for name in SECTIONS:  # the options of another family: not what this model is
+            if name not in sections_read_by(self.family):
+                del d[name]
         return d
 
     @classmethod
@@ -161,15 +175,18 @@ class ModelArgs(BlockOptions):
         are dropped; missing keys take the field defaults.
         """
         if isinstance(d, dict):  # sections given as dataclasses (a TorchnlqConfig's) read as their dicts
-            d = {**d, **{k: asdict(v) for k, v in d.items() if k in ("query", "moe") and isinstance(v, (Query, MoE))}}
+            d = {**d, **{k: asdict(v) for k, v in d.items() if k in ("query", *SECTIONS) and is_dataclass(v)}}
         if isinstance(d, dict) and OLD_FAMILY_KEY in d and "family" not in d:
             old = d.pop(OLD_FAMILY_KEY)
             d = {**d, "family": DENSE if old == OLD_DENSE else old}
-        values = check_record(d, {**MODEL_FIELDS, "query": Field(dict), "moe": Field(dict)}, key, unknown=_NEWER)
+        nested = {name: Field(dict) for name in ("query", *SECTIONS)}
+        values = check_record(d, {**MODEL_FIELDS, **nested}, key, unknown=_NEWER_OR_PLUGIN)
         query = {k: v for k, v in values.pop("query", {}).items() if k not in REMOVED_QUERY_FIELDS}
-        moe = check_record(values.pop("moe", {}), MOE_FIELDS, f"{key}.moe", unknown=_NEWER)
+        sections = {name: declared(**check_record(values.pop(name), recorded_fields(declared), f"{key}.{name}",
+                                                  unknown=_NEWER))
+                    for name, (declared, _) in SECTIONS.items() if name in values}
         return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)),
-                   moe=MoE(**moe))
+                   **sections)
 
     @property
     def is_gpt2_block(self) -> bool:

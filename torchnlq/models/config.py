@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .sections import carries_sections, fill_sections, same_fields, unset_by_default
+
 #: ``[model.query]`` keys that older torchnlq versions wrote and this one ignores, with why.
 REMOVED_QUERY_FIELDS = {
     "fuse_kv": "the fused K,V + query matmul was removed (the same function; no measured gain once compiled)",
@@ -88,43 +90,6 @@ class Query:
     )
 
 
-#: ``model.moe.router``: how the router turns its logits into the weights of the chosen experts.
-ROUTER_SCORES = ("softmax", "softmax_normalized")
-
-
-@dataclass
-class MoE:
-    """Routed SwiGLU experts (Qwen3-MoE / OLMoE style; the moe family reads them): each token to top_k of n_experts."""
-
-    n_experts: int = option(8, "Routed experts per MoE layer.", min=1, max=4096)
-    top_k: int = option(2, "Experts each token is sent to (at most n_experts).", min=1, max=4096)
-    expert_hidden: int | None = option(
-        None, "Hidden size of each expert's SwiGLU MLP; unset means model.mlp_hidden.", min=1, max=LIMITS["mlp_hidden"])
-    n_shared_experts: int = option(
-        0, "Shared experts every token also passes through (DeepSeek's), as one SwiGLU MLP of n_shared_experts x "
-        "expert_hidden units.", min=0, max=64)
-    router: str = option(
-        "softmax",
-        "softmax: the top_k experts of the softmax over all experts, weighted by their probabilities (Qwen3-MoE, "
-        "OLMoE); softmax_normalized: those weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob).",
-        choices=ROUTER_SCORES,
-    )
-    aux_loss_coef: float = option(
-        0.01, "Load-balancing loss (Switch/GShard): coef · n_experts · sum_i f_i · P_i, f_i the share of the routed "
-        "tokens expert i gets, P_i its mean router probability (coef at an even load); 0 turns it off.", min=0.0)
-    bias_update_rate: float = option(
-        0.0, "Auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias added to the scores for choosing (not "
-        "for weighting), moved by this much after each step toward the mean load; 0 is off (DeepSeek: 0.001).",
-        min=0.0)
-    z_loss_coef: float = option(
-        0.0, "Router z-loss (ST-MoE): coef · mean over tokens of logsumexp(router logits)^2; 0 turns it off.", min=0.0)
-    every: int = option(
-        1, "MoE layers are those whose index + 1 is a multiple of this (Qwen3-MoE's decoder_sparse_step), from "
-        "first_dense on; the others are dense.", min=1)
-    first_dense: int = option(0, "Leading layers that stay dense (Qwen3-MoE's mlp_only_layers, DeepSeek's "
-                                 "first_k_dense_replace).", min=0)
-
-
 #: ``model.mlp_activation``: exact GELU (nanoGPT, the paper), GPT-2's tanh approximation, or Llama's gated SwiGLU.
 MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
 #: ``model.norm``: the block's norms (the query's own norms are query.QUERY_NORMS).
@@ -169,8 +134,8 @@ class BlockOptions:
     family: str = option(
         DENSE,
         "The model family (FAMILIES in torchnlq/models/family.py): dense is the pre-norm block x + attn(norm(x)), "
-        "then x + mlp(norm(x)) (GPT-2, Llama or Qwen3 by the options below); moe routes tokens to experts "
-        "([model.moe]); a plugin adds one with register_family.",
+        "then x + mlp(norm(x)) (GPT-2, Llama or Qwen3 by the options below); the others (moe, a plugin's: "
+        "register_family) read their own [model.<family>] section too.",
         registry="families",
     )
     qk_norm: bool = option(
@@ -223,31 +188,13 @@ FIRST_BLOCK_FIELDS = ("head_dim", "tie_embeddings", "positions", "rope_theta", "
 FIRST_QUERY_FIELDS = ("type", "activation", "input_norm", "output_norm", "bottleneck_ratio", "half_scale")
 
 
-def unset_by_default(declared: type) -> Callable[[type], type]:
-    """Give a config section every option of ``declared`` (BlockOptions, MoE) unset (None) by default: an option the
-    config does not set takes the flavor's value, else the declared default (the doc says which). Applied before
-    ``@dataclass``, which keeps each field's place and its metadata."""
-
-    def decorate(cls: type) -> type:
-        for f in fields(declared):
-            doc = f"{f.metadata['doc']} Unset: the flavor's, else {f.default!r}."
-            setattr(cls, f.name, field(default=None, metadata={**f.metadata, "doc": doc, "declared": f.default}))
-            cls.__annotations__[f.name] = f"{declared.__annotations__[f.name]} | None"
-        return cls
-
-    return decorate
-
-
-@dataclass
-@unset_by_default(MoE)
-class MoEOptions(MoE):
-    """Routed experts (the moe family's): n_experts, top_k, the router, load balancing, which layers."""
-
-
+@carries_sections(config_side=True)
 @dataclass
 @unset_by_default(BlockOptions)
 class Model(BlockOptions):
-    """The model: a named flavor (sizes and block options), with optional per-field overrides."""
+    """The model: a named flavor (sizes and block options), with optional per-field overrides.
+
+    Each family's own ``[model.<name>]`` section (models/sections.py) is a field too."""
 
     flavor: str = option(
         "debug", "A named model (FLAVORS in torchnlq/models/family.py): its family, sizes and block options.",
@@ -289,4 +236,9 @@ class Model(BlockOptions):
         "taken.",
     )
     query: Query = field(default_factory=Query)
-    moe: MoEOptions = field(default_factory=MoEOptions)
+
+    def __post_init__(self) -> None:
+        fill_sections(self)
+
+    def __eq__(self, other: object) -> bool:
+        return same_fields(self, other)

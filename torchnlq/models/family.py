@@ -1,10 +1,12 @@
 """Model families and flavors: the one table the rest of torchnlq reads, and the one constructor of a model.
 
-A family is a folder of this package (``dense/``, ``moe/``) behind one :class:`Family` spec: the builder of its
-blocks, the ``[model]`` sub-sections it reads, its own checks, and the Hugging Face architectures that compute
-some of its models exactly (:class:`~torchnlq.models.hf_mapping.HFArchitecture`). Parameter, FLOP and memory
-counts are taken from the built model (models/counts.py), so a family with any parameter count trains, is
-counted and exported with nothing else edited. A flavor is a named model: its family, sizes and block options.
+A family is a folder of this package (``dense/``, ``moe/``) or a plugin's module behind one :class:`Family` spec:
+the builder of its blocks, its own ``[model.<name>]`` sections (models/sections.py), its own checks, its runtime
+hooks (models/runtime.py: what the trainer calls each step, its statistics, its parallelism), and the Hugging
+Face architectures that compute some of its models exactly (:class:`~torchnlq.models.hf_mapping.HFArchitecture`).
+Parameter, FLOP and memory counts are taken from the built model (models/counts.py), and parameters are grouped
+by the roles their modules declare (models/roles.py), so a family trains, is counted, summarised and exported
+with nothing of torchnlq edited (tests/test_extending_family.py: a plugin does all of it). A flavor is a named model: its family, sizes and block options.
 Every model the library builds comes from :func:`build_model`.
 """
 
@@ -21,6 +23,8 @@ from .config import DENSE, BlockOptions, Model
 from .decoder import BlockBuilder, Decoder
 from .errors import ConfigError, unknown_choice
 from .hf_mapping import HFArchitecture
+from .runtime import FamilyRuntime
+from .sections import SECTIONS, declare_sections, forget_sections, readers_of, sections_read_by
 
 
 @dataclass(frozen=True)
@@ -35,15 +39,17 @@ class Family:
     name: str
     block: BlockBuilder
     description: str = ""
-    #: The ``[model]`` sub-sections (fields of ModelArgs holding a dataclass, e.g. ``moe``) the family reads; the
-    #: others' non-default values are warned about.
-    reads: tuple[str, ...] = ()
+    #: Its own ``[model.<name>]`` sections: name -> a dataclass of option() fields (the moe family's
+    #: ``{"moe": MoE}``), read as ``args.<name>``; setting another family's section is refused.
+    sections: Mapping[str, type] = field(default_factory=dict)
     #: Raise ConfigError for args the family cannot build (beyond ModelArgs' own checks).
     check: Callable[[ModelArgs], None] | None = None
     #: The standard Hugging Face architectures that compute some of its models exactly (``--format hf-*``).
     hf_architectures: tuple[HFArchitecture, ...] = ()
     #: Its words for a model, in the run's header (the moe family: its experts); None: nothing more to say.
     describe: Callable[[ModelArgs], str] | None = None
+    #: What training calls on its models beyond the forward (models/runtime.py); the default does nothing.
+    runtime: FamilyRuntime = field(default_factory=FamilyRuntime)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -55,8 +61,17 @@ def register_family(family: Family) -> Family:
         raise ValueError(f"model family {family.name!r} is already registered")
     if not callable(family.block):
         raise TypeError(f"family {family.name!r}: block must build a block as block(args, layer)")
+    if not isinstance(family.runtime, FamilyRuntime):
+        raise TypeError(f"family {family.name!r}: runtime must be a FamilyRuntime (models/runtime.py)")
+    declare_sections(family.name, family.sections)
     FAMILIES[family.name] = family
     return family
+
+
+def unregister_family(name: str) -> None:
+    """Remove family ``name`` and the sections only it reads (a plugin's, in tests); its flavors stay."""
+    FAMILIES.pop(name, None)
+    forget_sections(name)
 
 
 def get_family(name: str) -> Family:
@@ -122,9 +137,9 @@ def declared_default(name: str) -> Any:
     return BlockOptions.__dataclass_fields__[name].default
 
 
-def resolve_section(given: Any, declared: type, flavor_values: Mapping[str, Any]) -> Any:
-    """A sub-section of ModelArgs (``declared``, e.g. MoE) from the config's (whose unset fields are None): each
-    field the config's, else the flavor's, else the declared default."""
+def _resolve_subsection(given: Any, declared: type, flavor_values: Mapping[str, Any]) -> Any:
+    """A section of ModelArgs (``declared``, e.g. MoE) from the config's (whose unset fields are None): each field
+    the config's, else the flavor's, else the declared default."""
     values = {}
     for f in fields(declared):
         value = getattr(given, f.name)
@@ -154,9 +169,8 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     # A flavor's KV heads hold at its own head count only: overriding n_heads alone means multi-head.
     n_kv_heads = cfg.n_kv_heads if cfg.n_kv_heads is not None else (
         flavor.n_kv_heads if cfg.n_heads is None else None)
-    sections = {name: resolve_section(getattr(cfg, name), type(getattr(ModelArgs(), name)),
-                                      flavor.sections.get(name, {}))
-                for name in SECTIONS}
+    sections = {name: _resolve_subsection(getattr(cfg, name), declared, flavor.sections.get(name, {}))
+                for name, (declared, _) in SECTIONS.items()}
     # ModelArgs.__post_init__ derives head_dim and validates the rest (n_heads | dim, n_kv_heads, query type...).
     args = ModelArgs(
         n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=n_kv_heads,
@@ -171,22 +185,17 @@ def build_model_args(cfg: Model, vocab_size: int) -> ModelArgs:
     return args
 
 
-#: The sub-sections of ModelArgs that families read (``reads``) and flavors set (``sections``): all but the query.
-SECTIONS = tuple(f.name for f in fields(ModelArgs) if f.default_factory is not dataclasses.MISSING
-                 and f.name != "query")
-
-
 def check_sections_read(cfg: Model, family: Family) -> None:
     """ConfigError for a ``[model.<section>]`` key set for a family that does not read that section (e.g.
     ``model.moe.n_experts`` with ``model.family = 'dense'``): it would change nothing, which is rarely what was
     meant."""
     for name in SECTIONS:
-        if name in family.reads:
+        if name in sections_read_by(family.name):
             continue
         section = getattr(cfg, name)
         for f in fields(section):
             if getattr(section, f.name) is not None:
-                readers = [other.name for other in FAMILIES.values() if name in other.reads]
+                readers = readers_of(name)
                 raise ConfigError(
                     f"model.{name}.{f.name} is set, but model.family = '{family.name}' has no [model.{name}]: only "
                     f"{' and '.join(repr(r) for r in readers) or 'no family'} reads it; set model.family "
@@ -201,7 +210,7 @@ def resolved_section(cfg: Model, args: ModelArgs) -> Model:
     for f in fields(BlockOptions):
         if getattr(resolved, f.name) is None:
             setattr(resolved, f.name, getattr(args, f.name))
-    for name in get_family(args.family).reads:
+    for name in sections_read_by(args.family):
         section = getattr(resolved, name)
         for f in fields(section):
             if getattr(section, f.name) is None:

@@ -1,4 +1,5 @@
-"""Apply parallelism to a Decoder from outside: float8 -> activation checkpointing -> compile -> experts -> FSDP2.
+"""Apply parallelism to a Decoder from outside: float8 -> activation checkpointing -> compile -> the family's own
+(its runtime's parallelize hook: an MoE's experts) -> FSDP2.
 
 The order matters: float8 swaps ``nn.Linear`` modules first; compile traces the checkpointed forward and,
 before FSDP, keeps each compiled block compute only. None of these changes a parameter name or state_dict key.
@@ -17,10 +18,9 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from torchnlq.config.job_config import ActivationCheckpoint, Float8, Parallelism, Training
-from torchnlq.models.family import build_model
+from torchnlq.models.family import build_model, get_family
 from torchnlq.models.rope import RotaryEmbedding
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
-from torchnlq.parallel.expert_parallel import apply_expert_parallel
 from torchnlq.parallel.float8 import apply_float8
 
 
@@ -55,11 +55,13 @@ def parallelize_model(model: nn.Module, *, training: Training, ac: ActivationChe
     if training.compile:
         apply_compile(model, fullgraph=True)
     if mesh is not None:
-        experts = apply_expert_parallel(model, mesh) if parallelism.expert_parallel else None
+        # The family's own parallelism first (an MoE's experts split over the processes: torchtitan's
+        # parallelize_fn), on the meta model; FSDP shards the rest.
+        sharded = get_family(model.args.family).runtime.parallelize(model, mesh, parallelism)
         # bf16 compute with fp32 reductions on CUDA with bf16; else fp32 throughout.
         bf16 = device.type == "cuda" and training.mixed_precision == "bf16"
         apply_fsdp(model, mesh, torch.bfloat16 if bf16 else torch.float32, torch.float32,
-                   parallelism.reshard_after_forward, experts)
+                   parallelism.reshard_after_forward, sharded or None)
     return model
 
 

@@ -58,7 +58,7 @@ def print_config(args: list[str]) -> int:
 
     cfg = load_job_config(args)
     model_args = check_job_config(cfg)  # the same checks as a run: a config that cannot run is an error here too
-    for warning in config_warnings(cfg):
+    for warning in config_warnings(cfg, model_args):
         print(f"warning: {warning}", file=sys.stderr)
     print(to_toml(resolved_config(cfg, model_args)), end="")
     return 0

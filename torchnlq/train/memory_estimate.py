@@ -21,9 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchnlq.config.job_config import JobConfig, loss_chunk_tokens
 from torchnlq.models.args import ModelArgs
-from torchnlq.models.family import build_model
+from torchnlq.models.family import build_model, get_family
 from torchnlq.models.lm_loss import loss_path
-from torchnlq.models.moe.balance import set_even_split
 from torchnlq.parallel.activation_checkpoint import apply_activation_checkpointing
 from torchnlq.parallel.device_memory import GIB
 from torchnlq.train.optim import optimizer_state_bytes, plan_groups
@@ -172,7 +171,6 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
     t = cfg.training
     with torch.device("meta"):
         model = build_model(args)
-    set_even_split(model, True)  # fake tensors carry no routing: each expert its even share of the tokens
     apply_activation_checkpointing(model, cfg.activation_checkpoint)
     chunk = loss_chunk_tokens(t, device_type)
     if loss_path(chunk).fused_when_compiled and t.compile:
@@ -194,7 +192,8 @@ def _simulate_step(cfg: JobConfig, args: ModelArgs, *, autocast_bf16: bool, para
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     counter = LiveBytes()
-    with fake, counter:
+    # A family whose computation reads values (an MoE's routing) says how it runs on fake tensors.
+    with fake, counter, get_family(args.family).runtime.on_fake_tensors(model):
         for _ in range(min(t.grad_accum_steps, 2)):  # the second micro-batch runs with gradients held
             with autocast():
                 loss = model(tokens, targets=tokens, loss_chunk_tokens=chunk)

@@ -22,7 +22,7 @@ from torchnlq.interop.load import folder_model_args
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.config import Model
 from torchnlq.models.family import (
-    FLAVORS,
+    FAMILIES,
     build_model,
     build_model_args,
     get_family,
@@ -31,7 +31,6 @@ from torchnlq.models.family import (
 )
 from torchnlq.models.query import ignored_knobs
 from torchnlq.parallel.dist import resolve_degrees
-from torchnlq.parallel.expert_parallel import check_expert_split
 from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
 from torchnlq.train.optim import ADAMW, OPTIMIZERS, plan_groups
 from torchnlq.train.registries import registry_choices, registry_fields
@@ -134,10 +133,10 @@ WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
 def check_world(cfg: JobConfig, args: ModelArgs, world: int) -> None:
     """The mistakes of ``world`` processes (NGPU x NNODES) that would otherwise surface in every rank's traceback:
-    degrees that do not multiply to it, experts that do not split over it. Raises UserError/ConfigError."""
+    degrees that do not multiply to it, and the family's own (an MoE's experts that do not split over it).
+    Raises UserError/ConfigError."""
     resolve_degrees(world, cfg.parallelism)
-    if cfg.parallelism.expert_parallel and "moe" in get_family(args.family).reads:
-        check_expert_split(args.moe.n_experts, world)
+    get_family(args.family).runtime.check_parallelism(args, cfg.parallelism, world)
 
 
 def check_optional_packages(cfg: JobConfig) -> None:
@@ -176,13 +175,15 @@ def check_wandb(metrics: Metrics) -> None:
 FORWARD_SHARE_OF_A_STEP = 1 / 3
 
 
-def config_warnings(cfg: JobConfig) -> list[str]:
-    """Settings that are legal but do nothing, or not what they look like, in this run."""
-    warnings = []
-    if cfg.parallelism.expert_parallel and "moe" not in get_family(cfg.model.family or FLAVORS[cfg.model.flavor].family
-                                                                   ).reads:
-        warnings.append("parallelism.expert_parallel is set but the model has no experts (its family reads no "
-                        "[model.moe]); it has no effect")
+def config_warnings(cfg: JobConfig, args: ModelArgs | None = None) -> list[str]:
+    """Settings that are legal but do nothing, or not what they look like, in this run (``args``: the model it
+    builds, :func:`check_job_config`'s, which is called when not given)."""
+    family = get_family((args if args is not None else check_job_config(cfg)).family)
+    warnings = [f"parallelism.{name} is set but model.family = '{family.name}' does not read it (only "
+                f"{' and '.join(repr(f.name) for f in FAMILIES.values() if name in f.runtime.parallelism_options)} "
+                "does); it has no effect"
+                for name in sorted({n for f in FAMILIES.values() for n in f.runtime.parallelism_options})
+                if getattr(cfg.parallelism, name) and name not in family.runtime.parallelism_options]
     ignored = ignored_knobs(cfg.model.query)
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)

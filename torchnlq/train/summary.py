@@ -180,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         argv, card_gib = _pop_option(argv, "--card-gib", float, None)
         cfg = load_job_config(argv)
         summary = summarize(cfg)
-        lines, too_big = memory_lines(cfg, check_job_config(cfg), processes, card_gib)  # a mistake before any output
+        args = check_job_config(cfg)
+        lines, too_big = memory_lines(cfg, args, processes, card_gib)  # a mistake before any output
         print("\n".join(summary + lines))
-        for warning in config_warnings(cfg) + ([too_big] if too_big else []):
+        for warning in config_warnings(cfg, args) + ([too_big] if too_big else []):
             print(f"warning: {warning}", file=sys.stderr)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

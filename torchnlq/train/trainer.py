@@ -32,9 +32,8 @@ from torchnlq.errors import UserError
 from torchnlq.files import make_folder, move_into_new_folder, os_error_line, replace_file
 from torchnlq.models import build_model
 from torchnlq.models.counts import active_params, flops_per_token, num_params
-from torchnlq.models.family import describe_family
+from torchnlq.models.family import describe_family, get_family
 from torchnlq.models.lm_loss import loss_path
-from torchnlq.models.moe.balance import clear_step_statistics, finish_step, set_router_loss_scale, step_statistics
 from torchnlq.parallel.device_figures import format_memory, memory_label, peak_tflops, resident_bytes
 from torchnlq.parallel.device_memory import check_fits_device, device_memory_bytes
 from torchnlq.parallel.dist import build_mesh, init_distributed
@@ -200,7 +199,7 @@ class Trainer:
                                                           tcfg.grad_accum_steps)
         self._log_header()
         lock_warnings = [self.run_lock.warning] if self.run_lock and self.run_lock.warning else []
-        for warning in config_warnings(cfg) + changes + lock_warnings:
+        for warning in config_warnings(cfg, self.model_args) + changes + lock_warnings:
             self.logger.warning(f"warning: {warning}")
         if self.start.line:
             self.logger.info(self.start.line)
@@ -227,8 +226,10 @@ class Trainer:
             parallelism=cfg.parallelism, mesh=self.mesh, device=self.device,
         )
         materialize_and_init(self.model, self.device, tcfg.seed, self.mesh)
-        # An MoE's router losses join the gradient as the loss does: divided by the accumulation steps.
-        set_router_loss_scale(self.model, 1.0 / tcfg.grad_accum_steps)
+        #: The family's hooks around each step (models/runtime.py: an MoE's routers).
+        self.family_runtime = get_family(self.model_args.family).runtime
+        # Losses the model adds itself join the gradient as the loss does: divided by the accumulation steps.
+        self.family_runtime.set_loss_scale(self.model, 1.0 / tcfg.grad_accum_steps)
         # Under FSDP its MixedPrecisionPolicy casts; autocast is for the unsharded CUDA model.
         use_autocast = self.device.type == "cuda" and tcfg.mixed_precision == "bf16" and self.mesh is None
         self.autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast
@@ -411,7 +412,7 @@ class Trainer:
         """
         tcfg, record = self.cfg.training, self.record
         set_lr(self.optimizer, lr_at(record.step, self.cfg.optimizer.lr, self.cfg.lr_schedule, tcfg.steps))
-        clear_step_statistics(self.model)  # an MoE's routers count this step's loads afresh
+        self.family_runtime.start_step(self.model)
         loss_sum = torch.zeros((), device=self.device)
         for micro, (x, y) in enumerate(self.loader.micro_batches(record.step)):
             set_gradient_sync(self.model, micro == tcfg.grad_accum_steps - 1)  # reduce once per step
@@ -432,8 +433,9 @@ class Trainer:
                                                 record.step + 1)
             self.optimizer.step()
             updated = True
-        if updated:  # an MoE's loads summed over the processes; its balancing bias moved
-            finish_step(self.model, dist.all_reduce if dist.is_available() and dist.is_initialized() else None)
+        if updated:  # what the family counted this step summed over the processes, then used (an MoE's bias)
+            self.family_runtime.finish_step(self.model, dist.all_reduce if dist.is_available() and dist.is_initialized()
+                                            else None)
         self.optimizer.zero_grad(set_to_none=True)
         record.step += 1
         record.tokens_seen += self.tokens_per_step
@@ -474,7 +476,8 @@ class Trainer:
         self.metrics.log_step(step, loss.item(), self.optimizer.param_groups[0]["lr"], grad_norm.item(),
                               self.record.tokens_seen, self._group_lrs())
         self.metrics.scalar("skipped_steps", self.skipped_steps, step)
-        for tag, value in with_means("moe", step_statistics(self.model)).items():  # an MoE's loads and router
+        runtime = self.family_runtime
+        for tag, value in with_means(runtime.statistics_tag, runtime.step_statistics(self.model)).items():
             self.metrics.scalar(tag, value, step)
 
     def _raise_if_diverged(self) -> None:

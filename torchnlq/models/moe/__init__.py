@@ -7,8 +7,10 @@ from ..args import ModelArgs
 from ..errors import ConfigError
 from ..family import FLAVORS, Family, register_family
 from .block import MoEBlock, is_moe_layer
+from .config import MoE
 from .flavors import MOE_FLAVORS
 from .hf import QWEN3_MOE
+from .runtime import MoERuntime
 
 
 def check_moe(args: ModelArgs) -> None:
@@ -31,8 +33,9 @@ def describe_moe(args: ModelArgs) -> str:
 
 MOE_FAMILY = register_family(Family(
     name="moe", block=MoEBlock, description="pre-norm blocks whose MLP routes each token to top_k of n_experts",
-    reads=("moe",), check=check_moe, hf_architectures=(QWEN3_MOE,), describe=describe_moe,
+    sections={"moe": MoE}, check=check_moe, hf_architectures=(QWEN3_MOE,), describe=describe_moe,
+    runtime=MoERuntime(),
 ))
 FLAVORS.update(MOE_FLAVORS)
 
-__all__ = ["MOE_FAMILY", "MoEBlock"]
+__all__ = ["MOE_FAMILY", "MoE", "MoEBlock"]

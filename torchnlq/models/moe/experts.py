@@ -40,9 +40,6 @@ class GroupedExperts(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         #: The share of the experts a token uses (models/counts.py: the active parameters).
         self.active_fraction = top_k / n_experts
-        #: Route as if every expert had its even share of the tokens (set for the memory estimate, which runs on
-        #: fake tensors whose routing no one can read: models/moe/balance.py).
-        self.even_split = False
         self.gate_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.up_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.down_proj = nn.Parameter(torch.empty(n_experts, dim, hidden))
@@ -56,9 +53,8 @@ class GroupedExperts(nn.Module):
     def forward(self, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Σ_j weights[t, j] · expert_{experts[t, j]}(x[t]) for tokens x [N, dim]; experts, weights [N, top_k]."""
         order, rows, counts = self.dispatch(x, experts)
-        sizes = self.even_sizes(len(order)) if self.even_split else None
-        return self.combine(self.compute(rows, counts if sizes is None else torch.tensor(sizes), sizes,
-                                         self.gate_proj, self.up_proj, self.down_proj), order, weights)
+        return self.combine(self.compute(rows, counts, None, self.gate_proj, self.up_proj, self.down_proj), order,
+                            weights)
 
     def dispatch(self, x: torch.Tensor, experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(the order that sorts the token-expert assignments by expert, stable within; their rows of x; the
@@ -73,10 +69,6 @@ class GroupedExperts(nn.Module):
         """Each token's top_k outputs (``out`` in the sorted order) weighted and summed, in a fixed order."""
         per_token = torch.empty_like(out).index_copy_(0, order, out).view(weights.shape[0], self.top_k, -1)
         return (per_token * weights.unsqueeze(-1)).sum(dim=1)
-
-    def even_sizes(self, rows: int) -> list[int]:
-        """Each expert's even share of ``rows`` (:attr:`even_split`)."""
-        return [rows // self.n_experts + (e < rows % self.n_experts) for e in range(self.n_experts)]
 
     @staticmethod
     def compute(rows: torch.Tensor, counts: torch.Tensor, sizes: list[int] | None, gate: torch.Tensor,

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..args import MODEL_FIELDS, MOE_FIELDS, ModelArgs
-from ..config import MoE
+from ..args import MODEL_FIELDS, ModelArgs, recorded_fields
 from ..dense.hf import (
     DECODER_FIELDS,
     LLAMA_LAYER_NAMES,
@@ -34,7 +33,9 @@ from ..errors import UserError
 from ..hf_mapping import HFArchitecture, Take
 from ..recorded import Field, check_record, integer
 from .block import expert_hidden, is_moe_layer
+from .config import MoE
 
+MOE_FIELDS = recorded_fields(MoE)
 #: torchnlq's router choices and Qwen3-MoE's norm_topk_prob.
 NORMALIZED = {"softmax": False, "softmax_normalized": True}
 #: The Qwen3MoeConfig keys torchnlq reads, each checked as the field it becomes (others are ignored).

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..config import MoE
+from .config import MoE
 
 
 class AddToGradient(torch.autograd.Function):

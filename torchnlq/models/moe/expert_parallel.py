@@ -1,5 +1,6 @@
 """Expert parallelism: an MoE's experts split over the data-parallel processes, each token sent to its experts'
-process and back by all-to-all (``parallelism.expert_parallel``), applied to the model from outside.
+process and back by all-to-all (``parallelism.expert_parallel``): the moe family's parallelize hook
+(models/moe/runtime.py), applied to the model on the meta device before FSDP.
 
 Each process holds ``n_experts / world`` consecutive experts of every MoE layer: their weights become DTensors
 sharded on the expert dimension (a checkpoint holds every expert once and loads on any number of processes; FSDP
@@ -24,8 +25,8 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
-from torchnlq.errors import ConfigError
-from torchnlq.models.moe.experts import GroupedExperts
+from ..errors import ConfigError
+from .experts import GroupedExperts
 
 WEIGHTS = ("gate_proj", "up_proj", "down_proj")
 

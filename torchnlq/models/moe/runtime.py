@@ -1,20 +1,27 @@
-"""What the training loop does with an MoE model's routers, asked of the model rather than of its classes.
+"""The moe family's runtime hooks (:class:`~torchnlq.models.runtime.FamilyRuntime`): what training does with
+an MoE model's routers and experts, asked of the model rather than of its classes.
 
 Once per step: :func:`clear_step_statistics` before the forward passes; :func:`finish_step` after the optimizer's
 update (the statistics summed over the processes by the ``reduce`` the caller gives, then DeepSeek-V3's
 auxiliary-loss-free bias moved toward the mean load); :func:`step_statistics` for the logs (each layer's expert
 loads, router entropy and losses). :func:`set_router_loss_scale` matches the router losses' gradient to the loss
-the trainer backpropagates (divided by its accumulation steps). For a dense model all of them do nothing.
+the trainer backpropagates (divided by its accumulation steps). Expert parallelism is the family's parallelize
+hook (models/moe/expert_parallel.py). For a model without routers all of them do nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import types
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from ..runtime import FamilyRuntime, Reduce
 from .block import MoEFeedForward
+from .expert_parallel import apply_expert_parallel, check_expert_split
 from .experts import GroupedExperts
 from .router import Router
 
@@ -32,13 +39,6 @@ def set_router_loss_scale(model: nn.Module, scale: float) -> None:
     for module in model.modules():
         if isinstance(module, MoEFeedForward):
             module.router_loss_scale = scale
-
-
-def set_even_split(model: nn.Module, enabled: bool) -> None:
-    """Route every expert its even share of the tokens (the memory estimate's fake tensors carry no routing)."""
-    for module in model.modules():
-        if isinstance(module, GroupedExperts):
-            module.even_split = enabled
 
 
 @torch.no_grad()
@@ -86,3 +86,50 @@ def step_statistics(model: nn.Module) -> list[tuple[int, str, float]]:
         if router.z_loss_coef:
             stats.append((index, "z_loss", z / forwards))
     return stats
+
+
+def _even_split_forward(self: GroupedExperts, x: torch.Tensor, experts: torch.Tensor,
+                        weights: torch.Tensor) -> torch.Tensor:
+    """GroupedExperts.forward with every expert given its even share of the rows (fake tensors carry no routing)."""
+    order, rows, _ = self.dispatch(x, experts)
+    sizes = [len(order) // self.n_experts + (e < len(order) % self.n_experts) for e in range(self.n_experts)]
+    return self.combine(self.compute(rows, torch.tensor(sizes), sizes, self.gate_proj, self.up_proj,
+                                     self.down_proj), order, weights)
+
+
+class MoERuntime(FamilyRuntime):
+    """The moe family's hooks: router statistics and balancing each step, router losses' scale, expert parallelism,
+    and an even split of the tokens over the experts on fake tensors."""
+
+    statistics_tag = "moe"
+    parallelism_options = ("expert_parallel",)
+
+    def set_loss_scale(self, model: nn.Module, scale: float) -> None:
+        set_router_loss_scale(model, scale)
+
+    def start_step(self, model: nn.Module) -> None:
+        clear_step_statistics(model)
+
+    def finish_step(self, model: nn.Module, reduce: Reduce) -> None:
+        finish_step(model, reduce)
+
+    def step_statistics(self, model: nn.Module) -> list[tuple[int, str, float]]:
+        return step_statistics(model)
+
+    def check_parallelism(self, args: Any, parallelism: Any, world: int) -> None:
+        if parallelism.expert_parallel:
+            check_expert_split(args.moe.n_experts, world)
+
+    def parallelize(self, model: nn.Module, mesh: Any, parallelism: Any) -> set[nn.Parameter]:
+        return apply_expert_parallel(model, mesh) if parallelism.expert_parallel else set()
+
+    @contextlib.contextmanager
+    def on_fake_tensors(self, model: nn.Module) -> Iterator[None]:
+        experts = [m for m in model.modules() if isinstance(m, GroupedExperts)]
+        for module in experts:
+            module.forward = types.MethodType(_even_split_forward, module)
+        try:
+            yield
+        finally:
+            for module in experts:
+                del module.forward  # the class's own forward again
