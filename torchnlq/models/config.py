@@ -94,7 +94,8 @@ class Query:
 MLP_ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu")
 #: ``model.norm``: the block's norms (the query's own norms are query.QUERY_NORMS).
 BLOCK_NORMS = ("layer", "rms")
-#: ``model.init``: the initial weights (:meth:`Decoder.init_weights`); "paper" is :mod:`torchnlq.models.paper_init`.
+#: ``model.init``: the initial weights (:meth:`Decoder.init_weights`); "paper" is the dense family's
+#: (models/dense/paper_init.py).
 INIT_SCHEMES = ("torchnlq", "depth", "paper")
 #: ``model.positions``: learned absolute embeddings or rotary.
 POSITIONS = ("learned", "rope")

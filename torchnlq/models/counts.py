@@ -1,9 +1,9 @@
 """Parameter and FLOP counts of any family's model, from the model itself built on the meta device (no memory).
 
 Counting the built model, not a formula per family, keeps every family honest: a block with another parameter
-count (a plugin's, an MoE) is counted as it is built. Modules that compute for only some tokens say so with an
-``active_fraction`` attribute (an MoE's routed experts: top_k / n_experts): their parameters count in full in
-the total and at that fraction in the active count, which the FLOPs, MFU and the scaling fits use.
+count (a plugin's, an MoE) is counted as it is built. Modules that compute for only some tokens say so by
+:class:`PartlyActive` (an MoE's routed experts: top_k / n_experts): their parameters count in full in the total
+and at that fraction in the active count, which the FLOPs, MFU and the scaling fits use.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -30,6 +31,14 @@ class ParamCounts:
     embedding: int
     #: The LM head's matmul (vocab x dim): FLOPs though not a parameter of its own when tied.
     head_matmul: int
+
+
+@runtime_checkable
+class PartlyActive(Protocol):
+    """A module each token computes with only in part (an MoE's routed experts)."""
+
+    #: The share of its parameters one token computes with (top_k / n_experts), in (0, 1].
+    active_fraction: float
 
 
 _CACHE: dict[str, ParamCounts] = {}
@@ -52,9 +61,8 @@ def _count(args: ModelArgs) -> ParamCounts:
         model = build_model(args)
     fraction: dict[int, float] = {}
     for module in model.modules():
-        share = getattr(module, "active_fraction", None)
-        if share is not None:
-            fraction.update(dict.fromkeys((id(p) for p in module.parameters()), float(share)))
+        if isinstance(module, PartlyActive):
+            fraction.update(dict.fromkeys((id(p) for p in module.parameters()), float(module.active_fraction)))
     params = list(model.parameters())  # a tied weight once
     total = sum(p.numel() for p in params)
     active = round(sum(p.numel() * fraction.get(id(p), 1.0) for p in params))

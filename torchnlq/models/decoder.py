@@ -10,20 +10,23 @@ by block, through ``model.layers``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .args import ModelArgs
+from .errors import ConfigError
 from .layers import Cache, build_norm
 from .lm_loss import HeadLoss
-from .paper_init import init_like_paper
 from .rope import RotaryEmbedding, rope_scaling
 
 #: ``block(args, layer)``: the family's builder of block ``layer``.
 BlockBuilder = Callable[[ModelArgs, int], nn.Module]
+#: The initialisations every family has (``model.init``); a family adds its own (``Family.init_schemes``).
+BUILT_IN_INITS = ("torchnlq", "depth")
 
 
 def _uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
@@ -54,10 +57,19 @@ class Decoder(nn.Module):
     so both paths give identical weights for the same seed.
     """
 
-    def __init__(self, args: ModelArgs, block: BlockBuilder) -> None:
+    #: Parameter roles (models/roles.py): the untied LM head is the readout.
+    child_components: ClassVar[dict[str, str]] = {"lm_head": "head"}
+
+    def __init__(self, args: ModelArgs, block: BlockBuilder,
+                 init_schemes: Mapping[str, Callable[[Decoder], None]] | None = None) -> None:
         super().__init__()
         args.validate()
         self.args = args
+        #: The family's own initialisations by ``model.init`` name (the dense family's "paper").
+        self.init_schemes = dict(init_schemes or {})
+        if args.init not in (*BUILT_IN_INITS, *self.init_schemes):
+            raise ConfigError(f"model.init={args.init!r} is not an initialisation of model.family = "
+                              f"'{args.family}'; use one of {', '.join((*BUILT_IN_INITS, *self.init_schemes))}")
         device = torch.get_default_device()
         # Build on meta so that nn.Linear/nn.Embedding skip their own random init: it would
         # advance the RNG (breaking meta == eager) and be thrown away by init_weights anyway.
@@ -86,11 +98,11 @@ class Decoder(nn.Module):
         nanoGPT's scheme: every Linear and Embedding N(0, init_std); the out-projections into the
         residual stream N(0, init_std / sqrt(2 n_layers)) so its variance does not grow with depth;
         norm gains 1; RoPE tables recomputed (not in checkpoints, garbage after to_empty). Each block draws
-        its own (``init_weights(init_std, residual_std)``). ``args.init = "paper"`` draws the same in the
-        paper's order (:mod:`torchnlq.models.paper_init`).
+        its own (``init_weights(init_std, residual_std)``). A family's own scheme (:attr:`init_schemes`: the dense
+        family's ``paper`` draws the same in the paper's order, models/dense/paper_init.py) replaces all of it.
         """
-        if self.args.init == "paper":
-            init_like_paper(self)
+        if self.args.init in self.init_schemes:
+            self.init_schemes[self.args.init](self)
             return
         std = self.args.init_std
         nn.init.normal_(self.tok_emb.weight, mean=0.0, std=std)

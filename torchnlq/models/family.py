@@ -6,8 +6,8 @@ hooks (models/runtime.py: what the trainer calls each step, its statistics, its 
 Face architectures that compute some of its models exactly (:class:`~torchnlq.models.hf_mapping.HFArchitecture`).
 Parameter, FLOP and memory counts are taken from the built model (models/counts.py), and parameters are grouped
 by the roles their modules declare (models/roles.py), so a family trains, is counted, summarised and exported
-with nothing of torchnlq edited (tests/test_extending_family.py: a plugin does all of it). A flavor is a named model: its family, sizes and block options.
-Every model the library builds comes from :func:`build_model`.
+with nothing of torchnlq edited (tests/test_extending_family.py: a plugin does all of it). A flavor is a named
+model: its family, sizes and block options. Every model the library builds comes from :func:`build_model`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ class Family:
     hf_architectures: tuple[HFArchitecture, ...] = ()
     #: Its words for a model, in the run's header (the moe family: its experts); None: nothing more to say.
     describe: Callable[[ModelArgs], str] | None = None
+    #: Its own initialisations by ``model.init`` name, each drawing every parameter of the Decoder it is given (the
+    #: dense family's "paper": models/dense/paper_init.py); "torchnlq" and "depth" every family has.
+    init_schemes: Mapping[str, Callable[[Decoder], None]] = field(default_factory=dict)
     #: What training calls on its models beyond the forward (models/runtime.py); the default does nothing.
     runtime: FamilyRuntime = field(default_factory=FamilyRuntime)
 
@@ -247,4 +250,4 @@ def build_model(args: ModelArgs) -> Decoder:
     family = get_family(args.family)
     if family.check is not None:
         family.check(args)
-    return Decoder(args, family.block)
+    return Decoder(args, family.block, family.init_schemes)

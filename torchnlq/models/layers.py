@@ -9,7 +9,7 @@ both drive the same forward.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn as nn
@@ -85,6 +85,11 @@ class KVCache:
 class Attention(nn.Module):
     """Causal self-attention of block ``layer``: registry query, one linear K,V projection, SDPA, out-projection."""
 
+    #: Parameter roles (models/roles.py): K, V and the out-projection; the query and its bias apart, the QK-norms.
+    component: ClassVar[str] = "attention_kv_out"
+    child_components: ClassVar[dict[str, str]] = {"query": "attention_query", "q_bias": "attention_query",
+                                                  "q_norm": "norms", "k_norm": "norms"}
+
     def __init__(self, args: ModelArgs, layer: int = 0) -> None:
         super().__init__()
         self.layer_idx = layer
@@ -131,7 +136,7 @@ class Attention(nn.Module):
         # Not compiled: inductor fuses the rotate-half form into one kernel, and has no complex kernels.
         adjacent = (rope is not None and cache is None and self.fuse_projections and self.q_norm is None
                     and self.q_bias is None and not torch.compiler.is_compiling()
-                    and claims(self.query, FusableQuery) and getattr(type(self.query), "projection_is_query", False))
+                    and claims(self.query, FusableQuery) and type(self.query).projection_is_query)
         q, kv = self._project(x, fuse=self.fuse_projections and cache is None, adjacent=adjacent)
         if self.q_bias is not None:
             q = q + self.q_bias
@@ -206,6 +211,8 @@ class MLP(nn.Module):
     GELU is the exact erf form, or GPT-2's tanh form with ``gelu_tanh``. ``hidden`` overrides args.mlp_hidden
     (an MoE's shared expert).
     """
+
+    component: ClassVar[str] = "mlp"  # parameter roles (models/roles.py)
 
     def __init__(self, args: ModelArgs, hidden: int | None = None) -> None:
         super().__init__()

@@ -150,6 +150,11 @@ class QueryProjection(nn.Module):
     #: The query types whose pretrained weights this type starts from when a model is upcycled (its own
     #: parameters of the same names are loaded, the others drawn: ``anchored`` starts from ``linear``'s W_Q).
     upcycles_from: ClassVar[tuple[str, ...]] = ()
+    #: A :class:`FusableQuery` whose Q(X) is ``fused_projection()(x)`` itself (``from_projection`` returns it as it
+    #: is): its rows may then be reordered with the keys' for a cheaper RoPE (models/rope.py: apply_rotary_adjacent).
+    projection_is_query: ClassVar[bool] = False
+    #: Parameter roles (models/roles.py): every parameter of a query, its norms too, counts as the query's.
+    component: ClassVar[str] = "attention_query"
 
     def __init__(self, cfg: Query, shape: QueryShape) -> None:
         super().__init__()
@@ -223,9 +228,7 @@ class FusableQuery(Protocol):
     """A query computed from one Linear of X that the attention may fuse into its K,V matmul (nanoGPT's
     ``c_attn``): it computes ``fused_projection()(x)`` with K and V and calls :meth:`from_projection` instead
     of ``forward``. A subclass that changes ``forward`` must change :meth:`from_projection` to match. A type whose
-    Q(X) is the projection itself (``from_projection`` returns it as it is) says so with a class attribute
-    ``projection_is_query = True``: its rows may then be reordered with the keys' for a cheaper RoPE
-    (models/rope.py: apply_rotary_adjacent)."""
+    Q(X) is the projection itself says so with :attr:`QueryProjection.projection_is_query`."""
 
     def fused_projection(self) -> nn.Linear:
         """The Linear of X computed with K and V."""
@@ -243,23 +246,24 @@ class PaperQKVRows(Protocol):
         """W_Q ``[q_dim, dim]``, the parameter itself."""
 
 
-#: The protocols that describe what ``forward`` computes, with the method that makes the claim: a subclass that
-#: changes ``forward`` without redefining that method does not inherit the claim (:func:`claims`).
-FORWARD_CLAIMS: dict[type, str] = {LinearInX: "linear_weight", FusableQuery: "from_projection"}
+#: Every opt-in protocol describes what ``forward`` computes (or where its W_Q sits), with the method that makes
+#: the claim: a subclass that changes ``forward`` without redefining that method does not inherit it (:func:`claims`).
+CLAIMS: dict[type, str] = {LinearInX: "linear_weight", FusableQuery: "from_projection",
+                           ResidualBranch: "residual_branch", PaperQKVRows: "fused_qkv_weight"}
 
 
 def claims(query: QueryProjection | type[QueryProjection], protocol: type) -> bool:
-    """Whether a query (or query type) opts into ``protocol``. For a claim about its forward (:data:`FORWARD_CLAIMS`)
-    the class that makes it must also be the one, or a subclass of the one, that defines ``forward``: a plugin
-    that subclasses ``linear`` with a nonlinear forward is not exported as a linear W_Q, nor fused."""
+    """Whether a query (or query type) opts into ``protocol`` (one of :data:`CLAIMS`): the class that defines the
+    claim's method must also be the one, or a subclass of the one, that defines ``forward``: a plugin that
+    subclasses ``linear`` with a nonlinear forward is not exported as a linear W_Q, nor fused, nor drawn as the
+    paper's fused rows; one that subclasses ``residual_mlp`` with another forward is not diagnosed as X + f(X)."""
     cls = query if isinstance(query, type) else type(query)
+    if protocol not in CLAIMS:
+        raise ValueError(f"{protocol.__name__} is not a query protocol ({', '.join(p.__name__ for p in CLAIMS)})")
     if not issubclass(cls, protocol):
         return False
-    method = FORWARD_CLAIMS.get(protocol)
-    if method is None:
-        return True
     owner = lambda name: next(c for c in cls.__mro__ if name in vars(c))  # noqa: E731
-    return issubclass(owner(method), owner("forward"))
+    return issubclass(owner(CLAIMS[protocol]), owner("forward"))
 
 
 # ---------------------------------------------------------------- the built-in types

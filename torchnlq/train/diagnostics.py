@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from torchnlq.config.every import Every
 from torchnlq.models.layers import attention_modules, set_fused_projections
-from torchnlq.models.query import QueryProjection, ResidualBranch
+from torchnlq.models.query import QueryProjection, ResidualBranch, claims
 from torchnlq.train.weight_dynamics import whole_fp32, with_means
 
 
@@ -23,7 +23,7 @@ def residual_queries(model: nn.Module) -> list[tuple[int, QueryProjection]]:
     """(layer index, query) for every query with a residual branch (:class:`~torchnlq.models.query.ResidualBranch`;
     not linear, identity: no f(X)), in layer order."""
     queries = [m for m in model.modules() if isinstance(m, QueryProjection)]  # one per block, in block order
-    return [(index, query) for index, query in enumerate(queries) if isinstance(query, ResidualBranch)]
+    return [(index, query) for index, query in enumerate(queries) if claims(query, ResidualBranch)]
 
 
 def layer_stats(query: QueryProjection, x: torch.Tensor, q: torch.Tensor) -> dict[str, float]:

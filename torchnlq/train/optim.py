@@ -21,6 +21,7 @@ from torch import nn
 from torchnlq.config.job_config import Optimizer, OptimizerGroup
 from torchnlq.errors import ConfigError
 from torchnlq.models.query import QueryProjection
+from torchnlq.models.roles import Role, parameter_roles
 
 #: What a group's ``kind`` can select (:func:`parameter_kinds`).
 KINDS = ("hidden", "embedding", "head", "gain_bias", "query_mlp")
@@ -36,17 +37,15 @@ def query_branch_parameters(model: nn.Module) -> set[int]:
             for linear in module.branch_matrices().values() for p in linear.parameters()}
 
 
-def parameter_kinds(name: str, param: torch.Tensor, branch: set[int] = frozenset()) -> set[str]:
-    """The kinds of one parameter: one of hidden / embedding / head / gain_bias, plus query_mlp for the matrices of a
-    query's nonlinear branch (``branch``: :func:`query_branch_parameters`; W1, W2 of the paper's query)."""
-    if param.dim() < 2:
-        kinds = {"gain_bias"}
-    elif name in ("tok_emb.weight", "pos_emb.weight"):
-        kinds = {"embedding"}  # a tied head is this tensor
-    elif name == "lm_head.weight":
-        kinds = {"head"}
-    else:
-        kinds = {"hidden"}
+#: The optimizer kind of each parameter kind the model's modules declare (models/roles.py).
+KIND_OF_ROLE = {"embedding": "embedding", "readout": "head", "matrix": "hidden", "vector": "gain_bias"}
+
+
+def parameter_kinds(role: Role, param: torch.Tensor, branch: set[int] = frozenset()) -> set[str]:
+    """The kinds of one parameter: one of hidden / embedding / head / gain_bias (by the role its module declares:
+    models/roles.py; a tied head is the embedding), plus query_mlp for the matrices of a query's nonlinear branch
+    (``branch``: :func:`query_branch_parameters`; W1, W2 of the paper's query)."""
+    kinds = {KIND_OF_ROLE[role.kind]}
     if id(param) in branch and param.dim() >= 2:
         kinds.add("query_mlp")
     return kinds
@@ -69,9 +68,9 @@ class GroupPlan:
                 f"{len(self.params)} tensors, {count:,} parameters")
 
 
-def _selects(entry: OptimizerGroup, name: str, param: torch.Tensor, branch: set[int]) -> bool:
+def _selects(entry: OptimizerGroup, name: str, role: Role, param: torch.Tensor, branch: set[int]) -> bool:
     by_name = not entry.params or any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.params)
-    by_kind = entry.kind is None or entry.kind in parameter_kinds(name, param, branch)
+    by_kind = entry.kind is None or entry.kind in parameter_kinds(role, param, branch)
     return by_name and by_kind
 
 
@@ -83,6 +82,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     dropped, but the paper's two.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    roles = parameter_roles(model)
     branch = query_branch_parameters(model)
     hidden = OPTIMIZERS[cfg.name].hidden
     decay, no_decay = PAPER_GROUPS
@@ -104,7 +104,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
     claimed: dict[str, str] = {}
     for name, param in named:
         for entry, plan in zip(cfg.groups, entries):
-            if _selects(entry, name, param, branch):
+            if _selects(entry, name, roles[name], param, branch):
                 if name in claimed:
                     raise ConfigError(f"parameter {name} is claimed by optimizer.groups '{claimed[name]}' and "
                                       f"'{entry.name}'; make their patterns or kinds disjoint")
@@ -112,7 +112,7 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
                 plan.names.append(name)
                 plan.params.append(param)
         if name not in claimed:
-            kinds = parameter_kinds(name, param, branch)
+            kinds = parameter_kinds(roles[name], param, branch)
             plan = (defaults[no_decay] if "gain_bias" in kinds else
                     defaults[hidden] if hidden != ADAMW and "hidden" in kinds else defaults[decay])
             plan.names.append(name)

@@ -15,6 +15,7 @@ from torchnlq.models.args import ModelArgs
 from torchnlq.models.counts import flops_per_token, num_params
 from torchnlq.models.family import build_model
 from torchnlq.models.lm_loss import loss_path
+from torchnlq.models.roles import COMPONENTS, parameter_roles
 from torchnlq.parallel.device_memory import GIB, device_memory_bytes, minimum_state_bytes
 from torchnlq.train.memory_estimate import DEFAULT_CARD_GIB, estimate_memory, fit_warning
 from torchnlq.train.preflight import check_job_config, config_warnings
@@ -62,38 +63,23 @@ def memory_lines(cfg: JobConfig, args: ModelArgs, processes: int,
     return lines, fit_warning(estimate, capacity, where) if capacity else None
 
 
-#: The components of the parameter count, by the start of a parameter's name (layers.N. removed); first match.
-COMPONENTS = (
-    ("embeddings", ("tok_emb.", "pos_emb.")),
-    ("attention_query", ("attn.query.", "attn.q_bias")),
-    ("norms", ("ln", "attn.q_norm.", "attn.k_norm.")),
-    ("attention_kv_out", ("attn.",)),
-    ("experts", ("mlp.experts.",)),
-    ("router", ("mlp.router.",)),
-    ("mlp", ("mlp.",)),
-    ("head", ("lm_head.",)),
-)
-
-
-def component_of(name: str) -> str:
-    """The component (a name of :data:`COMPONENTS`) of a parameter of the model, e.g. layers.3.mlp.fc.weight -> mlp."""
-    local = name.split(".", 2)[2] if name.startswith("layers.") else name
-    return next(component for component, starts in COMPONENTS if local.startswith(starts))
-
-
 def parameter_split(model: nn.Module) -> dict[str, int]:
-    """Parameters by component (:data:`COMPONENTS`) of ``model`` (built on meta); their sum is its total."""
-    split = dict.fromkeys((component for component, _ in COMPONENTS), 0)
-    for name, param in model.named_parameters():
-        split[component_of(name)] += param.numel()
+    """Parameters by component (:data:`~torchnlq.models.roles.COMPONENTS`, as the model's modules declare them:
+    models/roles.py) of ``model`` (built on meta); their sum is its total. ``other`` is shown only when used."""
+    params = dict(model.named_parameters())
+    split = dict.fromkeys(COMPONENTS, 0)
+    for name, role in parameter_roles(model).items():
+        split[role.component] += params[name].numel()
+    if not split["other"]:
+        del split["other"]
     return split
 
 
 def parameter_lines(cfg: JobConfig, args: ModelArgs, model: nn.Module) -> list[str]:
     """``params_<component>`` lines, and the difference from the same config with a linear query."""
-    lines = [f"params_{component}: {count:,}" for component, count in parameter_split(model).items()]
-    if args.tie_embeddings:
-        lines[-1] += " (tied: the token embedding)"
+    tied = " (tied: the token embedding)" if args.tie_embeddings else ""
+    lines = [f"params_{component}: {count:,}{tied if component == 'head' else ''}"
+             for component, count in parameter_split(model).items()]
     linear_cfg = copy.deepcopy(cfg)
     linear_cfg.model.query.type = "linear"
     linear_args = check_job_config(linear_cfg)

@@ -7,6 +7,8 @@ and the dense MLP in the others. Every query type works in it: the attention is 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn as nn
 
@@ -29,6 +31,8 @@ def expert_hidden(args: ModelArgs) -> int:
 
 class MoEFeedForward(nn.Module):
     """The router, the routed experts and the optional shared experts (one SwiGLU MLP every token passes)."""
+
+    component: ClassVar[str] = "mlp"  # parameter roles (models/roles.py): the shared experts; routed ones apart
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()

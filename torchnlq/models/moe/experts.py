@@ -13,6 +13,8 @@ order (deterministic, where an index_add would not be on a GPU).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,10 +37,12 @@ def grouped_mm_supported(x: torch.Tensor, hidden: int) -> bool:
 class GroupedExperts(nn.Module):
     """``n_experts`` SwiGLU MLPs dim -> hidden -> dim: ``down(silu(gate(x)) * up(x))`` each."""
 
+    component: ClassVar[str] = "experts"  # parameter roles (models/roles.py)
+
     def __init__(self, dim: int, hidden: int, n_experts: int, top_k: int) -> None:
         super().__init__()
         self.n_experts, self.top_k = n_experts, top_k
-        #: The share of the experts a token uses (models/counts.py: the active parameters).
+        #: The share of the experts a token uses (models/counts.py's PartlyActive: the active parameters).
         self.active_fraction = top_k / n_experts
         self.gate_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))
         self.up_proj = nn.Parameter(torch.empty(n_experts, hidden, dim))

@@ -10,7 +10,7 @@ buffers that the trainer reads and clears once per step (:func:`~torchnlq.models
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -38,6 +38,8 @@ class AddToGradient(torch.autograd.Function):
 
 class Router(nn.Module):
     """``gate``: dim -> n_experts logits; :meth:`forward` gives each token's experts and their weights."""
+
+    component: ClassVar[str] = "router"  # parameter roles (models/roles.py)
 
     def __init__(self, dim: int, cfg: MoE) -> None:
         super().__init__()

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .errors import ConfigError
-from .query import PaperQKVRows
+from ..errors import ConfigError
+from ..query import PaperQKVRows, claims
 
 if TYPE_CHECKING:
-    from .decoder import Decoder
-    from .dense.block import Block
+    from ..decoder import Decoder
+    from .block import Block
 
 Fill = Callable[[torch.Tensor], object]
 
@@ -62,7 +62,7 @@ def _block_linears(block: Block) -> list[list[torch.Tensor]]:
     c_attn (W_Q of a :class:`~torchnlq.models.query.PaperQKVRows` query, then W_K, W_V), c_proj, the query's other
     Linears in module order (``residual_mlp``'s W1, W2: its ``residual_in``, ``residual_out``), the MLP's two."""
     attn, query = block.attn, block.attn.query
-    w_q = query.fused_qkv_weight() if isinstance(query, PaperQKVRows) else None
+    w_q = query.fused_qkv_weight() if claims(query, PaperQKVRows) else None
     c_attn = ([w_q] if w_q is not None else []) + [attn.kv.weight]
     others = [m.weight for m in query.modules() if isinstance(m, nn.Linear) and m.weight is not w_q]
     return [c_attn, [attn.proj.weight], *([w] for w in others), [block.mlp.fc.weight], [block.mlp.proj.weight]]
