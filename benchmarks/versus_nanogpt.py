@@ -271,7 +271,7 @@ def profile(opts: Any, overrides: list[str]) -> int:
     shape = {"n_layer": args.n_layers, "n_head": args.n_heads, "n_embd": args.dim, "block_size": t.seq_len,
              "batch_size": t.micro_batch_size, "gradient_accumulation_steps": t.grad_accum_steps,
              "device": device.type, "dtype": "bfloat16" if bf16 else "float32", "compile": t.compile}
-    tokens_per_step = t.micro_batch_size * t.seq_len * t.grad_accum_steps
+    tokens_per_step = t.tokens_per_step()
     flops = flops_per_token(args, t.seq_len)
     peak = peak_tflops(device, first.metrics.peak_tflops)
     if opts.json:

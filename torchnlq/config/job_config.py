@@ -100,6 +100,14 @@ class Training:
         min=0,
     )
 
+    def global_batch(self, world_size: int = 1) -> int:
+        """Sequences per optimizer step over ``world_size`` processes: micro_batch_size x grad_accum_steps x world."""
+        return self.micro_batch_size * self.grad_accum_steps * world_size
+
+    def tokens_per_step(self, world_size: int = 1) -> int:
+        """Tokens per optimizer step over ``world_size`` processes (the global batch's sequences x seq_len)."""
+        return self.global_batch(world_size) * self.seq_len
+
 
 #: Options that no longer exist: a config or flag that sets one gets this reason and "delete it".
 REMOVED_OPTIONS = {
@@ -350,7 +358,8 @@ class Parallelism:
     )
     expert_parallel: bool = option(
         False, "An MoE's experts split over the processes (n_experts / processes each), tokens sent to their "
-        "experts by all-to-all (parallel/expert_parallel.py); FSDP shards the rest. Eager only; not with HSDP."
+        "experts by all-to-all (the moe family's parallelize hook, models/moe/expert_parallel.py); FSDP shards the "
+        "rest. Eager only; not with HSDP."
     )
 
 

@@ -184,7 +184,7 @@ class BatchSchedule:
 
 def build_batch_schedule(train: TokenFile, training: Training, data: Data, world_size: int = 1) -> BatchSchedule:
     """The schedule for a run: global batch = micro_batch_size x grad_accum_steps x world_size."""
-    global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
+    global_batch = training.global_batch(world_size)
     return BatchSchedule(len(train), training.seq_len, training.steps, global_batch, data.seed)
 
 

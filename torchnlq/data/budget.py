@@ -43,7 +43,7 @@ def machine_ram_bytes() -> int | None:
 
 def planned_allocations(data: Data, training: Training, validation: Validation, world_size: int) -> list[Allocation]:
     """What :func:`torchnlq.data.loader.build_data` will allocate in one process, from the config alone."""
-    global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
+    global_batch = training.global_batch(world_size)
     sequences = training.steps * global_batch
     sources = max(1, len(data.sources))
     mixture = len(data.sources) > 0

@@ -120,7 +120,7 @@ def data_meta(data: Data, seq_len: int) -> dict[str, Any]:
 def _build_mixture(data: Data, training: Training, validation: Validation, rank: int, world_size: int) -> RunData:
     """A mixture's RunData: every source opened and checked, one schedule over them, a validation set per source."""
     sources = open_sources(data, training.seq_len)
-    global_batch = training.micro_batch_size * training.grad_accum_steps * world_size
+    global_batch = training.global_batch(world_size)
     schedule = MixtureSchedule([len(s.train) for s in sources], [s.weight for s in sources], training.seq_len,
                                training.steps, global_batch, data.seed)
     loader = TrainLoader([s.train for s in sources], schedule, rank, world_size, training.micro_batch_size,

@@ -8,8 +8,7 @@ Each field's doc is the ``--help`` text and the docs/configs.md line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from .sections import carries_sections, fill_sections, same_fields, unset_by_default

@@ -13,7 +13,6 @@ model: its family, sizes and block options. Every model the library builds comes
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -205,7 +204,7 @@ def check_sections_read(cfg: Model, family: Family) -> None:
                     f"= '{readers[0] if readers else '...'}' or delete model.{name}.{f.name}")
 
 
-def resolved_section(cfg: Model, args: ModelArgs) -> Model:
+def with_resolved_options(cfg: Model, args: ModelArgs) -> Model:
     """``cfg`` with every option it leaves to the flavor set to what ``args`` resolved it to (the resolved config a
     run records says what the model is, whatever the flavor table later says); the sub-sections the family does not
     read stay unset."""
@@ -231,10 +230,10 @@ def describe_family(args: ModelArgs) -> str:
 SIZES = ("n_layers", "dim", "n_heads", "n_kv_heads", "mlp_hidden", "vocab_size", "max_seq_len")
 
 
-def section_from_args(cfg: Model, args: ModelArgs) -> Model:
+def with_folder_model(cfg: Model, args: ModelArgs) -> Model:
     """``cfg`` with every field it leaves unset taken from ``args`` (a folder's model): the sizes, the block options,
     the sub-sections, and the query unless ``cfg`` sets one; what ``cfg`` sets stays."""
-    taken = resolved_section(cfg, args)
+    taken = with_resolved_options(cfg, args)
     for name in SIZES:
         if getattr(taken, name) is None:
             setattr(taken, name, getattr(args, name))

@@ -45,9 +45,10 @@ class FamilyRuntime:
         statistic's mean over the blocks; nothing by default."""
         return []
 
-    def check_parallelism(self, args: Any, parallelism: Any, world: int) -> None:
-        """Raise ConfigError when ``args`` (ModelArgs) cannot run as ``parallelism`` (the ``[parallelism]``
-        section) asks over ``world`` processes; called before any process starts."""
+    def check_parallelism(self, args: Any, cfg: Any, world: int | None) -> None:
+        """Raise ConfigError when ``args`` (ModelArgs) cannot train as the job config ``cfg`` asks (its
+        ``[parallelism]``, ``[training]``) over ``world`` processes: None while the process count is not known
+        yet (the config's own checks), then again before torchrun starts them."""
 
     def parallelize(self, model: nn.Module, mesh: Any, parallelism: Any) -> set[nn.Parameter]:
         """Apply the family's own parallelism to ``model`` on the meta device, before FSDP (``mesh``: the 1-D

@@ -61,7 +61,8 @@ def unset_by_default(declared: type) -> Callable[[type], type]:
         for f in fields(declared):
             doc = f"{f.metadata['doc']} Unset: the flavor's, else {f.default!r}."
             setattr(cls, f.name, field(default=None, metadata={**f.metadata, "doc": doc, "declared": f.default}))
-            cls.__annotations__[f.name] = f"{declared.__annotations__[f.name]} | None"
+            kind = declared.__annotations__[f.name]  # a string under `from __future__ import annotations`
+            cls.__annotations__[f.name] = f"{kind} | None" if isinstance(kind, str) else kind | None
         return cls
 
     return decorate

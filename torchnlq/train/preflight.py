@@ -26,8 +26,8 @@ from torchnlq.models.family import (
     build_model,
     build_model_args,
     get_family,
-    resolved_section,
-    section_from_args,
+    with_folder_model,
+    with_resolved_options,
 )
 from torchnlq.models.query import ignored_knobs
 from torchnlq.parallel.dist import resolve_degrees
@@ -92,7 +92,7 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
         )
     # hf reads its tokenizer.json here (bounded, parsed once per file version): its size is the vocabulary's.
     vocab = padded_vocab_size(cfg.data.tokenizer, cfg.model.vocab_multiple, cfg.data.tokenizer_file, cfg.data.eot_token)
-    args = build_model_args(model_section(cfg), vocab)
+    args = build_model_args(section_to_build(cfg), vocab)
     if cfg.training.seq_len > args.max_seq_len:
         raise ConfigError(
             f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
@@ -101,15 +101,11 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
     if cfg.optimizer.groups or OPTIMIZERS[cfg.optimizer.name].hidden != ADAMW:
         with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
             plan_groups(cfg.optimizer, build_model(args))
-    p = cfg.parallelism
-    if p.expert_parallel and (p.dp_replicate > 1 or cfg.training.compile):
-        why = "HSDP (parallelism.dp_replicate > 1)" if p.dp_replicate > 1 else "training.compile"
-        raise ConfigError(f"parallelism.expert_parallel splits the experts over every process of one FSDP group, "
-                          f"in eager mode: not with {why}; drop one of the two")
+    get_family(args.family).runtime.check_parallelism(args, cfg, None)  # the family's own rules (experts)
     return args
 
 
-def model_section(cfg: JobConfig) -> Model:
+def section_to_build(cfg: JobConfig) -> Model:
     """``[model]`` as it builds the model: the config's, or with ``model.from_checkpoint`` the initial load's model
     filled in where the config leaves a key unset."""
     if not cfg.model.from_checkpoint:
@@ -117,13 +113,14 @@ def model_section(cfg: JobConfig) -> Model:
     if not cfg.checkpoint.initial_load_path:
         raise ConfigError("model.from_checkpoint = true takes the model from checkpoint.initial_load_path, which is "
                           "unset; give the folder (a Hugging Face folder, an export or a checkpoint)")
-    return section_from_args(cfg.model, folder_model_args(cfg.checkpoint.initial_load_path))
+    return with_folder_model(cfg.model, folder_model_args(cfg.checkpoint.initial_load_path))
 
 
 def resolved_config(cfg: JobConfig, args: ModelArgs) -> JobConfig:
     """``cfg`` as a run records it (config.toml, --print-config): the model options the flavor (or, with
     ``model.from_checkpoint``, the folder) gave, written out."""
-    section = section_from_args(cfg.model, args) if cfg.model.from_checkpoint else resolved_section(cfg.model, args)
+    taken = with_folder_model if cfg.model.from_checkpoint else with_resolved_options
+    section = taken(cfg.model, args)
     return dataclasses.replace(cfg, model=section)
 
 
@@ -136,7 +133,7 @@ def check_world(cfg: JobConfig, args: ModelArgs, world: int) -> None:
     degrees that do not multiply to it, and the family's own (an MoE's experts that do not split over it).
     Raises UserError/ConfigError."""
     resolve_degrees(world, cfg.parallelism)
-    get_family(args.family).runtime.check_parallelism(args, cfg.parallelism, world)
+    get_family(args.family).runtime.check_parallelism(args, cfg, world)
 
 
 def check_optional_packages(cfg: JobConfig) -> None:
@@ -215,7 +212,7 @@ def config_warnings(cfg: JobConfig, args: ModelArgs | None = None) -> list[str]:
             "for a full decay"
         )
     if v.enabled:
-        between = min(v.interval, t.steps) * t.micro_batch_size * t.grad_accum_steps  # sequences per process
+        between = min(v.interval, t.steps) * t.global_batch()  # sequences per process
         if v.sequences * FORWARD_SHARE_OF_A_STEP > between:
             warnings.append(
                 f"each validation ({v.sequences} sequences) takes longer than the {min(v.interval, t.steps)} training "

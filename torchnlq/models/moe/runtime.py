@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..errors import ConfigError
 from ..runtime import FamilyRuntime, Reduce
 from .block import MoEFeedForward
 from .expert_parallel import apply_expert_parallel, check_expert_split
@@ -116,8 +117,15 @@ class MoERuntime(FamilyRuntime):
     def step_statistics(self, model: nn.Module) -> list[tuple[int, str, float]]:
         return step_statistics(model)
 
-    def check_parallelism(self, args: Any, parallelism: Any, world: int) -> None:
-        if parallelism.expert_parallel:
+    def check_parallelism(self, args: Any, cfg: Any, world: int | None) -> None:
+        p = cfg.parallelism
+        if not p.expert_parallel:
+            return
+        if p.dp_replicate > 1 or cfg.training.compile:
+            why = "HSDP (parallelism.dp_replicate > 1)" if p.dp_replicate > 1 else "training.compile"
+            raise ConfigError(f"parallelism.expert_parallel splits the experts over every process of one FSDP "
+                              f"group, in eager mode: not with {why}; drop one of the two")
+        if world is not None:
             check_expert_split(args.moe.n_experts, world)
 
     def parallelize(self, model: nn.Module, mesh: Any, parallelism: Any) -> set[nn.Parameter]:
