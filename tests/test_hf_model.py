@@ -63,6 +63,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # GPT-2's biases and tanh GELU (imported GPT-2 weights), with a linear and a nonlinear query.
     "bias_gelu_tanh": dict(qtype="linear", bias=True, mlp_activation="gelu_tanh"),
     "bias_residual_mlp": dict(qtype="residual_mlp", bias=True, tie_embeddings=False),
+    # µP away from its base width: the multipliers and the attention scale travel in config.json.
+    "mup_residual_mlp": dict(qtype="residual_mlp", dim=64, parametrization="mup", mup_base_width=32,
+                             mup_input_multiplier=2.0, mup_output_multiplier=3.0),
+    "mup_moe_untied": dict(qtype="anchored", dim=64, family="moe", moe=MoE(n_experts=4, top_k=2, expert_hidden=32),
+                           tie_embeddings=False, parametrization="mup", mup_base_width=16),
 }
 
 

@@ -145,6 +145,14 @@ class ModelArgs(BlockOptions):
                 f"model.positions='rope' needs an even head_dim, got dim/n_heads = {self.head_dim}; "
                 f"change model.n_heads or model.dim"
             )
+        if self.parametrization == "mup":
+            base = self.mup_base_width
+            if base is None:
+                raise ConfigError("model.parametrization='mup' needs model.mup_base_width, the width the learning "
+                                  f"rate and init were tuned at (e.g. {min(self.dim, 256)}); set it")
+            if base > self.dim:
+                raise ConfigError(f"model.mup_base_width={base} is above model.dim={self.dim}: µP transfers from a "
+                                  "narrower base to a wider model; lower the base width or widen the model")
         # Unknown query type, bad knobs or a width mismatch all surface here, before any allocation.
         check_query(self.query, QueryShape(self.dim, self.n_heads, self.head_dim, self.norm_eps, 0, self.n_layers))
 
@@ -187,6 +195,11 @@ class ModelArgs(BlockOptions):
                     for name, (declared, _) in SECTIONS.items() if name in values}
         return cls(**values, query=Query(**check_record(query, QUERY_FIELDS, f"{key}.query", unknown=_NEWER)),
                    **sections)
+
+    @property
+    def width_multiplier(self) -> float:
+        """µP's m = dim / mup_base_width (1 under the standard parametrization)."""
+        return self.dim / self.mup_base_width if self.parametrization == "mup" else 1.0
 
     @property
     def is_gpt2_block(self) -> bool:

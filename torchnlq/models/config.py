@@ -36,18 +36,20 @@ def option(
     max_exclusive: bool = False,
     registry: str | None = None,
     path: bool = False,
+    width: bool = False,
 ) -> Any:
     """Declare a config field with its doc line and its allowed values.
 
     ``min``/``max`` bound numbers (``min_exclusive``/``max_exclusive`` make a bound strict);
     ``choices`` lists the allowed values of a string field; ``registry`` names the registry whose
     keys are the allowed values instead (``torchnlq.train.registries``); ``path`` marks a file or
-    folder path (``~`` is expanded when the config is read). A ``None`` default means "unset /
-    derived", and ``None`` stays allowed for the field.
+    folder path (``~`` is expanded when the config is read); ``width`` a size that grows with the model's width
+    (µP's base model, models/mup.py, scales it). A ``None`` default means "unset / derived", and ``None`` stays
+    allowed for the field.
     """
     meta = {
         "doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
-        "max_exclusive": max_exclusive, "registry": registry, "path": path,
+        "max_exclusive": max_exclusive, "registry": registry, "path": path, "width": width,
     }
     if isinstance(default, list):  # a fresh list per config object
         return field(default_factory=lambda: list(default), metadata=meta)
@@ -96,6 +98,8 @@ BLOCK_NORMS = ("layer", "rms")
 #: ``model.init``: the initial weights (:meth:`Decoder.init_weights`); "paper" is the dense family's
 #: (models/dense/paper_init.py).
 INIT_SCHEMES = ("torchnlq", "depth", "paper")
+#: ``model.parametrization``: the standard one, or µP (models/mup.py).
+PARAMETRIZATIONS = ("sp", "mup")
 #: ``model.positions``: learned absolute embeddings or rotary.
 POSITIONS = ("learned", "rope")
 #: ``model.family``: the built-in dense family (models/dense/: GPT-2, Llama, Qwen3 blocks); others in models/family.py.
@@ -177,6 +181,29 @@ class BlockOptions:
         "matrix, nanoGPT's init, so that for the same training.seed the initial weights are bitwise its own; "
         "GPT-2 blocks only).",
         choices=INIT_SCHEMES,
+    )
+    parametrization: str = option(
+        "sp",
+        "sp: the standard parametrization (every model so far, the paper's); mup: the Maximal Update "
+        "Parametrization (Tensor Programs V), so that the best learning rate and init stop moving with the width: "
+        "hidden matrices drawn at init_std / sqrt(m) with AdamW LR / m (m = dim / mup_base_width), the embedding "
+        "times mup_input_multiplier, the logits times mup_output_multiplier / m, attention at 1/head_dim "
+        "(docs/mup.md). At the base width it is the standard model.",
+        choices=PARAMETRIZATIONS,
+    )
+    mup_base_width: int | None = option(
+        None, "parametrization = mup: the width (model.dim) at which µP is the standard parametrization, where the "
+        "learning rate and init were tuned; every width-like size (head_dim, mlp_hidden, ...) scales with it.",
+        min=1, max=LIMITS["dim"],
+    )
+    mup_input_multiplier: float = option(
+        1.0, "parametrization = mup: the embedding output times this (a tunable constant, 1 at the standard "
+        "model).", min=0.0, min_exclusive=True,
+    )
+    mup_output_multiplier: float = option(
+        1.0, "parametrization = mup: the logits times this / m (a tunable constant; the tied head shares the "
+        "embedding's matrix, so the multiplier, not the matrix, carries the readout's 1/m).", min=0.0,
+        min_exclusive=True,
     )
 
 

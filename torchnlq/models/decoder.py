@@ -21,6 +21,7 @@ from .args import ModelArgs
 from .errors import ConfigError
 from .layers import Cache, build_norm
 from .lm_loss import HeadLoss
+from .mup import scale_initial_weights
 from .rope import RotaryEmbedding, rope_scaling
 
 #: ``block(args, layer)``: the family's builder of block ``layer``.
@@ -103,6 +104,7 @@ class Decoder(nn.Module):
         """
         if self.args.init in self.init_schemes:
             self.init_schemes[self.args.init](self)
+            self._scale_for_width()
             return
         std = self.args.init_std
         nn.init.normal_(self.tok_emb.weight, mean=0.0, std=std)
@@ -116,6 +118,12 @@ class Decoder(nn.Module):
         self.ln_f.reset_parameters()
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
+        self._scale_for_width()
+
+    def _scale_for_width(self) -> None:
+        """µP: the hidden matrices as drawn, times 1/sqrt(their fan-in multiplier) (models/mup.py)."""
+        if self.args.parametrization == "mup":
+            scale_initial_weights(self)
 
     def forward(
         self, tokens: torch.Tensor | None, targets: torch.Tensor | None = None, *, cache: Cache | None = None,
@@ -136,6 +144,7 @@ class Decoder(nn.Module):
         - ``last_positions`` > 0: logits of the last positions only (generation needs one).
         """
         x = self.tok_emb(tokens) if embeds is None else embeds
+        mup = self.args.parametrization == "mup"
         batch, seq_len = x.shape[:2]
         past = cache.get_seq_length() if cache is not None else 0
         if past + seq_len > self.args.max_seq_len:
@@ -155,6 +164,8 @@ class Decoder(nn.Module):
         elif past > 0 and seq_len > 1:  # new tokens after cached ones: SDPA's is_causal would align them top-left
             mask = attention_mask_4d(torch.ones(batch, past + seq_len, dtype=torch.bool, device=x.device), past,
                                      seq_len)
+        if mup:  # µP's input multiplier (models/mup.py); the standard model has none
+            x = x * self.args.mup_input_multiplier
         if hidden_states is not None:
             hidden_states.append(x)
         for layer in self.layers:
@@ -162,6 +173,8 @@ class Decoder(nn.Module):
             if hidden_states is not None:
                 hidden_states.append(x)
         x = self.ln_f(x)
+        if mup:  # the readout's multiplier / m, on the head's input: the same logits, whichever loss path
+            x = x * (self.args.mup_output_multiplier / self.args.width_multiplier)
         weight = self.head_weight()
         if targets is not None:
             return self.head_loss(x, weight, targets, loss_chunk_tokens)

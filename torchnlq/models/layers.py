@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .args import ModelArgs
+from .mup import attention_scale
 from .query import FusableQuery, QueryProjection, build_query, claims
 from .rope import adjacent_order, apply_rotary, apply_rotary_adjacent
 
@@ -109,6 +110,8 @@ class Attention(nn.Module):
         # QK-norm: one RMSNorm per side over head_dim, shared by the heads (OLMo-2, Qwen3).
         self.q_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
         self.k_norm = nn.RMSNorm(args.head_dim, eps=args.norm_eps) if args.qk_norm else None
+        #: SDPA's score scale: its default 1/sqrt(head_dim) (None), or µP's (models/mup.py).
+        self.score_scale = attention_scale(args)
 
     def init_weights(self, init_std: float, residual_std: float) -> None:
         """Query and K,V at init_std; the out-projection feeds the residual stream, so residual_std."""
@@ -160,11 +163,12 @@ class Attention(nn.Module):
         # grouping as repeat_interleave, without materialising the copies.
         gqa = self.n_kv_heads != self.n_heads
         if mask is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa, scale=self.score_scale)
         else:
             # Without a cache, one token attends to itself either way: a constant True, not a SymBool under
             # compile's dynamic shapes (SDPA takes a bool only).
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or seq_len > 1, enable_gqa=gqa)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None or seq_len > 1, enable_gqa=gqa,
+                                               scale=self.score_scale)
         return self.proj(y.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim))
 
     def _project(self, x: torch.Tensor, fuse: bool, adjacent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,6 +20,7 @@ from torch import nn
 
 from torchnlq.config.job_config import Optimizer, OptimizerGroup
 from torchnlq.errors import ConfigError
+from torchnlq.models.mup import fan_in_multipliers
 from torchnlq.models.query import QueryProjection
 from torchnlq.models.roles import Role, parameter_roles
 
@@ -129,7 +130,33 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
                                   f"{flat[0]}, which is not a 2-D matrix; it orthogonalises matrices: select kind = "
                                   f"\"hidden\" or 2-D patterns")
     kept = [plan for key, plan in defaults.items() if plan.params or (key in PAPER_GROUPS and not cfg.groups)]
-    return kept + entries
+    plans = kept + entries
+    return width_groups(cfg, plans, model.args) if model.args.parametrization == "mup" else plans
+
+
+def width_groups(cfg: Optimizer, plans: list[GroupPlan], args: Any) -> list[GroupPlan]:
+    """µP (models/mup.py): each group's hidden matrices in a group of their own, its LR times the group
+    optimizer's width rule (AdamW 1/m, Muon 1/sqrt(m) or 1) and its weight decay over it, so that lr x wd, the
+    decay per step, stays the base width's. The names: the group's, then ``<group>_hidden`` for the matrices."""
+    multipliers = fan_in_multipliers(args)
+    out: list[GroupPlan] = []
+    for plan in plans:
+        rule = GROUP_OPTIMIZERS[plan.optimizer].width_lr
+        by_factor: dict[float, GroupPlan] = {}
+        for name, param in zip(plan.names, plan.params):
+            if name in multipliers and rule is None:
+                raise ConfigError(f"model.parametrization='mup': {GROUP_OPTIMIZERS[plan.optimizer].title} has no "
+                                  f"width rule for the hidden matrices ({name}); use optimizer.name = '{ADAMW}' or "
+                                  "'muon', or parametrization = 'sp'")
+            factor = rule(cfg, multipliers[name]) if name in multipliers else 1.0
+            if factor not in by_factor:
+                suffix = "" if factor == 1.0 else "_hidden" + (str(len(by_factor)) if len(by_factor) > 1 else "")
+                by_factor[factor] = GroupPlan(plan.name + suffix, plan.optimizer, plan.weight_decay / factor,
+                                              plan.lr_multiplier * factor)
+            by_factor[factor].names.append(name)
+            by_factor[factor].params.append(param)
+        out += list(by_factor.values()) or [plan]
+    return out
 
 
 def is_paper_split(plans: list[GroupPlan]) -> bool:
@@ -244,6 +271,8 @@ class GroupOptimizer:
     #: Only whole 2-D matrices: no other tensors, and no FSDP shards (Muon orthogonalises the tensor it is given;
     #: under FSDP that is a shard of the matrix, another and wrong update).
     matrices_only: bool = False
+    #: µP's rule: (cfg, a hidden matrix's fan-in multiplier m) -> its LR factor; None: no rule (µP refused).
+    width_lr: Callable[[Optimizer, float], float] | None = None
 
 
 def _muon(cfg: Optimizer, kind: OptimizerKind, groups: list[dict], device_type: str) -> torch.optim.Optimizer:
@@ -254,9 +283,18 @@ def _muon(cfg: Optimizer, kind: OptimizerKind, groups: list[dict], device_type: 
 #: ``[[optimizer.groups]] optimizer``: the optimizers a group is stepped by, in the order of ``param_groups``.
 GROUP_OPTIMIZERS: dict[str, GroupOptimizer] = {
     ADAMW: GroupOptimizer("AdamW", build=lambda cfg, kind, groups, device: kind.build_adamw(cfg, groups, device),
-                          state_bytes=lambda kind, numel: kind.adamw_state(numel)),
-    "muon": GroupOptimizer("Muon", build=_muon, state_bytes=lambda kind, numel: 4 * numel, matrices_only=True),
+                          state_bytes=lambda kind, numel: kind.adamw_state(numel), width_lr=lambda cfg, m: 1.0 / m),
+    "muon": GroupOptimizer("Muon", build=_muon, state_bytes=lambda kind, numel: 4 * numel, matrices_only=True,
+                           width_lr=lambda cfg, m: _muon_width_lr(cfg, m)),
 }
+
+
+def _muon_width_lr(cfg: Optimizer, m: float) -> float:
+    """Muon under µP (the spectral condition, Yang, Simon & Bernstein: a hidden update's spectral norm stays
+    Θ(1)): its orthogonalised update has spectral norm 1 times the adjust_lr scale; match_rms_adamw's
+    0.2·sqrt(max(rows, cols)) grows as sqrt(m), so the LR falls as 1/sqrt(m); the original sqrt(max(1, rows/cols))
+    does not grow with a hidden matrix's width, so the LR stays."""
+    return 1.0 / math.sqrt(m) if cfg.muon_adjust_lr == "match_rms_adamw" else 1.0
 #: ``optimizer.name``.
 OPTIMIZERS: dict[str, OptimizerKind] = {
     ADAMW: OptimizerKind("torch's AdamW (fused on CUDA by default)", ADAMW, _torch_adamw, lambda n: 8 * n, ADAMW),

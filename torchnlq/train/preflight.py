@@ -29,6 +29,7 @@ from torchnlq.models.family import (
     with_folder_model,
     with_resolved_options,
 )
+from torchnlq.models.mup import fan_in_multipliers
 from torchnlq.models.query import ignored_knobs
 from torchnlq.parallel.dist import resolve_degrees
 from torchnlq.train.lr_schedule import SCHEDULES, check_schedule, lr_at
@@ -98,10 +99,12 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             f"training.seq_len={cfg.training.seq_len} exceeds the model's max_seq_len={args.max_seq_len}; "
             "lower training.seq_len or raise model.max_seq_len"
         )
-    if cfg.optimizer.groups or OPTIMIZERS[cfg.optimizer.name].hidden != ADAMW:
+    if cfg.optimizer.groups or OPTIMIZERS[cfg.optimizer.name].hidden != ADAMW or args.parametrization == "mup":
         with torch.device("meta"):  # the parameter names and shapes, no memory: groups are checked before any file
             plan_groups(cfg.optimizer, build_model(args))
     get_family(args.family).runtime.check_parallelism(args, cfg, None)  # the family's own rules (experts)
+    if args.parametrization == "mup":  # every parameter has a µP rule and the base width divides the sizes
+        fan_in_multipliers(args)
     return args
 
 

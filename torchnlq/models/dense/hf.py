@@ -27,7 +27,10 @@ FALLBACK = "; export with --format hf (any model) or --format safetensors"
 
 
 def query_incompatibility(args: ModelArgs, architecture: str) -> str | None:
-    """Why ``architecture``'s linear W_Q cannot hold this model's query, or None."""
+    """Why ``architecture``'s linear W_Q (and standard parametrization) cannot hold this model's query, or None."""
+    if args.width_multiplier != 1.0:  # away from its base width a µP model has multipliers no standard config holds
+        return (f"model.parametrization='mup' at model.dim={args.dim}, not its base width "
+                f"{args.mup_base_width}: {architecture} has no µP multipliers{FALLBACK}")
     if not claims(get_query_class(args.query.type), LinearInX):
         return (f"query type {args.query.type} has no {architecture} equivalent ({architecture}'s query is linear "
                 f"in X, this one is not){FALLBACK}")

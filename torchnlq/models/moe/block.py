@@ -37,7 +37,7 @@ class MoEFeedForward(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         cfg, hidden = args.moe, expert_hidden(args)
-        self.router = Router(args.dim, cfg)
+        self.router = Router(args.dim, cfg, 1.0 / args.width_multiplier)
         self.experts = GroupedExperts(args.dim, hidden, cfg.n_experts, cfg.top_k)
         self.shared = MLP(args, hidden=cfg.n_shared_experts * hidden) if cfg.n_shared_experts else None
         #: What the router's training losses are scaled by in backward (the trainer sets 1 / accumulation steps,

@@ -18,7 +18,8 @@ class MoE:
     n_experts: int = option(8, "Routed experts per MoE layer.", min=1, max=4096)
     top_k: int = option(2, "Experts each token is sent to (at most n_experts).", min=1, max=4096)
     expert_hidden: int | None = option(
-        None, "Hidden size of each expert's SwiGLU MLP; unset means model.mlp_hidden.", min=1, max=LIMITS["mlp_hidden"])
+        None, "Hidden size of each expert's SwiGLU MLP; unset means model.mlp_hidden.", min=1, max=LIMITS["mlp_hidden"],
+        width=True)
     n_shared_experts: int = option(
         0, "Shared experts every token also passes through (DeepSeek's), as one SwiGLU MLP of n_shared_experts x "
         "expert_hidden units.", min=0, max=64)

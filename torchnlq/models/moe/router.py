@@ -41,8 +41,10 @@ class Router(nn.Module):
 
     component: ClassVar[str] = "router"  # parameter roles (models/roles.py)
 
-    def __init__(self, dim: int, cfg: MoE) -> None:
+    def __init__(self, dim: int, cfg: MoE, logit_multiplier: float = 1.0) -> None:
         super().__init__()
+        #: µP's 1/m on the logits (a readout of the width: models/mup.py); 1 under the standard parametrization.
+        self.logit_multiplier = logit_multiplier
         self.n_experts, self.top_k = cfg.n_experts, cfg.top_k
         self.normalize = cfg.router == "softmax_normalized"
         self.aux_loss_coef, self.z_loss_coef, self.bias_update_rate = cfg.aux_loss_coef, cfg.z_loss_coef, \
@@ -66,6 +68,8 @@ class Router(nn.Module):
         """(experts [N, top_k], weights [N, top_k] in x's dtype, the router's training loss or None) of tokens
         x [N, dim]."""
         logits = self.gate(x).to(torch.promote_types(x.dtype, torch.float32))  # bf16 scores in fp32, as Qwen3-MoE
+        if self.logit_multiplier != 1.0:
+            logits = logits * self.logit_multiplier
         probs = logits.softmax(dim=-1)
         if self.bias_update_rate:  # the bias chooses; the probabilities weigh
             experts = (probs + self.expert_bias).topk(self.top_k, dim=-1).indices
