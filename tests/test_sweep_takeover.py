@@ -119,3 +119,32 @@ def test_a_killed_workers_trial_is_retried_in_its_folder_and_the_budget_holds(tm
     assert trials[1].params == trials[0].params
     assert worker.sweep.counts() == {"linear": {"COMPLETE": 1, "PRUNED": 0, "FAIL": 0, "RUNNING": 0, "WAITING": 0}}
     assert worker.sweep.done() and worker.next_trial() is None
+
+
+@pytest.mark.integration  # starts (and at once stops) one run
+def test_a_stopped_worker_hands_its_trial_over_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna
+
+    from torchnlq.experiments.suite import load_suite
+    from torchnlq.experiments.sweep import Sweep, parse_sweep
+    from torchnlq.experiments.sweep_worker import Worker
+
+    monkeypatch.chdir(tmp_path)
+    path = sweep_suite(tmp_path, "trials = 1\npoll_seconds = 0.2\n" + PARAMS, {"linear": ["--model.query.type=linear"]})
+    suite = load_suite(path)
+    worker, other = (Worker(Sweep(suite, parse_sweep(suite, {})), index=i) for i in (1, 2))
+    claim = worker.next_trial()
+    worker.stopped = "SIGTERM"  # as its signal handler sets it: the run is stopped as it starts
+    try:
+        worker.run_trial(claim)
+    finally:
+        claim.release()
+    trials = _study(tmp_path / "runs", None).trials
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # no heartbeat grace to wait for
+    taken = other.next_trial()
+    try:
+        assert (taken.number, taken.folder, taken.resumed, taken.params) == (1, 0, True, trials[0].params)
+        assert other.next_trial() is None
+    finally:
+        taken.release()
+    assert _study(tmp_path / "runs", None).trials[1].state == optuna.trial.TrialState.RUNNING
