@@ -57,13 +57,6 @@ def retried(trials: list) -> dict[int, int]:
     return {t.number: Retry.retried_trial_number(t) for t in trials if Retry.retried_trial_number(t) is not None}
 
 
-def logged_step(trial) -> int:  # noqa: ANN001 - a FrozenTrial
-    """The last step a trial's train.log reports (0 before the first)."""
-    log = Path(trial.user_attrs["run_dir"]) / "train.log"
-    steps = re.findall(rf"step\s+(\d+)/{STEPS}\b", log.read_text()) if log.is_file() else []
-    return int(steps[-1]) if steps else 0
-
-
 def check_the_study(dump: Path, lost: int = 0) -> list:
     """Every trial of the one study once (an attempt whose worker was lost, of ``lost`` of them, FAIL and retried
     in its own folder), the budget exactly, finished, its folder matching its state; returns the trials counted."""
@@ -134,8 +127,21 @@ def test_a_lost_workers_trial_resumes_from_its_checkpoint_after_the_heartbeat_gr
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), "--executor",
                              "pool", "--executor.workers=2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    wait_until(lambda: (tmp_path / "pauses" / "step-7-rank0").is_file(), "a trial to reach step 7", timeout=300)
-    victim = next(t for t in load_trials(tmp_path / "runs") if t.state.name == "RUNNING" and logged_step(t) >= 7)
+    from torchnlq.checkpoint.checkpointer import list_checkpoints
+
+    def saved() -> list:
+        """The running trials with a complete checkpoint, still short of step 12's."""
+        if not (tmp_path / "runs" / "sweep.db").is_file():  # not made yet (opening it would make it)
+            return []
+        try:
+            trials = load_trials(tmp_path / "runs")
+        except KeyError:  # the file, not yet the study
+            return []
+        return [t for t in trials if t.state.name == "RUNNING" and "worker" in t.user_attrs  # both attrs set
+                and list_checkpoints(Path(t.user_attrs["run_dir"]) / "checkpoints")[-1:] == [6]]
+
+    wait_until(saved, "a running trial's checkpoint at step 6", timeout=300)
+    victim = saved()[0]
     run_dir = Path(victim.user_attrs["run_dir"])
     trainer = json.loads((run_dir / ".lock").read_text())["pid"]
     os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
