@@ -223,7 +223,8 @@ class Worker:
         return 0
 
     def _signal(self, signum: int, frame: object) -> None:
-        """Stop after the current run has saved; the trial stays RUNNING for the next worker to resume.
+        """Stop after the current run has saved; the trial is then handed over (hand_over) for the next worker to
+        resume.
 
         SIGUSR1 (a SLURM job's time limit is near) becomes SIGTERM for the run; SIGTERM and SIGINT are passed on,
         except in a SLURM job, where the scheduler signals the run itself."""

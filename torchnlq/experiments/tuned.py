@@ -34,8 +34,8 @@ def best_trial(sweep: Sweep, arm: Arm) -> Any:
     study = sweep.study(arm)
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
-        raise UserError(f"arm '{arm.name}': none of its {len(counted_trials(study))} trials completed (see --status and "
-                        f"{display_path(sweep.dump / 'logs' / arm.name)}); widen the search or raise trials")
+        raise UserError(f"arm '{arm.name}': none of its {len(counted_trials(study))} trials completed (see --status "
+                        f"and {display_path(sweep.dump / 'logs' / arm.name)}); widen the search or raise trials")
     return min(done, key=lambda t: (t.value, t.number))
 
 
