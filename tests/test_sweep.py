@@ -55,6 +55,7 @@ PARAMS = '[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 3e-2, log = true}
     ('trials = 2\n[sweep.params]\n"job.name" = ["a", "b"]\n', "names the run, not a setting"),
     ('trials = 2\nrerun_seeds = [1, 1]\n' + PARAMS, "rerun_seeds must be a list of distinct integer seeds"),
     ('trials = 2\nobjective_token = 5\n' + PARAMS, "unknown key 'objective_token'; did you mean 'objective_tokens'?"),
+    ('trials = 2\nheartbeat_seconds = 0.5\n' + PARAMS, "heartbeat_seconds must be a positive integer, got 0.5"),
 ])
 def test_sweep_mistakes_are_one_line(tmp_path: Path, sweep: str, fragment: str) -> None:
     with pytest.raises(UserError) as excinfo:

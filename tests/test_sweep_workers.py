@@ -1,10 +1,11 @@
 """Several sweep workers on one study: a pool's, and SLURM jobs'. Counted in Optuna's own storage: every trial
 once, none lost or duplicated, pruned trials stopped early in their folders, the best trial's objective its run's
-logged validation loss, and a worker killed in the middle of a trial loses nothing."""
+logged validation loss, and a worker killed in the middle of a trial loses nothing: Optuna's heartbeat finds it
+lost, and its retry resumes the trial's run folder from its checkpoint."""
 
 from __future__ import annotations
 
-import fcntl
+import datetime
 import json
 import os
 import re
@@ -22,7 +23,8 @@ from helpers.train import scalars, script_env
 from test_executor_slurm import ON_SLURM, wait_until
 from test_sweep import PARAMS, sweep_suite
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")]
 #: Validation (the pruner's input) and checkpoints every 6 steps; a floor every drawn LR is above.
 SHORT = ["--validation.interval=6", "--checkpoint.interval=6", "--lr_schedule.min_lr=1e-6"]
 
@@ -37,21 +39,42 @@ def held(tmp: Path) -> dict[str, str]:
 
 STEPS = 24
 #: Eight trials of one arm, a median pruner that may stop any trial worse than the median so far.
+#: A heartbeat every second: a killed worker's trial is stale (Optuna's grace period, two beats) 2 s after its last.
 SWEEP = ('trials = 8\nsampler = "random"\npruner = "median"\npruner_options = {n_startup_trials = 1}\n'
-         'poll_seconds = 0.5\n' + PARAMS.replace("1e-4", "1e-5"))
+         'poll_seconds = 0.5\nheartbeat_seconds = 1\n' + PARAMS.replace("1e-4", "1e-5"))
 
 
-def check_the_study(dump: Path) -> list:
-    """Every trial of the one study, each once, finished, its folder matching its state; returns them."""
+def load_trials(dump: Path) -> list:
+    import optuna
+
+    return optuna.load_study(study_name="sweep/linear", storage=f"sqlite:///{dump / 'sweep.db'}").get_trials()
+
+
+def retried(trials: list) -> dict[int, int]:
+    """Optuna's retries: the number of each retrying trial's original (RetryHeartbeatStaleTrialCallback)."""
+    from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
+
+    return {t.number: Retry.retried_trial_number(t) for t in trials if Retry.retried_trial_number(t) is not None}
+
+
+def check_the_study(dump: Path, lost: int = 0) -> list:
+    """Every trial of the one study once (an attempt whose worker was lost, of ``lost`` of them, FAIL and retried
+    in its own folder), the budget exactly, finished, its folder matching its state; returns the trials counted."""
     import optuna
 
     study = optuna.load_study(study_name="sweep/linear", storage=f"sqlite:///{dump / 'sweep.db'}")
-    trials = study.get_trials()
-    assert sorted(t.number for t in trials) == list(range(8))  # none lost, none twice
+    attempts = study.get_trials()
+    assert sorted(t.number for t in attempts) == list(range(8 + lost))  # none lost, none twice
+    retries = retried(attempts)
+    given_way = {n for t in attempts for n in t.system_attrs.get("retry_history", [])}
+    assert len(retries) == len(given_way) == lost and all(attempts[n].state.name == "FAIL" for n in given_way)
+    trials = [t for t in attempts if t.number not in given_way]
+    assert len(trials) == 8  # the budget, exactly
     ends = [(t.number, t.state.name, t.user_attrs.get("error")) for t in trials]
     assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}, ends
     folders = [t.user_attrs["run_dir"] for t in trials]
-    assert len(set(folders)) == 8 and all(Path(f).name == f"trial-{t.number}" for f, t in zip(folders, trials))
+    assert len(set(folders)) == 8
+    assert all(Path(f).name == f"trial-{retries.get(t.number, t.number)}" for f, t in zip(folders, trials))
     pruned = [t for t in trials if t.state.name == "PRUNED"]
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     assert pruned and complete
@@ -77,28 +100,66 @@ def test_two_pool_workers_share_a_study_and_a_killed_workers_trial_is_finished_o
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), "--executor",
                              "pool", "--executor.workers=2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    claims = tmp_path / "runs" / ".sweep" / "claims" / "linear"
     wait_until(lambda: (tmp_path / "pauses" / "step-7-rank0").is_file(), "a trial to reach step 7", timeout=300)
-    victim = None
-    for claim in sorted(claims.glob("trial-*.lock")):
-        with claim.open() as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                fcntl.flock(f, fcntl.LOCK_UN)
-            except BlockingIOError:  # held: a worker is running this trial
-                victim = (claim.stem, json.loads(claim.read_text())["pid"])
-                break
-    assert victim is not None
+    running = [t for t in load_trials(tmp_path / "runs") if t.state.name == "RUNNING"]
+    assert running
+    victim = (f"trial-{running[0].number}", running[0].user_attrs["worker"]["pid"])  # who runs it, as it says
     os.kill(victim[1], signal.SIGKILL)
     out, _ = proc.communicate(timeout=600)
     print(f"8 trials on 2 pool workers, one killed: {time.monotonic() - t0:.1f}s")
     assert proc.returncode == 0, out[-3000:]
     assert "worker-" in out and "exit -9" in out
-    trials = check_the_study(tmp_path / "runs")
-    killed = next(t for t in trials if f"trial-{t.number}" == victim[0])
+    trials = check_the_study(tmp_path / "runs", lost=1)
+    killed = next(t for t in trials if Path(t.user_attrs["run_dir"]).name == victim[0])
+    assert retried(trials) == {killed.number: int(victim[0].split("-")[1])}  # its retry, in its folder
     workers = "".join(p.read_text() for p in (tmp_path / "runs" / "logs").glob("worker-*.out"))
     assert f"linear trial {killed.number} (" in workers and "taken over from a worker that stopped" in workers
     assert killed.state.name in ("COMPLETE", "PRUNED")
+
+
+def test_a_lost_workers_trial_resumes_from_its_checkpoint_after_the_heartbeat_grace(tmp_path: Path) -> None:
+    """Worker and trainer killed (a lost machine) after the checkpoint at step 6: Optuna's heartbeat finds the trial
+    stale no sooner than its grace period, and the other worker's retry resumes the run from step 6."""
+    suite = sweep_suite(tmp_path, 'trials = 2\nsampler = "random"\npruner = "none"\npoll_seconds = 0.5\n'
+                        'heartbeat_seconds = 1\n' + PARAMS.replace("1e-4", "1e-5"),
+                        {"linear": ["--model.query.type=linear"]}, steps=STEPS, overrides=SHORT)
+    env = {**script_env(tmp_path), **held(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), "--executor",
+                             "pool", "--executor.workers=2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    from torchnlq.checkpoint.checkpointer import list_checkpoints
+
+    def saved() -> list:
+        """The running trials with a complete checkpoint, still short of step 12's."""
+        if not (tmp_path / "runs" / "sweep.db").is_file():  # not made yet (opening it would make it)
+            return []
+        try:
+            trials = load_trials(tmp_path / "runs")
+        except KeyError:  # the file, not yet the study
+            return []
+        return [t for t in trials if t.state.name == "RUNNING" and "worker" in t.user_attrs  # both attrs set
+                and list_checkpoints(Path(t.user_attrs["run_dir"]) / "checkpoints")[-1:] == [6]]
+
+    wait_until(saved, "a running trial's checkpoint at step 6", timeout=300)
+    victim = saved()[0]
+    run_dir = Path(victim.user_attrs["run_dir"])
+    trainer = json.loads((run_dir / ".lock").read_text())["pid"]
+    os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
+    os.killpg(os.getpgid(trainer), signal.SIGKILL)  # run_train.sh and its processes: their own session
+    killed_at = datetime.datetime.now()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    trials = load_trials(tmp_path / "runs")
+    assert [t.state.name for t in trials].count("COMPLETE") == 2 and len(trials) == 3  # the budget, and one retry
+    retry = next(t for t in trials if retried([t]))
+    assert retried([retry]) == {retry.number: victim.number} and trials[victim.number].state.name == "FAIL"
+    assert Path(retry.user_attrs["run_dir"]) == run_dir and retry.params == victim.params
+    assert retry.datetime_start - killed_at >= datetime.timedelta(seconds=1)  # stale: no beat for 2 s
+    log = (run_dir / "train.log").read_text()
+    assert re.search(r"resumed from \S+ \(step (6|12|18)\b", log), log[-2000:]
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["finished"] and info["step"] == STEPS
+    assert retry.value == scalars(run_dir / "tb")["loss/val"][STEPS]
 
 
 def test_two_slurm_workers_share_one_study(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:

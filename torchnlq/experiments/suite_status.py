@@ -15,7 +15,7 @@ from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import LOGS_FOLDER, ExecutorConfig
 from torchnlq.experiments.suite import Suite, SuiteRun, display_path, is_finished, read_run_info
-from torchnlq.experiments.sweep import Sweep
+from torchnlq.experiments.sweep import Sweep, counted_trials, run_number
 from torchnlq.experiments.sweep_worker import describe, last_line
 from torchnlq.train.run_lock import RunLock
 
@@ -120,7 +120,7 @@ def _sweep_lines(sweep: Sweep, queue: dict[str, tuple[str, str]]) -> list[str]:
             lines.append(f"{name}: job {job} {queue[job][0].lower()}")
     for arm in sweep.arms:
         study = sweep.study(arm, create=False)
-        trials = study.get_trials(deepcopy=False) if study is not None else []
+        trials = counted_trials(study) if study is not None else []  # a retried attempt gives way to its retry
         said = ", ".join(f"{n} {s.lower()}" for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
                          if (n := sum(t.state.name == s for t in trials)))
         line = f"{arm.name}: {len(trials)}/{sweep.spec.trials} trials ({said or 'none yet'})"
@@ -130,6 +130,6 @@ def _sweep_lines(sweep: Sweep, queue: dict[str, tuple[str, str]]) -> list[str]:
             line += f"; best {best.value:.4f} (trial {best.number}: {describe(best.params)})"
         lines.append(line)
         for trial in (t for t in trials if t.state == optuna.trial.TrialState.RUNNING):
-            at = current_step(sweep.trial_dir(arm, trial.number))
+            at = current_step(sweep.trial_dir(arm, run_number(trial)))
             lines.append(f"  trial {trial.number}: running" + (f" at step {at}" if at is not None else ""))
     return lines

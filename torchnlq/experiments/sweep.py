@@ -10,7 +10,8 @@ into configs and reruns. Optuna is imported only here and below (``pip install -
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import optuna
 
 SWEEP_KEYS = ("params", "trials", "sampler", "sampler_options", "seed", "pruner", "pruner_options",
-              "objective_tokens", "storage", "study", "rerun_seeds", "poll_seconds")
+              "objective_tokens", "storage", "study", "rerun_seeds", "poll_seconds", "heartbeat_seconds")
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RANGE_KEYS = ("low", "high", "log", "step")
@@ -84,6 +85,7 @@ class SweepSpec:
     study: str | None = None
     rerun_seeds: tuple[int, ...] = ()
     poll_seconds: float = 5.0
+    heartbeat_seconds: int = 60
 
 
 def _number(value: Any) -> bool:
@@ -154,7 +156,8 @@ def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
             raise UserError(f"{where}: '{sorted(own)[0]}' is searched, and run '{run.name}' sets it too; remove it "
                             "from the run (the search would override it) or from [sweep.params]")
     values: dict[str, Any] = {}
-    for key, check in (("trials", "positive"), ("seed", "int"), ("objective_tokens", "positive")):
+    for key, check in (("trials", "positive"), ("seed", "int"), ("objective_tokens", "positive"),
+                       ("heartbeat_seconds", "positive")):
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, int) or (check == "positive" and value < 1):
@@ -245,8 +248,13 @@ class Sweep:
     def storage(self) -> Any:
         """Optuna's storage object (opened once; SQLite waits up to a minute for another worker's write)."""
         if self._storage is None:
-            self._storage = open_storage(self.storage_url, self.dump)
+            self._storage = open_storage(self.storage_url, self.dump, self.spec.heartbeat_seconds)
         return self._storage
+
+    @property
+    def journal(self) -> bool:
+        """Whether the storage is a journal file (no heartbeats there: workers claim their trials by flock)."""
+        return "://" not in self.storage_url
 
     def stored(self) -> bool:
         """Whether the storage may hold studies already (the default SQLite file exists; any other: yes)."""
@@ -286,6 +294,7 @@ class Sweep:
                         "use a new study name (study = ...) or storage, or move the old one away")
 
     def trial_dir(self, arm: Arm, number: int) -> Path:
+        """The run folder of the trial numbered ``number`` (a retry's is its original's: see run_number)."""
         return self.dump / arm.name / f"trial-{number}"
 
     def trial_run(self, arm: Arm, number: int, params: dict[str, Any]) -> SuiteRun:
@@ -297,11 +306,12 @@ class Sweep:
         return SuiteRun(f"trial-{number}", arm.name, arm.run.config, (*own, *values, *fixed), arm.run.steps)
 
     def counts(self, create: bool = True) -> dict[str, dict[str, int]]:
-        """Per arm: its trials by state (COMPLETE, PRUNED, FAIL, RUNNING, WAITING), as Optuna's storage holds them."""
+        """Per arm: its trials by state (COMPLETE, PRUNED, FAIL, RUNNING, WAITING), as Optuna's storage holds them;
+        a trial retried after its worker was lost counts once, as its latest attempt (counted_trials)."""
         counts = {}
         for arm in self.arms:
             study = self.study(arm, create=create)
-            states = [t.state.name for t in study.get_trials(deepcopy=False)] if study is not None else []
+            states = [t.state.name for t in counted_trials(study)] if study is not None else []
             counts[arm.name] = {s: states.count(s) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
         return counts
 
@@ -311,9 +321,53 @@ class Sweep:
                    for c in self.counts(create).values())
 
 
-def open_storage(url: str, dump: Path) -> Any:
+@contextmanager
+def quiet_experimental() -> Iterator[None]:
+    """Optuna's ExperimentalWarning not shown (its heartbeat and retry API carry one, on every call)."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def retry_callback() -> Any:
+    """Optuna's retry of a trial whose worker was lost: a WAITING copy (same values, user attrs and reported
+    validation losses) that the next ``study.ask`` takes; unlimited retries, as a lost worker is no fault of the
+    trial's."""
+    import optuna
+
+    with quiet_experimental():
+        return optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
+
+
+def run_number(trial: Any) -> int:
+    """The number whose folder a trial runs in: its own, or for a retry the original trial's (so a taken-over
+    trial resumes its run folder from its checkpoint)."""
+    import optuna
+
+    with quiet_experimental():
+        original = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
+    return trial.number if original is None else original
+
+
+def counted_trials(study: Any) -> list[Any]:
+    """A study's trials, each once: a FAIL attempt that was retried (its worker lost) is left out for its retry,
+    so the trials counted against the budget are the trials started, whatever their workers' fates."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    with quiet_experimental():
+        retried = {n for t in trials for n in optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    return [t for t in trials if t.number not in retried]
+
+
+def open_storage(url: str, dump: Path, heartbeat_seconds: int = 60) -> Any:
     """An RDB URL (``sqlite:///…``, ``postgresql://…``) or a journal file path (many machines on a shared file
-    system); a storage that cannot be opened is one line."""
+    system); a storage that cannot be opened is one line. A database storage gets Optuna's heartbeat: a RUNNING
+    trial whose worker has not beaten for twice ``heartbeat_seconds`` is failed and retried (retry_callback)."""
     import optuna
     import sqlalchemy.exc
 
@@ -324,11 +378,14 @@ def open_storage(url: str, dump: Path) -> Any:
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(url))
+        kwargs: dict[str, Any] = {"heartbeat_interval": heartbeat_seconds,
+                                  "heartbeat_stale_trial_callback": retry_callback()}
         if url.startswith("sqlite:///"):
             if url == f"sqlite:///{(dump / DEFAULT_DB).resolve()}":
                 make_folder(dump)
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-        return optuna.storages.RDBStorage(url)
+            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+        with quiet_experimental():
+            return optuna.storages.RDBStorage(url, **kwargs)
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as e:
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]
         raise UserError(f"sweep storage '{url}' cannot be opened ({reason}); give an SQLAlchemy URL such as "

@@ -5,13 +5,17 @@ run_train.sh in its own run folder, reports each validation loss to the study's 
 TensorBoard events as the run writes them), stops a pruned run (it saves and exits), and tells the study how the
 trial ended. Any number of workers (a pool's, SLURM jobs) share the studies:
 
-- asking for a trial happens under the suite's lock (suite_log.suite_lock), after counting the study's trials,
-  so the budget is never overrun;
-- each trial a worker runs is claimed by an ``flock`` on ``<dump>/.sweep/claims/<arm>/trial-N.lock``, released
-  when the worker exits however it exits. A RUNNING trial whose claim is free lost its worker: the next worker
-  claims it and resumes its run folder (from its checkpoint, or from step 0 without one: the same batches give
-  the same run), so a killed worker's trial is finished once, never counted twice. A trial whose run fails is
-  marked FAIL with the run's last line.
+- asking for a trial (``study.ask``) happens under the suite's lock (suite_log.suite_lock), after counting the
+  study's trials (sweep.counted_trials), so the budget is never overrun, whatever the number of workers;
+- a trial whose worker is lost is failed and retried with Optuna's ``RetryHeartbeatStaleTrialCallback``: a
+  WAITING copy with the same values, which the next ``study.ask`` takes and which runs in the original trial's
+  folder (sweep.run_number), resuming it from its checkpoint (or from step 0 without one: the same batches give
+  the same run), so a killed worker's trial is finished once and counted once. Lost means, for a database
+  storage, Optuna's heartbeat: the worker records one every ``heartbeat_seconds`` while it runs the trial, and a
+  trial silent for twice that is stale (``optuna.storages.fail_stale_trials``); for a journal file, which has
+  no heartbeats, a free claim: the worker holds an ``flock`` on ``<dump>/.sweep/claims/<arm>/trial-N.lock``,
+  released when it exits however it exits. A worker that is stopped (SIGTERM, SIGUSR1) hands its trial over
+  the same way at once. A trial whose run fails is marked FAIL with the run's last line.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, Task
 from torchnlq.experiments.suite import is_finished, launcher_command, read_run_info
-from torchnlq.experiments.sweep import Arm, Sweep, objective_step, tokens_per_step
+from torchnlq.experiments.sweep import (Arm, Sweep, counted_trials, objective_step, quiet_experimental,
+                                        retry_callback, run_number, tokens_per_step)
 from torchnlq.files import make_folder, open_append
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.run_lock import RunLock
@@ -44,19 +49,53 @@ CLAIMS_FOLDER = ".sweep/claims"
 WORKER_ENV = "TORCHNLQ_WORKER"
 
 
+class Heartbeat:
+    """Optuna's heartbeat of one RUNNING trial in a database storage, recorded now and every ``interval`` seconds
+    until ``stop`` (Optuna's own heartbeat thread runs only inside ``study.optimize``, whose ``ask`` cannot be
+    made under the suite's lock; this calls the storage's public ``record_heartbeat``)."""
+
+    def __init__(self, storage: Any, study_name: str, number: int, interval: float) -> None:
+        study_id = storage.get_study_id_from_name(study_name)
+        self.trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        self._stop = threading.Event()
+        storage.record_heartbeat(self.trial_id)  # before the suite's lock is let go: never stale in between
+        self._thread = threading.Thread(target=self._beat, args=(storage, interval), daemon=True,
+                                        name=f"heartbeat-{number}")
+        self._thread.start()
+
+    def _beat(self, storage: Any, interval: float) -> None:
+        while not self._stop.wait(interval):
+            storage.record_heartbeat(self.trial_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @dataclass
 class Claim:
-    """A trial this worker runs, held by the flock on ``fd``."""
+    """A trial this worker runs: Optuna's trial of ``study``, the number of its run folder (``folder``: its
+    original's for a retry), and what keeps it this worker's: a heartbeat (database) or the flock on ``fd``
+    (journal file)."""
 
     arm: Arm
-    number: int
-    trial_id: int
+    study: Any
+    trial: Any
+    folder: int
     params: dict[str, Any]
     resumed: bool
-    fd: int
+    fd: int | None = None
+    heartbeat: Heartbeat | None = None
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
 
     def release(self) -> None:
-        os.close(self.fd)
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def last_line(path: Path) -> str:
@@ -102,31 +141,57 @@ class Worker:
         return fd
 
     def next_trial(self) -> Claim | None:
-        """Under the suite's lock: a RUNNING trial that lost its worker, else a new trial of a study with budget
-        left, else None."""
+        """Under the suite's lock: hand lost trials over (their retries WAITING), then a WAITING retry, else a new
+        trial of a study with budget left, else None."""
         with suite_log.suite_lock(self.sweep.dump):
             for arm in self.sweep.arms:
-                study = self.sweep.study(arm)
-                for trial in study.get_trials(deepcopy=False, states=(_state("RUNNING"),)):
-                    fd = self._try_claim(arm, trial.number)
-                    if fd is not None:
-                        return Claim(arm, trial.number, trial._trial_id, dict(trial.params), True, fd)
+                self._retry_lost(arm, self.sweep.study(arm))
             for arm in self.sweep.arms:
-                study = self.sweep.study(arm)
-                count = len(study.get_trials(deepcopy=False))
-                if count >= self.sweep.spec.trials:
+                trials = counted_trials(self.sweep.study(arm))
+                if len(trials) >= self.sweep.spec.trials and not any(t.state == _state("WAITING") for t in trials):
                     continue
                 # A sampler seeded by the trial's index: one worker's sweep is reproducible, and workers never
-                # draw alike (each trial has its own seed, whichever worker asks).
-                study = self.sweep.study(arm, sampler_seed=self.sweep.spec.seed + count)
-                trial = study.ask()
-                params = {p.key: p.suggest(trial) for p in self.sweep.spec.params}
-                trial.set_user_attr("run_dir", str(self.sweep.trial_dir(arm, trial.number).resolve()))
-                fd = self._try_claim(arm, trial.number)
-                if fd is None:  # pragma: no cover - a new trial's claim is free (the lock is held)
-                    raise RuntimeError(f"the claim of new trial {trial.number} is held")
-                return Claim(arm, trial.number, trial._trial_id, params, False, fd)
+                # draw alike (each trial has its own seed, whichever worker asks). A retry keeps its values.
+                study = self.sweep.study(arm, sampler_seed=self.sweep.spec.seed + len(trials))
+                return self._take(arm, study)
         return None
+
+    def _take(self, arm: Arm, study: Any) -> Claim:
+        """``study.ask`` (a WAITING retry first), the trial's values, and its heartbeat or claim."""
+        import warnings
+
+        with warnings.catch_warnings():  # heartbeats with ask and tell: this worker records them itself
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used", UserWarning)
+            trial = study.ask()
+        params = {p.key: p.suggest(trial) for p in self.sweep.spec.params}
+        folder = run_number(_frozen(study, trial.number))
+        trial.set_user_attr("run_dir", str(self.sweep.trial_dir(arm, folder).resolve()))
+        # Who runs it, for a person looking (the heartbeat or claim is what counts).
+        trial.set_user_attr("worker", {"pid": os.getpid(), "host": socket.gethostname(), "worker": self.index})
+        claim = Claim(arm, study, trial, folder, params, resumed=folder != trial.number)
+        if self.sweep.journal:
+            claim.fd = self._try_claim(arm, trial.number)
+            if claim.fd is None:  # pragma: no cover - a new trial's claim is free (the lock is held)
+                raise RuntimeError(f"the claim of new trial {trial.number} is held")
+        else:
+            claim.heartbeat = Heartbeat(self.sweep.storage(), study.study_name, trial.number,
+                                        self.sweep.spec.heartbeat_seconds)
+        return claim
+
+    def _retry_lost(self, arm: Arm, study: Any) -> None:
+        """Fail and retry the study's RUNNING trials whose workers are lost: stale heartbeats (database, Optuna's
+        fail_stale_trials with the storage's retry callback) or free claims (journal file)."""
+        import optuna
+
+        if not self.sweep.journal:
+            with quiet_experimental():
+                optuna.storages.fail_stale_trials(study)
+            return
+        for trial in study.get_trials(deepcopy=False, states=(_state("RUNNING"),)):
+            fd = self._try_claim(arm, trial.number)
+            if fd is not None:
+                os.close(fd)
+                hand_over(study, trial.number)
 
     def others_running(self) -> bool:
         return any(c["RUNNING"] or c["WAITING"] for c in self.sweep.counts().values())
@@ -158,7 +223,8 @@ class Worker:
         return 0
 
     def _signal(self, signum: int, frame: object) -> None:
-        """Stop after the current run has saved; the trial stays RUNNING for the next worker to resume.
+        """Stop after the current run has saved; the trial is then handed over (hand_over) for the next worker to
+        resume.
 
         SIGUSR1 (a SLURM job's time limit is near) becomes SIGTERM for the run; SIGTERM and SIGINT are passed on,
         except in a SLURM job, where the scheduler signals the run itself."""
@@ -174,11 +240,9 @@ class Worker:
         """Train one trial (resuming its folder), report and prune, and tell the study how it ended."""
         import optuna
 
-        sweep, arm = self.sweep, claim.arm
-        study = sweep.study(arm)
-        trial = optuna.Trial(study, claim.trial_id)
-        run = sweep.trial_run(arm, claim.number, claim.params)
-        run_dir = sweep.trial_dir(arm, claim.number)
+        sweep, arm, study, trial = self.sweep, claim.arm, claim.study, claim.trial
+        run = sweep.trial_run(arm, claim.folder, claim.params)
+        run_dir = sweep.trial_dir(arm, claim.folder)
         label = f"{arm.name} trial {claim.number} ({describe(claim.params)})"
         try:  # a drawn value the config cannot run with fails here, before a process starts
             cfg = load_job_config(list(run.argv()))
@@ -188,23 +252,28 @@ class Worker:
             self._fail(study, claim, str(e), label)
             return
         per_step = tokens_per_step(cfg, self.world_size)
-        reported = set(study.get_trials(deepcopy=False)[claim.number].intermediate_values)
+        reported = set(_frozen(study, claim.number).intermediate_values)  # a retry's: its original's
         monitor = _ValidationReader(run_dir / "tb")
+        lost: list[str] = []
 
         def report() -> bool:
-            """Report new validation losses; True when the pruner says stop."""
-            for at, value in monitor.new_values():
-                tokens = at * per_step
-                if at > 0 and tokens not in reported:
-                    trial.report(value, tokens)
-                    reported.add(tokens)
-            return bool(reported) and trial.should_prune()
+            """Report new validation losses; True when the pruner says stop (or the trial is no longer ours)."""
+            try:
+                for at, value in monitor.new_values():
+                    tokens = at * per_step
+                    if at > 0 and tokens not in reported:
+                        trial.report(value, tokens)
+                        reported.add(tokens)
+                return bool(reported) and trial.should_prune()
+            except optuna.exceptions.UpdateFinishedTrialError:  # failed as stale: another worker resumes it
+                lost.append("its heartbeat was late")
+                return True
 
         pruned = False
         code = 0
         log = sweep.dump / LOGS_FOLDER / arm.name / f"{run_dir.name}.out"
         if claim.resumed:
-            self.say(f"{label}: taken over from a worker that stopped")
+            self.say(f"{label}: taken over from a worker that stopped (trial {claim.folder}'s run, {run_dir})")
             self._wait_for_run_lock(run_dir, report)
         if not is_finished(read_run_info(run_dir), run.steps):
             if report():
@@ -212,14 +281,18 @@ class Worker:
             else:
                 self.say(f"{label}: {'resumed' if claim.resumed else 'started'}, output in {log}")
                 code, pruned = self._train(run, log, report)
+        if lost:
+            self.say(f"{label}: taken over by another worker ({lost[0]}); its run resumes there")
+            return
         if is_finished(read_run_info(run_dir), run.steps):
             # The run reached its end before a stop took effect (a stop then may even kill the ending process):
             # its result is known, and counts as such.
             pruned, code = False, 0
         elif self.stopped and not pruned:
+            hand_over(study, claim.number)
             return
         if pruned:
-            study.tell(claim.number, state=optuna.trial.TrialState.PRUNED)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             info = read_run_info(run_dir) or {}
             self.say(f"{label}: pruned at step {info.get('step', '?')}")
             return
@@ -233,7 +306,7 @@ class Worker:
         if value is None:
             self._fail(study, claim, f"{run_dir} logged no validation loss at step {step}", label)
             return
-        study.tell(claim.number, value)
+        study.tell(trial, value)
         self.say(f"{label}: complete, validation loss {value:.4f} at step {step}")
 
     def _train(self, run: Any, log: Path, report: Any) -> tuple[int, bool]:
@@ -271,9 +344,23 @@ class Worker:
     def _fail(self, study: Any, claim: Claim, reason: str, label: str) -> None:
         import optuna
 
-        optuna.Trial(study, claim.trial_id).set_user_attr("error", reason)
-        study.tell(claim.number, state=optuna.trial.TrialState.FAIL)
+        claim.trial.set_user_attr("error", reason)
+        study.tell(claim.trial, state=optuna.trial.TrialState.FAIL)
         self.say(f"{label}: failed: {reason}")
+
+
+def hand_over(study: Any, number: int) -> None:
+    """A RUNNING trial whose worker is lost or stopped: FAIL, and Optuna's retry (a WAITING copy) in its place, as
+    fail_stale_trials does for a stale heartbeat."""
+    import optuna
+
+    study.tell(number, state=optuna.trial.TrialState.FAIL)
+    retry_callback()(study, _frozen(study, number))
+
+
+def _frozen(study: Any, number: int) -> Any:
+    """The study's trial numbered ``number`` as stored (a FrozenTrial)."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
 
 
 def describe(params: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import Suite, SuiteRun, display_path
-from torchnlq.experiments.sweep import Arm, Sweep
+from torchnlq.experiments.sweep import Arm, Sweep, counted_trials
 from torchnlq.experiments.sweep_worker import describe
 from torchnlq.files import OwnedFolder, replace_file
 
@@ -34,8 +34,8 @@ def best_trial(sweep: Sweep, arm: Arm) -> Any:
     study = sweep.study(arm)
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
-        raise UserError(f"arm '{arm.name}': none of its {len(study.trials)} trials completed (see --status and "
-                        f"{display_path(sweep.dump / 'logs' / arm.name)}); widen the search or raise trials")
+        raise UserError(f"arm '{arm.name}': none of its {len(counted_trials(study))} trials completed (see --status "
+                        f"and {display_path(sweep.dump / 'logs' / arm.name)}); widen the search or raise trials")
     return min(done, key=lambda t: (t.value, t.number))
 
 
@@ -47,7 +47,7 @@ def write_best_configs(sweep: Sweep, out: TextIO) -> dict[str, Path]:
         run = sweep.trial_run(arm, trial.number, trial.params)
         cfg = load_job_config([*run.argv(), f"--job.name=best_{arm.name}", f"--job.dump_folder={sweep.dump}"])
         path = best_config_path(sweep, arm)
-        header = (f"# The best of {len(sweep.study(arm).trials)} trials of study '{sweep.study_name(arm)}' "
+        header = (f"# The best of {len(counted_trials(sweep.study(arm)))} trials of study '{sweep.study_name(arm)}' "
                   f"({sweep.storage_url}): trial {trial.number}, validation loss {trial.value:.6g}\n"
                   f"# {describe(trial.params)}\n# Train it: ./run_train.sh {display_path(path)}\n")
         replace_file(path, header + to_toml(cfg))
