@@ -74,7 +74,7 @@ ALL_COMMANDS = sorted({(path.relative_to(REPO_ROOT).as_posix(), c) for path in D
 
 
 #: The commands whose other arguments are a config and its --section.key overrides.
-CONFIG_DRIVEN = ("scripts/run_suite.py", "scripts/model_summary.py", "benchmarks.train_step",
+CONFIG_DRIVEN = ("scripts/run_suite.py", "scripts/model_summary.py", "benchmarks.train_step", "benchmarks.coord_check",
                  "benchmarks.cpu_allocator", "benchmarks.gpu_check", "benchmarks.versus_nanogpt")
 
 
