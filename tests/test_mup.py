@@ -30,6 +30,12 @@ SIZES = dict(n_layers=2, n_heads=4, vocab_size=64, max_seq_len=16)
 TOKENS = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
 
 
+def multipliers(args: ModelArgs) -> dict[str, float]:
+    """The hidden matrices' fan-in multipliers of the model ``args`` describes (built on meta)."""
+    with torch.device("meta"):
+        return fan_in_multipliers(build_model(args))
+
+
 def model(dim: int, seed: int = 0, **kw) -> nn.Module:
     torch.manual_seed(seed)
     return build_model(ModelArgs(**SIZES, dim=dim, **kw)).eval()
@@ -54,7 +60,7 @@ def test_at_its_base_width_a_mup_model_is_the_standard_one_bit_for_bit(case: dic
 def test_wider_the_hidden_matrices_are_the_standard_draws_over_sqrt_m(case: dict) -> None:
     """Width 128 from base 32 (m = 4): every matrix whose two sides grow is the standard draw / 2; the rest equal."""
     sp, mup = model(128, **case), model(128, parametrization="mup", mup_base_width=32, **case)
-    hidden = fan_in_multipliers(mup.args)
+    hidden = fan_in_multipliers(mup)
     mup_params = dict(mup.named_parameters())
     for name, p in sp.named_parameters():
         grows = p.dim() >= 2 and "emb" not in name and "lm_head" not in name and "router" not in name
@@ -101,8 +107,8 @@ def groups(dim: int, base: int, **optimizer) -> dict[str, tuple[float, float, se
 
 def test_adamw_and_muon_scale_the_hidden_matrices_lr_by_their_rule_and_keep_lr_times_wd() -> None:
     m = 4.0
-    hidden = set(fan_in_multipliers(ModelArgs(**SIZES, dim=128, query=Query(type="residual_mlp"),
-                                              parametrization="mup", mup_base_width=32)))
+    hidden = set(multipliers(ModelArgs(**SIZES, dim=128, query=Query(type="residual_mlp"), parametrization="mup",
+                                       mup_base_width=32)))
     adamw = groups(128, 32, weight_decay=0.1)
     assert adamw["decay_hidden"][:2] == (1 / m, 0.1 * m) and adamw["decay_hidden"][2] == hidden
     assert adamw["decay"][:2] == (1.0, 0.1) and adamw["decay"][2] == {"tok_emb.weight", "pos_emb.weight"}
@@ -134,12 +140,12 @@ def test_the_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(ConfigError, match="mup_base_width=128 is above model.dim=64"):
         ModelArgs(**SIZES, dim=64, parametrization="mup", mup_base_width=128)
     with pytest.raises(ConfigError, match="mlp_hidden=101 at model.dim=64 would be 50.5 at the base width"):
-        fan_in_multipliers(ModelArgs(**SIZES, dim=64, mlp_hidden=101, parametrization="mup", mup_base_width=32))
+        multipliers(ModelArgs(**SIZES, dim=64, mlp_hidden=101, parametrization="mup", mup_base_width=32))
     register_query("raw")(RawQuery)
     try:
         with pytest.raises(ConfigError, match="query type 'raw' declares no role for its w "):
-            fan_in_multipliers(ModelArgs(**SIZES, dim=64, query=Query(type="raw"), parametrization="mup",
-                                         mup_base_width=32))
+            multipliers(ModelArgs(**SIZES, dim=64, query=Query(type="raw"), parametrization="mup",
+                                  mup_base_width=32))
     finally:
         QUERY_TYPES.pop("raw", None)
     from torchnlq.train import optim
@@ -161,3 +167,39 @@ def test_the_standard_architectures_take_a_mup_model_only_at_its_base_width() ->
     for architecture in (GPT2, LLAMA):
         assert "not its base width 64" in architecture.incompatibility(wide)
         assert "--format hf" in architecture.incompatibility(wide)
+
+
+def test_counts_flops_and_the_memory_estimate_do_not_change_under_mup() -> None:
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.models.counts import flops_per_token, num_params
+    from torchnlq.train.memory_estimate import estimate_memory
+    from torchnlq.train.preflight import check_job_config
+
+    tiny = ["--model.dim=64", "--model.n_layers=2", "--training.seq_len=32", "--training.micro_batch_size=2",
+            "--data.synthetic=true", "--data.tokenizer=byte"]
+    sp = load_job_config(tiny)
+    mup = load_job_config([*tiny, "--model.parametrization=mup", "--model.mup_base_width=32"])
+    a, b = check_job_config(sp), check_job_config(mup)
+    assert num_params(a) == num_params(b) and flops_per_token(a, 32) == flops_per_token(b, 32)
+    assert estimate_memory(sp, a, 1, "cpu") == estimate_memory(mup, b, 1, "cpu")
+
+
+@pytest.mark.integration  # trainer runs: resume and 2 processes
+def test_a_mup_run_resumes_bit_for_bit_and_two_processes_give_one_process_losses(tmp_path) -> None:
+    from helpers.train import run_train, scalars, tiny_args
+
+    mup = ["--model.parametrization=mup", "--model.mup_base_width=16", "--lr_schedule.decay_steps=12"]
+    straight = run_train(tmp_path, *tiny_args(tmp_path, "straight"), *mup)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    # m = 32 / 16: the matrices at half the LR, twice the decay (the debug config's 0.03125): lr x wd kept
+    assert "decay_hidden: adamw, lr x0.5, wd 0.0625" in straight.stdout + straight.stderr
+    for steps in (8, 12):
+        part = run_train(tmp_path, *tiny_args(tmp_path, "resumed", steps=steps), *mup)
+        assert part.returncode == 0, part.stderr[-3000:]
+    two = run_train(tmp_path, *tiny_args(tmp_path, "two"), *mup, "--training.grad_accum_steps=1", ngpu=2,
+                    timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    losses = {name: scalars(tmp_path / "outputs" / name / "tb")["loss/train"] for name in ("straight", "resumed", "two")}
+    assert losses["resumed"] == losses["straight"] and sorted(losses["straight"]) == list(range(1, 13))
+    for step, loss in losses["straight"].items():
+        assert abs(losses["two"][step] - loss) <= 1e-5 * loss, (step, losses["two"][step], loss)

@@ -4,6 +4,8 @@ logits grow with it (so the test can fail: a µP that scaled nothing would show 
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,30 @@ def test_the_command_prints_the_table_and_writes_the_plot(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert "| mup | logits |" in out and "| sp | attention |" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(root: Path, name: str, parametrization: str, dim: int, lr: float, loss: float | None) -> None:
+    run = root / name
+    run.mkdir()
+    (run / "run_info.json").write_text(json.dumps({"finished": loss is not None, "last_val_loss": loss}))
+    (run / "config.toml").write_text(f'[model]\nparametrization = "{parametrization}"\ndim = {dim}\n'
+                                     f"[optimizer]\nlr = {lr}\n")
+
+
+def test_lr_transfer_reads_a_suite_and_counts_the_drift_in_grid_steps(tmp_path: Path) -> None:
+    """A made-up suite: SP's best LR halves at each doubling of the width (2 steps of a 2x grid from 32 to 128),
+    µP's stays; an unfinished run is left out."""
+    from benchmarks import lr_transfer
+
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3]
+    best = {("sp", 32): 8e-3, ("sp", 64): 4e-3, ("sp", 128): 2e-3, ("mup", 32): 8e-3, ("mup", 64): 8e-3,
+            ("mup", 128): 8e-3}
+    for (p, w), at in best.items():
+        for lr in lrs:
+            write_run(tmp_path, f"{p}_{w}_{lr}", p, w, lr, 3.0 + abs(math.log2(lr / at)) / 10)
+    write_run(tmp_path, "unfinished", "sp", 32, 1.6e-2, None)
+    losses = lr_transfer.read_suite(tmp_path)
+    assert len(losses) == 24
+    assert lr_transfer.best_lrs(losses, "sp") == {32: 8e-3, 64: 4e-3, 128: 2e-3}
+    assert lr_transfer.drift(losses, "sp") == (-2.0, 1.0) and lr_transfer.drift(losses, "mup") == (0.0, 0.0)
+    assert "**3.0000**" in "\n".join(lr_transfer.table(losses))

@@ -94,7 +94,7 @@ def _benchmark(name: str) -> EntryPoint:
     return EntryPoint(f"benchmarks.{name}", _attr(f"benchmarks.{name}"))
 
 
-BENCHMARKS = ("train_step", "attention_block", "coord_check", "batch_reads", "startup", "trainer_overhead", "versus_nanogpt",
+BENCHMARKS = ("train_step", "attention_block", "coord_check", "lr_transfer", "batch_reads", "startup", "trainer_overhead", "versus_nanogpt",
               "versus_torchtitan", "checkpoint_io", "activation_memory", "inference_speed", "cpu_allocator",
               "gpu_check")
 

@@ -21,7 +21,7 @@ from .args import ModelArgs
 from .errors import ConfigError
 from .layers import Cache, build_norm
 from .lm_loss import HeadLoss
-from .mup import scale_initial_weights
+from .mup import base_model_args, scale_initial_weights
 from .rope import RotaryEmbedding, rope_scaling
 
 #: ``block(args, layer)``: the family's builder of block ``layer``.
@@ -66,7 +66,9 @@ class Decoder(nn.Module):
         super().__init__()
         args.validate()
         self.args = args
-        #: The family's own initialisations by ``model.init`` name (the dense family's "paper").
+        #: The family's block builder and its own initialisations by ``model.init`` name (the dense family's
+        #: "paper"): what the same model at another width is built from (:meth:`at_base_width`).
+        self.block_builder = block
         self.init_schemes = dict(init_schemes or {})
         if args.init not in (*BUILT_IN_INITS, *self.init_schemes):
             raise ConfigError(f"model.init={args.init!r} is not an initialisation of model.family = "
@@ -119,6 +121,11 @@ class Decoder(nn.Module):
         if self.lm_head is not None:
             nn.init.normal_(self.lm_head.weight, mean=0.0, std=std)
         self._scale_for_width()
+
+    def at_base_width(self) -> Decoder:
+        """The same family's model at µP's base width, under the standard parametrization (models/mup.py), on the
+        current default device."""
+        return Decoder(base_model_args(self.args), self.block_builder, self.init_schemes)
 
     def _scale_for_width(self) -> None:
         """µP: the hidden matrices as drawn, times 1/sqrt(their fan-in multiplier) (models/mup.py)."""

@@ -65,23 +65,22 @@ def base_model_args(args: ModelArgs) -> ModelArgs:
         parametrization="sp", mup_base_width=None, **sections)
 
 
-def fan_in_multipliers(args: ModelArgs) -> dict[str, float]:
-    """Each hidden matrix of the model ``args`` describes, by parameter name: how much its fan-in grew from the
-    base width (1 at the base width). Vector-like parameters and readouts are not in it. Raises ConfigError for a
-    parameter µP has no rule for."""
-    key = json.dumps(dataclasses.asdict(args), sort_keys=True, default=str)
+def fan_in_multipliers(model: nn.Module) -> dict[str, float]:
+    """Each hidden matrix of ``model`` (a Decoder, on any device), by parameter name: how much its fan-in grew from
+    the base width (1 at the base width). Vector-like parameters and readouts are not in it. Raises ConfigError for
+    a parameter µP has no rule for. Cached by the model's args and classes."""
+    key = json.dumps(dataclasses.asdict(model.args), sort_keys=True, default=str) + repr(
+        sorted({type(m).__qualname__ for m in model.modules()}))
     if key not in _CACHE:
         if len(_CACHE) > 64:
             _CACHE.clear()
-        _CACHE[key] = _classify(args)
+        with torch.device("meta"):
+            base = model.at_base_width()  # the same family's Decoder at mup_base_width (models/decoder.py)
+        _CACHE[key] = _classify(model, base)
     return _CACHE[key]
 
 
-def _classify(args: ModelArgs) -> dict[str, float]:
-    from .family import build_model  # the family table builds both models (it imports this module's users)
-
-    with torch.device("meta"):
-        model, base = build_model(args), build_model(base_model_args(args))
+def _classify(model: nn.Module, base: nn.Module) -> dict[str, float]:
     roles, base_shapes = parameter_roles(model), {n: p.shape for n, p in base.named_parameters()}
     check_query_roles(model)
     hidden: dict[str, float] = {}
@@ -122,7 +121,7 @@ def check_query_roles(model: nn.Module) -> None:
 @torch.no_grad()
 def scale_initial_weights(model: nn.Module) -> None:
     """After the standard init: each hidden matrix times 1/sqrt(its fan-in multiplier) (its draws unchanged)."""
-    for name, multiplier in fan_in_multipliers(model.args).items():
+    for name, multiplier in fan_in_multipliers(model).items():
         if multiplier != 1.0:
             model.get_parameter(name).mul_(1.0 / math.sqrt(multiplier))
 

@@ -131,14 +131,15 @@ def plan_groups(cfg: Optimizer, model: nn.Module) -> list[GroupPlan]:
                                   f"\"hidden\" or 2-D patterns")
     kept = [plan for key, plan in defaults.items() if plan.params or (key in PAPER_GROUPS and not cfg.groups)]
     plans = kept + entries
-    return width_groups(cfg, plans, model.args) if model.args.parametrization == "mup" else plans
+    args = getattr(model, "args", None)  # a bare module (not a Decoder) is planned under the standard one
+    return width_groups(cfg, plans, model) if args is not None and args.parametrization == "mup" else plans
 
 
-def width_groups(cfg: Optimizer, plans: list[GroupPlan], args: Any) -> list[GroupPlan]:
+def width_groups(cfg: Optimizer, plans: list[GroupPlan], model: nn.Module) -> list[GroupPlan]:
     """µP (models/mup.py): each group's hidden matrices in a group of their own, its LR times the group
     optimizer's width rule (AdamW 1/m, Muon 1/sqrt(m) or 1) and its weight decay over it, so that lr x wd, the
     decay per step, stays the base width's. The names: the group's, then ``<group>_hidden`` for the matrices."""
-    multipliers = fan_in_multipliers(args)
+    multipliers = fan_in_multipliers(model)
     out: list[GroupPlan] = []
     for plan in plans:
         rule = GROUP_OPTIMIZERS[plan.optimizer].width_lr

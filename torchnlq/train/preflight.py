@@ -104,7 +104,8 @@ def check_job_config(cfg: JobConfig) -> ModelArgs:
             plan_groups(cfg.optimizer, build_model(args))
     get_family(args.family).runtime.check_parallelism(args, cfg, None)  # the family's own rules (experts)
     if args.parametrization == "mup":  # every parameter has a µP rule and the base width divides the sizes
-        fan_in_multipliers(args)
+        with torch.device("meta"):
+            fan_in_multipliers(build_model(args))
     return args
 
 
