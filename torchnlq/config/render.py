@@ -190,3 +190,13 @@ def markdown_reference_entry(entry: Any, array: str, registries: Choices | None)
 def _row(*cells: str) -> str:
     """A Markdown table row; a ``|`` inside a cell (|f(X)|) is escaped, or it would end the cell."""
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def table_help(cls: type, prefix: str, registries: Choices | None = None) -> list[str]:
+    """The ``--help`` lines of a table that is not a run config's (a suite's ``[executor]``, ``[sweep]``): each key
+    of the dataclass ``cls`` with its doc, default and rules; ``registries`` keyed by ``PREFIX.KEY``."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        lines.append(f"  --{prefix}.{f.name}\n      {_describe(f, default, _choices(f'{prefix}.{f.name}', f, registries))}")
+    return lines
