@@ -198,5 +198,6 @@ def table_help(cls: type, prefix: str, registries: Choices | None = None) -> lis
     lines = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-        lines.append(f"  --{prefix}.{f.name}\n      {_describe(f, default, _choices(f'{prefix}.{f.name}', f, registries))}")
+        choices = _choices(f"{prefix}.{f.name}", f, registries)
+        lines.append(f"  --{prefix}.{f.name}\n      {_describe(f, default, choices)}")
     return lines

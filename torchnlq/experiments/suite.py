@@ -178,7 +178,7 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         raise UserError(f"suite file '{path}' not found; pass a suite TOML such as suites/shakespeare_tiny.toml")
     data = read_toml(where)
     keys = load_table(SuiteKeys, where, "", data, ignored=TABLES)
-    import_plugins(keys.plugins)  # before an executor (or a run's query type) they register is named
+    import_plugins(keys.plugins, f"{where}: plugins")  # before an executor (or query type) they register is named
     here = path.resolve().parent
     shared = keys.overrides
     cli = list(cli_overrides)
@@ -337,6 +337,12 @@ def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
 
 
 # ----- a run's state on disk, and its command (the executors and --status read them too)
+
+def tokens_per_step(cfg: Any, world_size: int = 1) -> int:
+    """Training tokens of one optimizer step of a resolved config on ``world_size`` processes."""
+    t = cfg.training
+    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size
+
 
 def is_finished(info: dict[str, Any] | None, steps: int) -> bool:
     """Finished at exactly the requested steps (a run asked to train longer is not finished)."""

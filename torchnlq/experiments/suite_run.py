@@ -19,8 +19,17 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import Executor, ExecutorConfig, Task, build_executor, submitting, table_options
-from torchnlq.experiments.suite import Suite, SuiteRun, display_path, launcher_command, load_suite, run_status
+from torchnlq.experiments.suite import (
+    Suite,
+    SuiteRun,
+    display_path,
+    launcher_command,
+    load_suite,
+    run_status,
+    tokens_per_step,
+)
 from torchnlq.experiments.sweep import Sweep, parse_sweep, sweep_plan
+from torchnlq.models.counts import flops_per_token
 
 USAGE = """usage: run_suite.py SUITE.toml [--dry-run | --status] [--no-compare] [--wait] [--executor NAME]
                     [--executor.KEY VALUE ...] [--sweep.KEY VALUE ...] [--section.key value ...]
@@ -203,8 +212,6 @@ def main(argv: list[str]) -> int:
 
 def print_plan(suite: Suite, sweep: Sweep | None, executor: Executor) -> None:
     """The dry run: the commands (a sweep's trial command and its budget), and what the executor adds."""
-    from torchnlq.experiments.scaling import budget_table
-
     if sweep is None:
         print_commands(suite)
         print(f"\n# budget\n{budget_table(suite.runs)}")  # what it will cost, before anything runs
@@ -218,6 +225,57 @@ def print_plan(suite: Suite, sweep: Sweep | None, executor: Executor) -> None:
     plan = executor.plan(suite.name, suite.dump_folder, executor.sweep_workers() if sweep else len(suite.runs))
     if plan:
         print(f"\n{plan}", end="")
+
+
+# ----- what a suite will cost (the dry run) ------------------------------------------------------------------
+
+#: The MFU (torchnlq's count) measured for the default profile compiled with the full-logits loss on one H200
+#: (2026-11-28, docs/performance.md); the budget assumes it at every size, which larger widths usually beat.
+MEASURED_MFU = 0.40
+#: The cards a budget is given for: dense bf16 peak TFLOP/s and memory in GiB.
+BUDGET_CARDS = {"RTX 5090": (209.5, 32.0), "H100 SXM": (989.0, 80.0)}
+
+
+def _hours(hours: float) -> str:
+    """Three significant digits, whole hours with thousands separators from 100 on."""
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
+def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names: Sequence[str] | None = None) -> str:
+    """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
+    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card.
+    ``counts``: how many times each run is trained (a sweep's trials, its reruns), named ``names``."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
+    from torchnlq.train.preflight import check_job_config
+
+    header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
+              "memory estimate (GiB)"]
+    rows, totals, estimates = [], dict.fromkeys(BUDGET_CARDS, 0.0), {}
+    for i, run in enumerate(runs):
+        count = counts[i] if counts else 1
+        cfg = load_job_config([*run.argv(), "--training.device=cuda"])
+        args = check_job_config(cfg)
+        t = cfg.training
+        tokens = t.steps * tokens_per_step(cfg)
+        flops = flops_per_token(args, t.seq_len) * tokens
+        shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
+        if shape not in estimates:  # seeds share a size's estimate
+            estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
+        hours = {card: count * flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
+        for card in totals:
+            totals[card] += hours[card]
+        fits = ", ".join(card for card, (_, gib) in BUDGET_CARDS.items() if estimates[shape] <= (1 - HEADROOM) * gib)
+        name = f"{names[i] if names else run.name}" + (f" (x {count})" if counts else "")
+        rows.append([name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
+                     f"{estimates[shape]:.1f} (fits: {fits or 'neither card: lower the micro-batch'})"])
+    rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
+    lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for "
+                               "GPT-2 small on one H200, compiled: docs/performance.md) on one card; the memory "
+                               "estimate is the config's micro-batch on CUDA in bf16 "
+                               "(torchnlq/train/memory_estimate.py).")
 
 
 def report_status(suite: Suite, sweep: Sweep | None, executor: Executor, compare: bool) -> int:

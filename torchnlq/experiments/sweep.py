@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from torchnlq.config.job_config import option
 from torchnlq.config.manager import check_keys, load_job_config, load_table
 from torchnlq.errors import UserError
-from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys
+from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys, tokens_per_step
 from torchnlq.train.preflight import check_registry_names
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_value(where: str, key: str, value: Any) -> None:
+def _check_drawn_value(where: str, key: str, value: Any) -> None:
     try:
         check_registry_names(load_job_config([f"--{key}={format_value(value)}"]))
     except UserError as e:
@@ -109,7 +109,7 @@ def parse_param(where: str, key: str, spec: Any) -> Param:
         if len(set(map(repr, spec))) != len(spec):
             raise UserError(f"{where}: '{key}' lists a value twice; list each choice once")
         for value in spec:
-            _check_value(where, key, value)
+            _check_drawn_value(where, key, value)
         return Param(key, choices=tuple(spec))
     if not isinstance(spec, dict):
         raise UserError(f"{where}: '{key}' must be a list of choices or a range {{low = ..., high = ...}}, "
@@ -129,7 +129,7 @@ def parse_param(where: str, key: str, spec: Any) -> Param:
         raise UserError(f"{where}: '{key}': step must be a positive number, and not with log = true (got {step!r})")
     param = Param(key, low, high, log, step)
     for value in (low, high):
-        _check_value(where, key, int(value) if param.is_int else float(value))
+        _check_drawn_value(where, key, int(value) if param.is_int else float(value))
     return param
 
 
@@ -341,12 +341,6 @@ def build_pruner(spec: SweepSpec) -> Any:
            "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
            "hyperband": optuna.pruners.HyperbandPruner}[spec.pruner]
     return _with_options("sweep.pruner_options", cls, spec.pruner_options)
-
-
-def tokens_per_step(cfg: Any, world_size: int) -> int:
-    """Training tokens of one optimizer step of a resolved config on ``world_size`` processes."""
-    t = cfg.training
-    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size
 
 
 def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
