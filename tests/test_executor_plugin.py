@@ -61,12 +61,14 @@ class Inline(Executor):
 
 
 @pytest.fixture(autouse=True)
-def own_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The plugin registers into a copy of the registry, and is imported afresh by each test (and gone after)."""
-    from torchnlq.experiments import executors
+def own_registry() -> Iterator[None]:
+    """The plugin is imported afresh by each test, and gone from the registry after it."""
+    from torchnlq.experiments.executors import EXECUTORS
 
-    monkeypatch.setattr(executors, "EXECUTORS", dict(executors.executors()))
+    before = dict(EXECUTORS)
     yield
+    EXECUTORS.clear()
+    EXECUTORS.update(before)
     sys.modules.pop("inline_executor", None)
 
 

@@ -13,7 +13,7 @@ from helpers import REPO_ROOT
 from helpers.train import script_env
 
 from torchnlq.errors import UserError
-from torchnlq.experiments.executors import build_executor, table_options
+from torchnlq.experiments.suite_command import build_executor, table_options
 from torchnlq.experiments.pool import PoolConfig, pool_slots
 
 from test_executor_slurm import losses, write_suite

@@ -454,3 +454,9 @@ class JobConfig:
     checkpoint: Checkpoint = section(Checkpoint)
     profiling: Profiling = section(Profiling)
     debug: Debug = section(Debug)
+
+
+def tokens_per_step(cfg: JobConfig, world_size: int = 1) -> int:
+    """Training tokens of one optimizer step of ``cfg`` on ``world_size`` processes."""
+    t = cfg.training
+    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size

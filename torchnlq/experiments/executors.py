@@ -15,13 +15,11 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar, TextIO
 
 from torchnlq.config.job_config import option
-from torchnlq.config.manager import load_table
-from torchnlq.errors import UserError
 
 #: Where a pool's or a SLURM job's task writes its output (a run's own train.log is in its folder).
 LOGS_FOLDER = "logs"
@@ -136,30 +134,6 @@ def register_executor(cls: type[Executor]) -> type[Executor]:
     return cls
 
 
-def executors() -> dict[str, type[Executor]]:
-    """Every registered executor (the package's own and those of plugins imported so far), by name."""
-    from torchnlq.experiments import pool, slurm  # noqa: F401 - they register themselves
-
-    return dict(sorted(EXECUTORS.items()))
-
-
-def build_executor(where: str, table: Mapping[str, Any], options: Mapping[str, str]) -> Executor:
-    """The suite's ``[executor]`` with the command line's ``--executor.KEY VALUE`` (strings) on top; every mistake
-    one line (an unknown key with the closest known one, a value of the wrong type or out of range)."""
-    known = executors()
-    base = load_table(ExecutorConfig, where, "executor", {k: v for k, v in table.items() if k == "type"},
-                      {k: v for k, v in options.items() if k == "type"}, choices={"type": list(known)})
-    cls = known[base.type]
-    every = {f.name for c in known.values() for f in fields(c.Config)}
-    return cls(load_table(cls.Config, where, "executor", table, options, choices={"type": list(known)},
-                          ignored=every))
-
-
-def submitting() -> list[str]:
-    """The executors that submit and return (``--wait`` is theirs)."""
-    return [name for name, cls in executors().items() if cls.submits]
-
-
 # ----- spawning a child and passing signals on ----------------------------------------------------------------
 
 #: What a :class:`Children` passes on for a signal it received: a signal to send its children, or None.
@@ -223,25 +197,3 @@ class Children:
 def task_env(task: Task, slot: Mapping[str, str] = {}) -> dict[str, str]:  # noqa: B006 - read only
     """The environment of a task: this process's, the slot's (GPUs, threads) and the task's own."""
     return {**os.environ, **slot, **dict(task.env)}
-
-
-def table_options(argv: Sequence[str], tables: Sequence[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """Take ``--TABLE.KEY VALUE`` / ``--TABLE.KEY=VALUE`` (and ``--executor NAME``) out of ``argv``: (the rest,
-    ``{table: {key: text}}``), each text read later by its option's type; the rest are the runs' overrides."""
-    rest: list[str] = []
-    found: dict[str, dict[str, str]] = {t: {} for t in tables}
-    args = iter(argv)
-    for arg in args:
-        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
-        table, dot, key = name.partition(".")
-        if table not in tables or not (dot or table == "executor"):
-            rest.append(arg)
-            continue
-        if dot and not key:
-            raise UserError(f"{arg}: name the key, e.g. --{table}.KEY=VALUE (see docs/experiments.md)")
-        if not eq:
-            value = next(args, "--")
-            if value.startswith("--"):
-                raise UserError(f"--{name} needs a value (e.g. --{name}=VALUE)")
-        found[table][key or "type"] = value  # --executor slurm
-    return rest, found

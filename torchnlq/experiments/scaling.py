@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from torchnlq.config.job_config import option
+from torchnlq.config.job_config import option, tokens_per_step
 from torchnlq.config.manager import load_table
 from torchnlq.errors import UserError
-from torchnlq.experiments.suite import tokens_per_step
 from torchnlq.models.counts import flops_per_token, num_params
 
 SIZE_KEYS = ("flavor", "n_layers", "dim", "n_heads")

@@ -338,12 +338,6 @@ def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
 
 # ----- a run's state on disk, and its command (the executors and --status read them too)
 
-def tokens_per_step(cfg: Any, world_size: int = 1) -> int:
-    """Training tokens of one optimizer step of a resolved config on ``world_size`` processes."""
-    t = cfg.training
-    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size
-
-
 def is_finished(info: dict[str, Any] | None, steps: int) -> bool:
     """Finished at exactly the requested steps (a run asked to train longer is not finished)."""
     return bool(info and info.get("finished") and info.get("steps") == steps)

@@ -10,25 +10,18 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from torchnlq.cli import run_cli
+from torchnlq.config.job_config import tokens_per_step
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import Executor, ExecutorConfig, Task, build_executor, submitting, table_options
-from torchnlq.experiments.suite import (
-    Suite,
-    SuiteRun,
-    display_path,
-    launcher_command,
-    load_suite,
-    run_status,
-    tokens_per_step,
-)
-from torchnlq.experiments.sweep import Sweep, parse_sweep, sweep_plan
+from torchnlq.experiments.executors import Executor, ExecutorConfig, Task
+from torchnlq.experiments.suite import Suite, SuiteRun, display_path, launcher_command, run_status
+from torchnlq.experiments.suite_command import build_executor, executors, load_command, submitting
+from torchnlq.experiments.sweep import Sweep, sweep_plan
 from torchnlq.models.counts import flops_per_token
 
 USAGE = """usage: run_suite.py SUITE.toml [--dry-run | --status] [--no-compare] [--wait] [--executor NAME]
@@ -57,7 +50,6 @@ def usage() -> str:
     from dataclasses import fields
 
     from torchnlq.config.render import table_help
-    from torchnlq.experiments.executors import executors
 
     known = executors()
     lines, seen = [], set()
@@ -68,25 +60,6 @@ def usage() -> str:
                   if line.split("\n")[0].strip()[len("--executor."):] in {f.name for f in keys}]
     text = USAGE.format(default=ExecutorConfig.type, names=", ".join(known), submitting=", ".join(submitting()))
     return "\n".join([text, *lines])
-
-
-@dataclass
-class Command:
-    """A suite as a command line gives it: the suite (its runs' overrides applied), its executor and its sweep."""
-
-    suite: Suite
-    executor: Executor
-    sweep: Sweep | None
-
-
-def load_command(path: str, options: Sequence[str]) -> Command:
-    """``SUITE.toml`` and run_suite.py's options (not its flags): what run_suite.py, a SLURM job's next step and a
-    sweep worker read alike."""
-    overrides, tables = table_options(options, ("executor", "sweep"))
-    suite = load_suite(path, overrides)
-    executor = build_executor(str(suite.path), suite.executor, tables["executor"])
-    sweep = Sweep(suite, parse_sweep(suite, tables["sweep"])) if suite.sweep is not None or tables["sweep"] else None
-    return Command(suite, executor, sweep)
 
 
 def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | None = None) -> None:
@@ -245,7 +218,6 @@ def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names
     """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
     of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card.
     ``counts``: how many times each run is trained (a sweep's trials, its reruns), named ``names``."""
-    from torchnlq.config.manager import load_job_config
     from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
     from torchnlq.train.preflight import check_job_config
 

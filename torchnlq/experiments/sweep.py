@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchnlq.config.job_config import option
+from torchnlq.config.job_config import option, tokens_per_step
 from torchnlq.config.manager import check_keys, load_job_config, load_table
 from torchnlq.errors import UserError
-from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys, tokens_per_step
+from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys
 from torchnlq.train.preflight import check_registry_names
 
 if TYPE_CHECKING:

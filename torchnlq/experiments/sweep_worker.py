@@ -302,7 +302,7 @@ def worker_tasks(sweep: Sweep, count: int, context: dict[str, Any]) -> list[Task
 
 def main(argv: list[str]) -> int:
     """Load the suite (as run_suite.py does, the same options) and work on its sweep."""
-    from torchnlq.experiments.suite_run import load_command
+    from torchnlq.experiments.suite_command import load_command
 
     if not argv:
         raise UserError("usage: python -m torchnlq.experiments.sweep_worker SUITE.toml [run_suite.py's options]")
