@@ -192,11 +192,12 @@ def _row(*cells: str) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def table_help(cls: type, prefix: str, registries: Choices | None = None) -> list[str]:
+def table_help(cls: type, prefix: str, registries: Choices | None = None, skip: Sequence[str] = ()) -> list[str]:
     """The ``--help`` lines of a table that is not a run config's (a suite's ``[executor]``, ``[sweep]``): each key
-    of the dataclass ``cls`` with its doc, default and rules; ``registries`` keyed by ``PREFIX.KEY``."""
+    of the dataclass ``cls`` (but those in ``skip``) with its doc, default and rules; ``registries`` keyed by
+    ``PREFIX.KEY``."""
     lines = []
-    for f in dataclasses.fields(cls):
+    for f in (f for f in dataclasses.fields(cls) if f.name not in skip):
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
         choices = _choices(f"{prefix}.{f.name}", f, registries)
         lines.append(f"  --{prefix}.{f.name}\n      {_describe(f, default, choices)}")

@@ -222,7 +222,7 @@ class Slurm(Executor):
                 alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
                 todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
                 if todo:
-                    submit(todo, self.config, dump, str(context["name"]), dict(context), out)
+                    submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
         except UserError:
             if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
                 suite_log.remove_lock(dump, created)

@@ -46,20 +46,19 @@ FLAGS = ("--dry-run", "--no-compare", "--status", "--wait")
 
 
 def usage() -> str:
-    """USAGE with the registered executors and their keys (each key once, from its executor's Config)."""
-    from dataclasses import fields
-
+    """USAGE with the registered executors and the keys of [executor] (each once, from its executor's Config) and
+    [sweep] (SweepSpec's), as their declarations say them."""
     from torchnlq.config.render import table_help
+    from torchnlq.experiments.sweep import SweepSpec
 
     known = executors()
-    lines, seen = [], set()
-    for name, cls in known.items():
-        keys = [f for f in fields(cls.Config) if f.name not in seen]
-        seen.update(f.name for f in keys)
-        lines += [line for line in table_help(cls.Config, "executor", {"executor.type": list(known)})
-                  if line.split("\n")[0].strip()[len("--executor."):] in {f.name for f in keys}]
+    lines: list[str] = []
+    for cls in known.values():
+        lines += table_help(cls.Config, "executor", {"executor.type": list(known)},
+                            skip=[line.split("\n")[0].strip()[len("--executor."):] for line in lines])
     text = USAGE.format(default=ExecutorConfig.type, names=", ".join(known), submitting=", ".join(submitting()))
-    return "\n".join([text, *lines])
+    sweep = table_help(SweepSpec, "sweep", skip=["params"])  # [sweep.params]: its own table
+    return "\n".join([text, *lines, "\n[sweep] keys (the suite's table, or --sweep.KEY VALUE):", *sweep])
 
 
 def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | None = None) -> None:
