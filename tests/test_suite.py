@@ -333,3 +333,13 @@ def test_end_to_end_two_tiny_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                         r"\(model.query.type: 'residual_mlp' -> 'identity'\)"):
         run_stage(load_suite(suite), launcher=fake_launcher(tmp_path, exit_code=3), compare=False, out=io.StringIO())
     assert not (tmp_path / "launches.txt").exists()
+
+
+def test_the_docs_list_every_key_of_a_suite_file_as_declared() -> None:
+    """docs/experiments.md's reference of the suite's keys and tables is the declarations' (gen_config_docs.py)."""
+    from torchnlq.experiments.suite_command import suite_reference
+
+    reference = suite_reference()
+    assert "| `partition` | unset |" in reference and "| `trials` | unset | ≥ 1 |" in reference
+    assert reference in (REPO_ROOT / "docs" / "experiments.md").read_text(), \
+        "docs/experiments.md is stale: regenerate it with python scripts/gen_config_docs.py"

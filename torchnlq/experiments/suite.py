@@ -34,7 +34,7 @@ LABELS = {
 
 @dataclass(frozen=True)
 class SuiteKeys:
-    """The keys at the top of a suite file (beside its tables, TABLES); docs/experiments.md, "Suites"."""
+    """The keys at the top of a suite file, before its tables ([[runs]], [grid] or [scaling], [executor], [sweep])."""
 
     name: str | None = option(None, "The suite's name (default: the file's stem).")
     description: str = option("", "Free text about the suite.")
