@@ -141,6 +141,7 @@ Translate = Callable[[signal.Signals, "Children"], "signal.Signals | None"]
 
 
 def same_signal(signum: signal.Signals, children: Children) -> signal.Signals:
+    """Each signal passed on as it came (a suite's Ctrl-C, a pool's SIGTERM)."""
     return signum
 
 

@@ -88,12 +88,14 @@ def run_pool(name: str, tasks: Sequence[Task], slots: Sequence[Mapping[str, str]
     free = list(range(len(slots)))
     running: dict[int, tuple[Any, Task, float, Any]] = {}
     failed: list[str] = []
+    if not stream:
+        make_folder(dump / LOGS_FOLDER)
     with Children() as children:
         received = children.received
         while (pending and not received) or running:
             while pending and free and not received:
                 task, slot = pending.pop(0), free.pop(0)
-                log = None if stream else open_append(_log_path(task, dump))
+                log = None if stream else open_append(task.log_path(dump))
                 where = f"$ {shlex.join(task.argv)}" if stream else f"on {_describe(slots[slot])}, output in " \
                                                                     f"{task.log_path(dump)}"
                 print(f"[{name}] {task.name}: started {where}", file=out, flush=True)
@@ -116,11 +118,6 @@ def run_pool(name: str, tasks: Sequence[Task], slots: Sequence[Mapping[str, str]
                 if code != 0 and not received:
                     failed.append(task.name)
     return Outcome(tuple(failed), received[0] if received else None)
-
-
-def _log_path(task: Task, dump: Path) -> Path:
-    make_folder(dump / LOGS_FOLDER)
-    return task.log_path(dump)
 
 
 def _describe(slot: Mapping[str, str]) -> str:
