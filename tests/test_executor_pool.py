@@ -13,33 +13,42 @@ from helpers import REPO_ROOT
 from helpers.train import script_env
 
 from torchnlq.errors import UserError
-from torchnlq.experiments.executors import ExecutorConfig, executor_config, pool_slots, split_table_options
+from torchnlq.experiments.suite_command import build_executor, table_options
+from torchnlq.experiments.pool import PoolConfig, pool_slots
 
 from test_executor_slurm import losses, write_suite
 
 
 def test_table_options_come_off_the_command_line() -> None:
-    rest, tables = split_table_options(
+    rest, tables = table_options(
         ["--executor", "pool", "--training.steps=3", "--executor.workers=4", "--executor.devices", "[0, 1]",
          "--sweep.storage", "sqlite:///x.db", "--executor.time=4:00:00"], ("executor", "sweep"))
     assert rest == ["--training.steps=3"]
-    assert tables == {"executor": {"type": "pool", "workers": 4, "devices": [0, 1], "time": "4:00:00"},
+    assert tables == {"executor": {"type": "pool", "workers": "4", "devices": "[0, 1]", "time": "4:00:00"},
                       "sweep": {"storage": "sqlite:///x.db"}}
+    executor = build_executor("s.toml", {"type": "slurm", "partition": "gpu"}, tables["executor"])
+    assert executor.name == "pool" and executor.config == PoolConfig("pool", workers=4, devices=[0, 1])  # slurm's
+    # partition is kept for another run and ignored here; each value is read by its option's type
 
 
 @pytest.mark.parametrize("table,fragment", [
-    ({"type": "pol"}, "not an executor; choose local, pool, slurm (did you mean 'pool'?)"),
-    ({"workrs": 2}, "unknown key 'workrs'; did you mean 'workers'?"),
-    ({"workers": 0}, "executor.workers = 0 must be a positive integer"),
-    ({"gpus_per_run": -1}, "must be a number of GPUs (0: CPU runs)"),
-    ({"devices": [0, 0]}, "lists a GPU twice"),
-    ({"partition": ""}, "must be a non-empty string"),
-    ({"sbatch_args": "--exclusive"}, "must be a list of strings"),
+    ({"type": "pol"}, "executor.type: 'pol' is not one of local, pool, slurm; did you mean 'pool'?"),
+    ({"workrs": 2}, "unknown key 'executor.workrs'; did you mean 'workers'?"),
+    ({"workers": 0}, "executor.workers must be >= 1, got 0"),
+    ({"gpus_per_run": -1}, "executor.gpus_per_run must be >= 0, got -1"),
+    ({"type": "pool", "devices": [0, -1]}, "executor.devices[1] must be >= 0, got -1"),
+    ({"type": "slurm", "partition": 5}, "executor.partition expects str, got int 5"),
+    ({"type": "slurm", "sbatch_args": "--exclusive"}, "executor.sbatch_args expects a list of str"),
 ])
 def test_executor_mistakes_are_one_line(table: dict, fragment: str) -> None:
     with pytest.raises(UserError, match=None) as excinfo:
-        executor_config("s.toml", table, {})
+        build_executor("s.toml", table, {})
     assert fragment in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_a_pool_refuses_a_gpu_listed_twice() -> None:
+    with pytest.raises(UserError, match="lists a GPU twice"):
+        pool_slots(PoolConfig("pool", devices=[0, 0]))
 
 
 def test_a_cpu_pool_divides_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,10 +56,10 @@ def test_a_cpu_pool_divides_the_threads(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
-    slots = pool_slots(ExecutorConfig(type="pool", workers=3, gpus_per_run=0))
+    slots = pool_slots(PoolConfig("pool", workers=3, gpus_per_run=0))
     assert slots == [{"OMP_NUM_THREADS": "2", "NGPU": "1"}] * 3
     with pytest.raises(UserError, match="lists GPU 1, but this machine shows 0 CUDA device"):
-        pool_slots(ExecutorConfig(type="pool", devices=(1,)))
+        pool_slots(PoolConfig("pool", devices=[1]))
 
 
 def test_a_gpu_pool_gives_each_run_its_own_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,10 +67,10 @@ def test_a_gpu_pool_gives_each_run_its_own_devices(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    slots = pool_slots(ExecutorConfig(type="pool", gpus_per_run=2))
+    slots = pool_slots(PoolConfig("pool", gpus_per_run=2))
     assert [s["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3", "4,5", "6,7"]
     assert {s["NGPU"] for s in slots} == {"2"}
-    slots = pool_slots(ExecutorConfig(type="pool", devices=(3, 5, 7), gpus_per_run=1))
+    slots = pool_slots(PoolConfig("pool", devices=[3, 5, 7], gpus_per_run=1))
     assert [s["CUDA_VISIBLE_DEVICES"] for s in slots] == ["3", "5", "7"]
 
 

@@ -225,12 +225,12 @@ def test_a_scaling_table_expands_into_sizes_times_query_types_times_seeds_with_t
 @pytest.mark.parametrize("scaling, fragment", [
     ("sizes = []\n", "sizes must be a non-empty list"),
     ("sizes = [{layers = 2}]\n", "sizes[0] = {'layers': 2}: give a flavor name or"),
-    ('sizes = ["debug"]\ntokens_per_parameter = 0\n', "tokens_per_parameter must be a positive number, got 0"),
+    ('sizes = ["debug"]\ntokens_per_parameter = 0\n', "scaling.tokens_per_parameter must be > 0, got 0"),
     ('sizes = ["debug"]\ntokens = [1, 2]\n', "tokens must list one budget per size (1)"),
     ('sizes = ["debug"]\nlr = {base = 1e-3}\n', "give base and at_dim"),
-    ('sizes = ["debug"]\nwarmup_fraction = 1.0\n', "warmup_fraction must be in [0, 1)"),
+    ('sizes = ["debug"]\nwarmup_fraction = 1.0\n', "scaling.warmup_fraction must be < 1, got 1.0"),
     ('sizes = ["debug"]\nquery_types = ["quadratic"]\n', "model.query.type: unknown 'quadratic'"),
-    ('sizes = ["debug"]\nbudget = 3\n', "[scaling] has no key 'budget'"),
+    ('sizes = ["debug"]\nbudget = 3\n', "unknown key 'scaling.budget' (known: lr, query_types"),
     ('sizes = [{n_layers = 1, dim = 30, n_heads = 4}]\n', "model.n_heads=4 does not divide model.dim=30"),
 ])
 def test_scaling_table_mistakes_are_one_line(tmp_path: Path, scaling: str, fragment: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import grid_name, load_suite
-from torchnlq.experiments.suite_run import main, print_commands, run_suite
+from torchnlq.experiments.suite_run import main, print_commands, run_stage
 
 from helpers import REPO_ROOT
 from helpers.train import script_env, tiny_args
@@ -127,7 +127,7 @@ config = "../configs/base.toml"
     ('config = "../configs/base.toml"\nbaseline = "nope"', "baseline 'nope' is not a run name"),
     ('config = "../configs/base.toml"\n[[runs]]\nname = "a"\n[[runs]]\nname = "a"', "appears twice"),
     ('config = "../configs/base.toml"\n[[runs]]\nname = "a"\noverrides = ["--job.name=x"]', "job.name"),
-    ('config = "../configs/base.toml"\n[[runs]]\nname = "a"\noverrides = "--training.steps=3"', "list of strings"),
+    ('config = "../configs/base.toml"\n[[runs]]\nname = "a"\noverrides = "--training.steps=3"', "runs[0].overrides expects a list of str"),
     ('config = "../configs/base.toml"\n[[runs]]\nname = "a"\noverrides = ["--model.n_heads=3"]', "run 'a'"),
     ('dump_folder = "x"', "give a top-level config"),
 ])
@@ -193,7 +193,7 @@ dump_folder = "out"
     assert lines[8] == "./fake_train.sh configs/base.toml --training.seed=4 --job.name=seed4 --job.dump_folder=out --job.rerun=true"
     assert not (tmp_path / "launches.txt").exists()  # a dry run launches nothing
 
-    assert run_suite(suite, launcher, compare=False, out=io.StringIO()) == 0
+    assert run_stage(suite, launcher=launcher, compare=False, out=io.StringIO()) == 0
     launched = (tmp_path / "launches.txt").read_text().splitlines()
     assert [line.split("--job.name=")[1].split()[0] for line in launched] == ["seed2", "seed3", "seed4"]
     assert "seed4 exit=0" in (tmp_path / "out" / "suite.log").read_text()
@@ -203,7 +203,7 @@ def test_failed_run_does_not_stop_the_suite(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.chdir(tmp_path)
     path = write_suite(tmp_path, 'config = "../configs/base.toml"\n[grid]\n"training.seed" = [1, 2]')
     out = io.StringIO()
-    assert run_suite(load_suite(path), fake_launcher(tmp_path, exit_code=3), out=out) == 1
+    assert run_stage(load_suite(path), launcher=fake_launcher(tmp_path, exit_code=3), out=out) == 1
     assert len((tmp_path / "launches.txt").read_text().splitlines()) == 2
     assert "failed: seed1, seed2" in out.getvalue() and "no comparison" in out.getvalue()
 
@@ -217,8 +217,8 @@ def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None
         f'echo "$@" >> "{tmp_path}/launches.txt"\nsleep 60 & wait\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     code = ("import sys; from pathlib import Path; from torchnlq.experiments.suite import load_suite; "
-            "from torchnlq.experiments.suite_run import run_suite; "
-            f"sys.exit(run_suite(load_suite({str(path)!r}), Path({str(script)!r}), compare=False))")
+            "from torchnlq.experiments.suite_run import run_stage; "
+            f"sys.exit(run_stage(load_suite({str(path)!r}), launcher=Path({str(script)!r}), compare=False))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (tmp_path / "launches.txt").exists() and time.monotonic() < deadline:
@@ -233,7 +233,7 @@ def test_signal_reaches_the_run_once_and_stops_the_suite(tmp_path: Path) -> None
 
 def test_signal_while_the_run_starts_is_forwarded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGINT between the suite's decision to launch and the child existing reaches the child."""
-    import torchnlq.experiments.suite_run as suite_run
+    import torchnlq.experiments.executors as executors
 
     class SignalTooEarly(Exception):
         pass
@@ -249,12 +249,13 @@ def test_signal_while_the_run_starts_is_forwarded(monkeypatch: pytest.MonkeyPatc
 
     previous = signal.signal(signal.SIGINT, too_early)
     try:
-        monkeypatch.setattr(suite_run.subprocess, "Popen", popen_after_a_signal)
+        monkeypatch.setattr(executors.subprocess, "Popen", popen_after_a_signal)
         start = time.monotonic()
-        code, received = suite_run.launch(["sleep", "30"])
+        with executors.Children() as children:
+            code = children.start(["sleep", "30"]).wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert received == "SIGINT" and code == -signal.SIGINT  # the child got it and stopped
+    assert children.received == ["SIGINT"] and code == -signal.SIGINT  # the child got it and stopped
     assert time.monotonic() - start < 20
 
 
@@ -322,7 +323,7 @@ def test_end_to_end_two_tiny_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # Everything is finished: a second pass launches nothing (a launcher that fails would show).
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    assert run_suite(load_suite(suite), fake_launcher(tmp_path, exit_code=3), compare=False, out=out) == 0
+    assert run_stage(load_suite(suite), launcher=fake_launcher(tmp_path, exit_code=3), compare=False, out=out) == 0
     assert out.getvalue().count("finished (skipped)") == 2 and not (tmp_path / "launches.txt").exists()
     assert os.path.getsize(tmp_path / "runs" / "comparison.csv") > 0
     # The suite edited after its runs finished: a changed run is refused before anything launches, rather
@@ -330,5 +331,15 @@ def test_end_to_end_two_tiny_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     suite.write_text(suite.read_text().replace("--model.query.type=residual_mlp", "--model.query.type=identity"))
     with pytest.raises(UserError, match=r"run 'res' finished with another configuration than the suite now gives it "
                                         r"\(model.query.type: 'residual_mlp' -> 'identity'\)"):
-        run_suite(load_suite(suite), fake_launcher(tmp_path, exit_code=3), compare=False, out=io.StringIO())
+        run_stage(load_suite(suite), launcher=fake_launcher(tmp_path, exit_code=3), compare=False, out=io.StringIO())
     assert not (tmp_path / "launches.txt").exists()
+
+
+def test_the_docs_list_every_key_of_a_suite_file_as_declared() -> None:
+    """docs/experiments.md's reference of the suite's keys and tables is the declarations' (gen_config_docs.py)."""
+    from torchnlq.experiments.suite_command import suite_reference
+
+    reference = suite_reference()
+    assert "| `partition` | unset |" in reference and "| `trials` | unset | ≥ 1 |" in reference
+    assert reference in (REPO_ROOT / "docs" / "experiments.md").read_text(), \
+        "docs/experiments.md is stale: regenerate it with python scripts/gen_config_docs.py"

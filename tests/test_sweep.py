@@ -40,10 +40,10 @@ PARAMS = '[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 3e-2, log = true}
 @pytest.mark.parametrize("sweep,fragment", [
     ("trials = 4\n", "needs [sweep.params]"),
     (PARAMS, "needs trials"),
-    ("trials = 0\n" + PARAMS, "trials must be a positive integer"),
-    ('trials = 2\nsampler = "tpee"\n' + PARAMS, "choose tpe, random, grid, cmaes (did you mean 'tpe'?)"),
+    ("trials = 0\n" + PARAMS, "sweep.trials must be >= 1, got 0"),
+    ('trials = 2\nsampler = "tpee"\n' + PARAMS, "sweep.sampler: 'tpee' is not one of tpe, random, grid, cmaes; did you mean 'tpe'?"),
     ('trials = 2\npruner = "medain"\n' + PARAMS, "did you mean 'median'?"),
-    ('trials = 2\npruner_options = {n_startup = 2}\n' + PARAMS, "unknown key 'n_startup'; did you mean"),
+    ('trials = 2\npruner_options = {n_startup = 2}\n' + PARAMS, "unknown key 'sweep.pruner_options.n_startup'; did you mean"),
     ('trials = 2\nsampler = "grid"\n' + PARAMS, "'optimizer.lr' is a float range without a step"),
     ('trials = 9\nsampler = "grid"\n[sweep.params]\n"training.seed" = [1, 2]\n', "the grid has 2 points"),
     ('trials = 2\n[sweep.params]\n"optimizer.lr" = {low = 0.0, high = 1e-2, log = true}\n',
@@ -54,8 +54,8 @@ PARAMS = '[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 3e-2, log = true}
     ('trials = 2\n[sweep.params]\n"optimizer.name" = ["adamw", "adamw"]\n', "lists a value twice"),
     ('trials = 2\n[sweep.params]\n"job.name" = ["a", "b"]\n', "names the run, not a setting"),
     ('trials = 2\nrerun_seeds = [1, 1]\n' + PARAMS, "rerun_seeds must be a list of distinct integer seeds"),
-    ('trials = 2\nobjective_token = 5\n' + PARAMS, "unknown key 'objective_token'; did you mean 'objective_tokens'?"),
-    ('trials = 2\nheartbeat_seconds = 0.5\n' + PARAMS, "heartbeat_seconds must be a positive integer, got 0.5"),
+    ('trials = 2\nobjective_token = 5\n' + PARAMS, "unknown key 'sweep.objective_token'; did you mean 'objective_tokens'?"),
+    ('trials = 2\nheartbeat_seconds = 0.5\n' + PARAMS, "sweep.heartbeat_seconds expects int, got float 0.5"),
 ])
 def test_sweep_mistakes_are_one_line(tmp_path: Path, sweep: str, fragment: str) -> None:
     with pytest.raises(UserError) as excinfo:
@@ -79,9 +79,9 @@ def test_the_objective_is_read_where_the_run_has_seen_the_tokens(tmp_path: Path)
     assert objective_step(spec, cfg, world_size=1) == 1024 // (4 * 32)
     assert objective_step(spec, cfg, world_size=2) == 4  # two ranks: twice the tokens a step
     with pytest.raises(UserError, match="is step 2, where the run does not validate"):
-        objective_step(parse_sweep(suite, {"objective_tokens": 256}), cfg, world_size=1)
+        objective_step(parse_sweep(suite, {"objective_tokens": "256"}), cfg, world_size=1)
     with pytest.raises(UserError, match="not a whole step of this run"):
-        objective_step(parse_sweep(suite, {"objective_tokens": 100}), cfg, world_size=1)
+        objective_step(parse_sweep(suite, {"objective_tokens": "100"}), cfg, world_size=1)
 
 
 @pytest.mark.integration  # trains 8 trials and 4 reruns

@@ -415,7 +415,13 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
         (item,) = typing.get_args(base)
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
             raise ConfigError(f"{key} expects a list of {item.__name__}, got {value!r}")
+        if meta.get("min") is not None or meta.get("max") is not None:  # the bounds of each item
+            return [check_value(f"{key}[{i}]", v, item, meta) for i, v in enumerate(value)]
         return list(value)
+    if typing.get_origin(base) is dict or base is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} expects a table {{key = value, ...}}, got {value!r}")
+        return dict(value)
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
@@ -437,3 +443,46 @@ def check_value(key: str, value: Any, typ: Any, meta: typing.Mapping[str, Any]) 
     if meta.get("path") and isinstance(value, str):
         value = os.path.expanduser(value)  # a TOML file or an argument given quoted keeps "~" literally otherwise
     return value
+
+
+def load_table(cls: type, where: str, prefix: str, table: typing.Mapping[str, Any],
+               strings: typing.Mapping[str, str] = {}, *,  # noqa: B006 - read only
+               choices: typing.Mapping[str, typing.Sequence[str]] = {},  # noqa: B006 - read only
+               ignored: typing.Collection[str] = ()) -> Any:
+    """A table of a file that is not a run config (a suite's ``[executor]``, ``[sweep]``...) as the dataclass
+    ``cls``, whose fields are :func:`option`\\ s: every key known (else the closest one), every value checked as a
+    config option's (type, choices, range). ``strings`` are ``--PREFIX.KEY VALUE`` from a command line, read by their
+    field's type, on top of ``table``; ``choices`` give a registry-backed field its names; keys in ``ignored`` (and
+    not of ``cls``) are allowed and dropped. Mistakes are one line, ``WHERE: PREFIX.KEY ...``."""
+    known = _fields_of(cls)
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    try:
+        given = [(key, value, False) for key, value in table.items()]
+        for key, value, typed in given + [(key, text, True) for key, text in strings.items()]:
+            dotted = f"{prefix}.{key}" if prefix else key
+            if key not in known:
+                if key in ignored:
+                    continue
+                check_keys(prefix, {key: value}, [*known, *sorted(set(ignored) - set(known))])
+            if typed:
+                value = _parse_string(dotted, value, hints[key])
+            meta = {**known[key].metadata, **({"choices": tuple(choices[key])} if key in choices else {})}
+            values[key] = check_value(dotted, value, hints[key], meta)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return cls(**values)
+
+
+def check_keys(where: str, table: typing.Mapping[str, Any], allowed: typing.Sequence[str]) -> None:
+    """An unknown key of a table (named ``WHERE.KEY``, or ``KEY`` at a file's top) is one line with the closest
+    allowed one."""
+    for key in table:
+        if key not in allowed:
+            dotted = f"{where}.{key}" if where else key
+            check_key_text(dotted)
+            raise ConfigError(f"unknown key '{dotted}'{_suggest(key, list(allowed))}")
+
+
+def _fields_of(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}

@@ -153,25 +153,45 @@ def markdown_reference(cfg: JobConfig | None = None, registries: Choices | None 
             section = head
             out += ["", f"### [{head}]", "", section_doc(cfg, head), "", "| key | default | allowed | meaning |",
                     "| --- | --- | --- | --- |"]
-        meta = f.metadata
-        allowed = []
-        choices = _choices(name, f, registries)
-        if choices:
-            allowed.append(", ".join(f"`{c}`" for c in choices))
-        if meta.get("min") is not None:
-            allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
-        if meta.get("max") is not None:
-            allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
         section_obj = functools.reduce(getattr, head.split("."), cfg)
-        if entry_type(section_obj, key) is None and isinstance(value, list):
-            allowed.append("a list: `[\"a\", \"b\"]`; on the command line the same array, quoted, or `a,b`")
+        is_list = entry_type(section_obj, key) is None and isinstance(value, list)
         default = "unset" if value is None else f"`{_toml_value(value)}`"
-        out.append(_row(f"`{key}`", default, "; ".join(allowed), meta.get("doc", "")))
+        out.append(_row(f"`{key}`", default, _allowed(f, _choices(name, f, registries), is_list),
+                        f.metadata.get("doc", "")))
         item = entry_type(section_obj, key)
         if item is not None:  # the keys of one [[head.key]] entry, as a table of their own
             section = None
             out.append(markdown_reference_entry(item(), f"{head}.{key}", registries))
     return "\n".join(out).lstrip() + "\n"
+
+
+def _allowed(f: dataclasses.Field, choices: Sequence[Any] | None, is_list: bool) -> str:
+    """The allowed column of a reference table: the choices, the bounds, how a list is written."""
+    meta = f.metadata
+    allowed = [", ".join(f"`{c}`" for c in choices)] if choices else []
+    if meta.get("min") is not None:
+        allowed.append(f"{'>' if meta.get('min_exclusive') else '≥'} {meta['min']}")
+    if meta.get("max") is not None:
+        allowed.append(f"{'<' if meta.get('max_exclusive') else '≤'} {meta['max']}")
+    if is_list:
+        allowed.append("a list: `[\"a\", \"b\"]`; on the command line the same array, quoted, or `a,b`")
+    return "; ".join(allowed)
+
+
+def markdown_table(cls: type, title: str, registries: Choices | None = None, prefix: str = "",
+                   skip: Sequence[str] = ()) -> str:
+    """The reference table of a table that is not a run config's (a suite's keys, [executor], [sweep]...): the
+    dataclass ``cls``'s keys (but ``skip``), as docs/configs.md shows a section's; ``registries`` keyed by
+    ``PREFIX.KEY``."""
+    doc = " ".join((cls.__doc__ or "").strip().split("\n\n", 1)[0].split()).replace("``", "`")
+    rows = ["", f"### {title}", "", doc, "",
+            "| key | default | allowed | meaning |", "| --- | --- | --- | --- |"]
+    for f in (f for f in dataclasses.fields(cls) if f.name not in skip):
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        choices = _choices(f"{prefix}.{f.name}" if prefix else f.name, f, registries)
+        rows.append(_row(f"`{f.name}`", "unset" if value is None else f"`{_toml_value(value)}`",
+                         _allowed(f, choices, isinstance(value, list)), f.metadata.get("doc", "")))
+    return "\n".join(rows)
 
 
 def markdown_reference_entry(entry: Any, array: str, registries: Choices | None) -> str:
@@ -190,3 +210,15 @@ def markdown_reference_entry(entry: Any, array: str, registries: Choices | None)
 def _row(*cells: str) -> str:
     """A Markdown table row; a ``|`` inside a cell (|f(X)|) is escaped, or it would end the cell."""
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def table_help(cls: type, prefix: str, registries: Choices | None = None, skip: Sequence[str] = ()) -> list[str]:
+    """The ``--help`` lines of a table that is not a run config's (a suite's ``[executor]``, ``[sweep]``): each key
+    of the dataclass ``cls`` (but those in ``skip``) with its doc, default and rules; ``registries`` keyed by
+    ``PREFIX.KEY``."""
+    lines = []
+    for f in (f for f in dataclasses.fields(cls) if f.name not in skip):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        choices = _choices(f"{prefix}.{f.name}", f, registries)
+        lines.append(f"  --{prefix}.{f.name}\n      {_describe(f, default, choices)}")
+    return lines

@@ -212,7 +212,7 @@ def check_same_data(runs: list[RunData]) -> None:
 
 
 @dataclass
-class Point:
+class ComparedStep:
     """Where the comparison reads each run's validation loss: a step per run, and how it was chosen."""
 
     steps: dict[Path, int]  # run folder -> its step
@@ -224,7 +224,7 @@ class Point:
         return self.steps[run.path]
 
 
-def comparison_point(runs: list[RunData], step: int | None = None, tokens: int | None = None) -> Point:
+def comparison_point(runs: list[RunData], step: int | None = None, tokens: int | None = None) -> ComparedStep:
     """``step`` (every run must have validated there), ``tokens`` (each run's step that saw that many); else, when a
     run is a branch (it went on from another's checkpoint), each run at its own last validation, as docs/training.md
     says: a step the branches share may find one still decaying; else the last validation step every run has, else
@@ -240,25 +240,25 @@ def comparison_point(runs: list[RunData], step: int | None = None, tokens: int |
                 raise UserError(f"run '{run.name}' has no validation at {tokens:,} tokens ({per:,} tokens per step; it "
                                 f"validated nearest at {', '.join(f'{s * per:,}' for s in sorted(near))} tokens)")
             steps[run.path] = tokens // per
-        return Point(steps, f"val loss @ {tokens:,} tokens",
+        return ComparedStep(steps, f"val loss @ {tokens:,} tokens",
                      f"Validation loss at {tokens:,} training tokens (the step column: each run's step there)")
     common = set.intersection(*(set(r.val) for r in runs))
     if step is not None:
         if step not in common:
             raise UserError(f"step {step} is not a validation step of every run (common: {sorted(common)[-5:]}...)")
-        return Point({r.path: step for r in runs}, f"val loss @ {step}", f"Validation loss at step {step}")
+        return ComparedStep({r.path: step for r in runs}, f"val loss @ {step}", f"Validation loss at step {step}")
     last = {r.path: max(r.val) for r in runs}
     branches = [r.name for r in runs if branch_start(r) is not None]
     if branches:
-        return Point(last, "val loss @ last validation",
+        return ComparedStep(last, "val loss @ last validation",
                      f"{', '.join(branches)} went on from another run's checkpoint (a branch): every run is compared "
                      "at its own last validation, the step column, where each branch's schedule ended (a step the "
                      "runs share may find a branch still decaying; --step or --tokens picks one)")
     if common:
         at = max(common)
-        return Point({r.path: at for r in runs}, f"val loss @ {at}",
+        return ComparedStep({r.path: at for r in runs}, f"val loss @ {at}",
                      f"Validation loss at step {at}, the last validation step common to all runs")
-    return Point(last, "val loss @ last validation",
+    return ComparedStep(last, "val loss @ last validation",
                  "The runs share no validation step: each is compared at its own last validation, the step column")
 
 
@@ -276,7 +276,7 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
-            allow_different_data: bool = False, tokens: int | None = None) -> tuple[list[Group], Group, Point]:
+            allow_different_data: bool = False, tokens: int | None = None) -> tuple[list[Group], Group, ComparedStep]:
     """Group, pick where each run is read, fill each group's row; returns (groups, baseline group, point)."""
     if not allow_different_data:
         check_same_data(runs)
@@ -338,7 +338,7 @@ def downstream_tasks(runs: list[RunData]) -> list[str]:
     return list(dict.fromkeys(task for r in runs for task in r.downstream))
 
 
-def markdown_table(groups: list[Group], at: Point) -> str:
+def markdown_table(groups: list[Group], at: ComparedStep) -> str:
     """The comparison as a Markdown table (one row per seed group; a step column where the runs' steps differ)."""
     differing = differing_keys(groups)
     steps = len(set(at.steps.values())) > 1
@@ -385,7 +385,8 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_outputs(groups: list[Group], base: Group, at: Point, out: Path, x: str = "steps") -> tuple[list[Path], str]:
+def write_outputs(groups: list[Group], base: Group, at: ComparedStep, out: Path,
+                  x: str = "steps") -> tuple[list[Path], str]:
     """comparison.md, comparison.csv, runs.csv and (with matplotlib) the two plots against ``x``; returns (paths, note).
 
     Files of the user's in ``out`` are never replaced (:class:`torchnlq.files.OwnedFolder`).

@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from torchnlq.config.job_config import option
+from torchnlq.config.manager import load_table
 from torchnlq.errors import UserError
 from torchnlq.models.counts import flops_per_token, num_params
 
-SCALING_KEYS = ("sizes", "query_types", "seeds", "tokens_per_parameter", "tokens", "lr", "warmup_fraction")
 SIZE_KEYS = ("flavor", "n_layers", "dim", "n_heads")
 LR_KEYS = ("base", "at_dim", "exponent")
 #: Chinchilla's compute-optimal ratio (Hoffmann et al. 2022): about 20 training tokens per parameter.
@@ -60,41 +61,46 @@ def _positive(where: str, value: Any, kind: type = float) -> Any:
     return value
 
 
-def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any, Any]]) -> list[ScalingRun]:
+@dataclass(frozen=True)
+class ScalingTable:
+    """A suite's ``[scaling]`` table: the grid and its rules (docs/experiments.md, "Scaling")."""
+
+    sizes: list[object] = option([], "Model sizes: flavor names or {n_layers = N, dim = D} tables (n_heads "
+                                 "optional).")
+    query_types: list[str] = option(["linear", "residual_mlp"], "The query types compared at every size.")
+    seeds: list[int] | None = option(None, "training.seed of each run (default: the config's; one run per size).")
+    tokens_per_parameter: float = option(CHINCHILLA_TOKENS_PER_PARAMETER, "The token budget of a size: this many "
+                                         "tokens per non-embedding parameter.", min=0, min_exclusive=True)
+    tokens: list[int] | None = option(None, "Instead: one token budget per size.", min=1)
+    lr: object = option(None, "optimizer.lr of a run: a number, or base * (at_dim / dim) ** exponent given as "
+                        "{base, at_dim, exponent} (base: one number, or one per query type).")
+    warmup_fraction: float = option(0.1, "Warmup steps as a fraction of a run's steps.", min=0, max=1,
+                                    max_exclusive=True)
+
+
+def expand_scaling(where: str, raw: Any, load: Callable[[list[str]], tuple[Any, Any]]) -> list[ScalingRun]:
     """The runs of a ``[scaling]`` table; ``load(overrides)`` returns the (JobConfig, ModelArgs) of the suite's
     config with those overrides, so the budget follows each size's own parameter count. Mistakes are one line."""
-    if not isinstance(table, dict):
+    if not isinstance(raw, dict):
         raise UserError(f"{where}: [scaling] must be a table (sizes, query_types, seeds, ...)")
-    for key in table:
-        if key not in SCALING_KEYS:
-            raise UserError(f"{where}: [scaling] has no key '{key}' (keys: {', '.join(SCALING_KEYS)})")
-    sizes = table.get("sizes")
-    if not isinstance(sizes, list) or not sizes:
+    table = load_table(ScalingTable, where, "scaling", raw)
+    if not table.sizes:
         raise UserError(f"{where}: [scaling] sizes must be a non-empty list of {{n_layers, dim}} tables or "
                         "flavor names")
-    sizes = [{"flavor": s} if isinstance(s, str) else s for s in sizes]
+    sizes = [{"flavor": s} if isinstance(s, str) else s for s in table.sizes]
     for i, size in enumerate(sizes):
         if not isinstance(size, dict) or not (set(size) <= set(SIZE_KEYS)) or not ({"flavor"} <= set(size) or
                                                                               {"n_layers", "dim"} <= set(size)):
             raise UserError(f"{where}: [scaling] sizes[{i}] = {size!r}: give a flavor name or "
                             "{n_layers = N, dim = D} (n_heads optional)")
-    query_types = table.get("query_types", ["linear", "residual_mlp"])
-    seeds = table.get("seeds")
-    if not (isinstance(query_types, list) and query_types and all(isinstance(q, str) for q in query_types)):
-        raise UserError(f"{where}: [scaling] query_types must be a non-empty list of query type names")
-    if seeds is not None and not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
-        raise UserError(f"{where}: [scaling] seeds must be a non-empty list of integers")
-    if "tokens" in table and "tokens_per_parameter" in table:
+    query_types, seeds, budgets, ratio = table.query_types, table.seeds, table.tokens, table.tokens_per_parameter
+    if not query_types or seeds == []:
+        raise UserError(f"{where}: [scaling] query_types and seeds must be non-empty lists")
+    if "tokens" in raw and "tokens_per_parameter" in raw:
         raise UserError(f"{where}: [scaling] gives tokens_per_parameter and tokens; the budget comes from one rule")
-    budgets = table.get("tokens")
-    if budgets is not None and not (isinstance(budgets, list) and len(budgets) == len(sizes)):
+    if budgets is not None and len(budgets) != len(sizes):
         raise UserError(f"{where}: [scaling] tokens must list one budget per size ({len(sizes)}), got {budgets!r}")
-    ratio = _positive(f"{where}: [scaling] tokens_per_parameter",
-                      table.get("tokens_per_parameter", CHINCHILLA_TOKENS_PER_PARAMETER))
-    warmup = table.get("warmup_fraction", 0.1)
-    if not isinstance(warmup, (int, float)) or isinstance(warmup, bool) or not 0 <= warmup < 1:
-        raise UserError(f"{where}: [scaling] warmup_fraction must be in [0, 1), got {warmup!r}")
-    lr_rule = table.get("lr")
+    warmup, lr_rule = table.warmup_fraction, table.lr
     if lr_rule is not None and not isinstance(lr_rule, (int, float, dict)):
         raise UserError(f"{where}: [scaling] lr must be a number or {{base, at_dim, exponent}}, got {lr_rule!r}")
     if isinstance(lr_rule, dict) and (set(lr_rule) - set(LR_KEYS) or not {"base", "at_dim"} <= set(lr_rule)):
@@ -110,12 +116,9 @@ def expand_scaling(where: str, table: Any, load: Callable[[list[str]], tuple[Any
         size_args = [f"--model.{k}={v}" for k, v in size.items()]
         # One budget per size, from the first query type's parameters: every query type sees the same tokens.
         cfg, args = load([*size_args, f"--model.query.type={query_types[0]}"])
-        t = cfg.training
-        tokens_per_step = t.micro_batch_size * t.grad_accum_steps * t.seq_len
         params = num_params(args, non_embedding=True)
-        tokens = (_positive(f"{where}: [scaling] tokens[{index}]", budgets[index], int) if budgets is not None
-                  else ratio * params)
-        steps = max(1, math.ceil(tokens / tokens_per_step))
+        tokens = budgets[index] if budgets is not None else ratio * params
+        steps = max(1, math.ceil(tokens / cfg.training.tokens_per_step()))
         schedule = [f"--training.steps={steps}", f"--lr_schedule.warmup_steps={round(warmup * steps)}",
                     f"--lr_schedule.decay_steps={steps}"]
         for query in query_types:
@@ -511,54 +514,3 @@ def cli() -> int:
     from torchnlq.cli import run_cli
 
     return run_cli(main)
-
-
-# ----- what a scaling suite will cost ------------------------------------------------------------------------
-
-#: The MFU (torchnlq's count) measured for the default profile compiled with the full-logits loss on one H200
-#: (2026-11-28, docs/performance.md); the budget assumes it at every size, which larger widths usually beat.
-MEASURED_MFU = 0.40
-#: The cards a budget is given for: dense bf16 peak TFLOP/s and memory in GiB.
-BUDGET_CARDS = {"RTX 5090": (209.5, 32.0), "H100 SXM": (989.0, 80.0)}
-
-
-def _hours(hours: float) -> str:
-    """Three significant digits, whole hours with thousands separators from 100 on."""
-    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
-
-
-def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names: Sequence[str] | None = None) -> str:
-    """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
-    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card.
-    ``counts``: how many times each run is trained (a sweep's trials, its reruns), named ``names``."""
-    from torchnlq.config.manager import load_job_config
-    from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
-    from torchnlq.train.preflight import check_job_config
-
-    header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
-              "memory estimate (GiB)"]
-    rows, totals, estimates = [], dict.fromkeys(BUDGET_CARDS, 0.0), {}
-    for i, run in enumerate(runs):
-        count = counts[i] if counts else 1
-        cfg = load_job_config([*run.argv(), "--training.device=cuda"])
-        args = check_job_config(cfg)
-        t = cfg.training
-        tokens = t.steps * t.micro_batch_size * t.grad_accum_steps * t.seq_len
-        flops = flops_per_token(args, t.seq_len) * tokens
-        shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
-        if shape not in estimates:  # seeds share a size's estimate
-            estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
-        hours = {card: count * flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
-        for card in totals:
-            totals[card] += hours[card]
-        fits = ", ".join(card for card, (_, gib) in BUDGET_CARDS.items() if estimates[shape] <= (1 - HEADROOM) * gib)
-        name = f"{names[i] if names else run.name}" + (f" (x {count})" if counts else "")
-        rows.append([name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
-                     f"{estimates[shape]:.1f} (fits: {fits or 'neither card: lower the micro-batch'})"])
-    rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
-    lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]
-    lines += [f"| {' | '.join(row)} |" for row in rows]
-    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for "
-                               "GPT-2 small on one H200, compiled: docs/performance.md) on one card; the memory "
-                               "estimate is the config's micro-batch on CUDA in bf16 "
-                               "(torchnlq/train/memory_estimate.py).")

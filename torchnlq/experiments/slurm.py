@@ -21,14 +21,23 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from torchnlq.config.job_config import option
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import LOGS_FOLDER, ExecutorConfig, Task
+from torchnlq.experiments.executors import (
+    LOGS_FOLDER,
+    Activity,
+    Executor,
+    ExecutorConfig,
+    Outcome,
+    Task,
+    register_executor,
+)
 from torchnlq.files import make_folder, replace_file
 
 SLURM_FOLDER = "slurm"
@@ -38,6 +47,25 @@ ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE
          "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 #: How long a scheduler command may take before the controller counts as down.
 COMMAND_TIMEOUT = 120
+
+
+@dataclass(frozen=True)
+class SlurmConfig(ExecutorConfig):
+    """``[executor]`` of SLURM: what sbatch is asked for."""
+
+    partition: str | None = option(None, "slurm: sbatch --partition.")
+    account: str | None = option(None, "slurm: sbatch --account.")
+    qos: str | None = option(None, "slurm: sbatch --qos.")
+    time: str | None = option(None, "slurm: a job's time limit, as sbatch takes it (e.g. \"4:00:00\", \"2-00:00:00\").")
+    cpus_per_run: int | None = option(None, "slurm: sbatch --cpus-per-task.", min=1)
+    mem: str | None = option(None, "slurm: memory per job, as sbatch's --mem takes it (e.g. \"64G\").")
+    constraint: str | None = option(None, "slurm: sbatch --constraint.")
+    signal_seconds: int = option(120, "slurm: seconds before the time limit at which the job is told to save and "
+                                 "requeue (--signal=B:USR1@N).", min=1)
+    sbatch_args: list[str] = option([], "slurm: more sbatch options, as written on its command line (e.g. "
+                                    "[\"--exclusive\"]).")
+    setup: list[str] = option([], "slurm: shell lines the job script runs first (e.g. [\"module load cuda/12.4\"]).")
+    poll_seconds: int = option(10, "slurm: seconds between two looks at the queue with --wait.", min=1)
 
 
 def require_slurm() -> None:
@@ -64,7 +92,7 @@ def _scheduler(args: Sequence[str], what: str) -> str:
     return done.stdout
 
 
-def job_script(config: ExecutorConfig, name: str, manifest: Path, count: int, dump: Path) -> str:
+def job_script(config: SlurmConfig, name: str, manifest: Path, count: int, dump: Path) -> str:
     """The batch script of an array of ``count`` tasks (kept beside the manifest: ``sbatch`` it again by hand)."""
     import torchnlq
 
@@ -88,7 +116,7 @@ def job_script(config: ExecutorConfig, name: str, manifest: Path, count: int, du
     return "\n".join(lines) + "\n"
 
 
-def submit(tasks: Sequence[Task], config: ExecutorConfig, dump: Path, name: str, context: dict[str, Any],
+def submit(tasks: Sequence[Task], config: SlurmConfig, dump: Path, name: str, context: dict[str, Any],
            out: TextIO) -> str:
     """Submit ``tasks`` as one array; returns its job id. A refusal is one line and leaves nothing submitted or
     written (the manifest and script are removed, and the folders made for them when still empty)."""
@@ -132,33 +160,33 @@ def queue_states() -> dict[str, tuple[str, str]]:
     return states
 
 
-def alive_jobs(dump: Path, names: Sequence[str], states: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
-    """The runs (or workers) of ``names`` whose latest submission is still queued or running: ``{name: job}``."""
+def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:
+    """The runs (or workers) of ``names`` whose latest submission is still queued or running."""
     records = suite_log.read_records(dump)
     latest = {n: next((r.fields["job"] for r in reversed(records.get(n, [])) if "submitted" in r.fields), None)
               for n in names}
     if not any(latest.values()):
         return {}
-    states = queue_states() if states is None else states
-    return {n: job for n, job in latest.items() if job and states.get(job, ("",))[0] in ALIVE}
+    states = queue_states()
+    alive = {n: (job, *states[job]) for n, job in latest.items() if job and states.get(job, ("",))[0] in ALIVE}
+    return {n: Activity(state == "PENDING", f"job {job}", state.lower(), reason if state == "PENDING" else "")
+            for n, (job, state, reason) in alive.items()}
 
 
 def submitted_ever(dump: Path, name: str) -> bool:
     return any("submitted" in r.fields for r in suite_log.read_records(dump).get(name, []))
 
 
-def wait_for(dump: Path, names: Sequence[str], config: ExecutorConfig, out: TextIO) -> None:
+def wait_for(dump: Path, names: Sequence[str], config: SlurmConfig, out: TextIO) -> None:
     """Return when no job of ``names`` is queued or running (``--wait``); prints each change of state."""
     seen: dict[str, str] = {}
     quiet = 0
     while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
-        states = queue_states()
-        alive = alive_jobs(dump, names, states)
-        for name, job in alive.items():
-            state = states[job][0]
-            if seen.get(name) != state:
-                print(f"[slurm] {name}: job {job} {state.lower()}", file=out, flush=True)
-                seen[name] = state
+        alive = alive_jobs(dump, names)
+        for name, activity in alive.items():
+            if seen.get(name) != activity.state:
+                print(f"[slurm] {name}: {activity.where} {activity.state}", file=out, flush=True)
+                seen[name] = activity.state
         quiet = 0 if alive else quiet + 1
         time.sleep(config.poll_seconds if alive else 1)
 
@@ -172,3 +200,44 @@ def this_job() -> str:
     """The id of the job (array task ``A_i``) this process runs in."""
     array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", "?")
+
+
+@register_executor
+class Slurm(Executor):
+    """``slurm``: the tasks as one job array; it submits and returns, and the last job to end takes the suite's next
+    step (experiments/slurm_job.py)."""
+
+    name = "slurm"
+    Config = SlurmConfig
+    submits = True
+
+    def run(self, tasks: Sequence[Task], dump: Path, context: Mapping[str, Any], after_job: bool,
+            out: TextIO) -> Outcome:
+        """Submit the tasks that have not finished, are not queued or running, and (``after_job``: a job's next
+        step) were never submitted (a failed run waits for the user's command); a refusal leaves nothing."""
+        created = suite_log.first_missing(dump)
+        try:
+            with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
+                todo = [t for t in tasks if not t.done()]
+                alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
+                todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
+                if todo:
+                    submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
+        except UserError:
+            if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
+                suite_log.remove_lock(dump, created)
+            raise
+        return Outcome(ended=False)
+
+    def sweep_workers(self) -> int:
+        return self.config.workers or 2
+
+    def alive(self, dump: Path, names: Sequence[str]) -> dict[str, Activity]:
+        return alive_jobs(dump, names)
+
+    def wait(self, dump: Path, names: Sequence[str], out: TextIO) -> None:
+        wait_for(dump, names, self.config, out)
+
+    def plan(self, suite_name: str, dump: Path, count: int) -> str:
+        script = job_script(self.config, suite_name, dump / SLURM_FOLDER / "submit-N.json", count, dump)
+        return f"# the job script (--executor {self.name})\n{script}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,37 +25,24 @@ from typing import Any
 from torchnlq.cli import run_cli
 from torchnlq.errors import UserError
 from torchnlq.experiments import slurm, suite_log
-from torchnlq.experiments.executors import SCHEDULER_SIGNALS_ENV, Task, task_done
+from torchnlq.experiments.executors import SCHEDULER_SIGNALS_ENV, Children, Task, task_env
 from torchnlq.files import make_folder, open_append, read_json
 
 
 def run_task(task: Task, log: Path) -> tuple[int, list[str]]:
-    """Run the task; returns its exit code and the signals this job received meanwhile (in order)."""
-    received: list[str] = []
-    child: list[subprocess.Popen] = []
+    """Run the task; returns its exit code and the signals this job received meanwhile (in order).
 
-    def on_signal(signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        first_stop = name == "SIGUSR1" and "SIGUSR1" not in received
-        received.append(name)
-        if first_stop and child:
-            child[0].send_signal(signal.Signals[task.stop_signal])
+    Only the first SIGUSR1 is passed on (as the task's stop signal); scancel's SIGTERM/SIGINT reach the task
+    from the scheduler itself."""
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
-    try:
-        make_folder(log.parent)
-        with open_append(log) as out:
-            env = {**os.environ, **dict(task.env), SCHEDULER_SIGNALS_ENV: "1"}
-            proc = subprocess.Popen(list(task.argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
-            child.append(proc)
-            if "SIGUSR1" in received:  # before the child existed
-                proc.send_signal(signal.Signals[task.stop_signal])
-            code = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return code, received
+    def translate(sig: signal.Signals, children: Children) -> signal.Signals | None:
+        first_stop = sig == signal.SIGUSR1 and "SIGUSR1" not in children.received
+        return signal.Signals[task.stop_signal] if first_stop else None
+
+    make_folder(log.parent)
+    with Children((signal.SIGUSR1, signal.SIGTERM, signal.SIGINT), translate) as children, open_append(log) as out:
+        code = children.start(task.argv, {**task_env(task), SCHEDULER_SIGNALS_ENV: "1"}, out).wait()
+    return code, children.received
 
 
 def _task(manifest: dict[str, Any], index: int, path: Path) -> Task:
@@ -78,7 +64,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"{path} is not a submission manifest; submit the suite again")
     task = _task(manifest, int(os.environ.get("SLURM_ARRAY_TASK_ID", "0")), path)
     dump, job = Path(manifest["dump_folder"]), slurm.this_job()
-    if task_done(task):
+    if task.done():
         suite_log.append(dump, task.name, f"job={job} already finished")
     else:
         restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
@@ -86,7 +72,7 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         code, received = run_task(task, task.log_path(dump))
         seconds = time.perf_counter() - t0
-        done = task_done(task) if task.run_dir else (code == 0 and not received)
+        done = task.done() if task.run_dir else (code == 0 and not received)
         again = "SIGUSR1" in received and code == 0 and not done
         state = ("requeued" if again else "finished" if done else "stopped" if received
                  else "failed" if code else "ended")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -16,19 +15,47 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from torchnlq.checkpoint.record import read_run_info
 from torchnlq.cli import ArgumentParser
-from torchnlq.config.manager import load_job_config, read_toml
-from torchnlq.errors import UserError, closest
+from torchnlq.config.job_config import option
+from torchnlq.config.manager import load_job_config, load_table, read_toml
+from torchnlq.config.plugins import import_plugins
+from torchnlq.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SUITE_KEYS = ("name", "description", "dump_folder", "config", "overrides", "baseline", "compare_step", "runs", "grid",
-              "scaling", "executor", "sweep")
-RUN_KEYS = ("name", "config", "overrides", "description")
+#: The suite file's tables: its runs ([[runs]], [grid] or [scaling]) and where and how they run.
+TABLES = ("runs", "grid", "scaling", "executor", "sweep")
 # Short labels for run names; other grid keys use their last component (the full key if that clashes).
 LABELS = {
     "training.seed": "seed", "optimizer.lr": "lr", "optimizer.weight_decay": "wd",
     "lr_schedule.min_lr": "minlr", "model.query.type": "q", "model.mlp_hidden": "mlp",
 }
+
+
+@dataclass(frozen=True)
+class SuiteKeys:
+    """The keys at the top of a suite file, before its tables ([[runs]], [grid] or [scaling], [executor], [sweep])."""
+
+    name: str | None = option(None, "The suite's name (default: the file's stem).")
+    description: str = option("", "Free text about the suite.")
+    dump_folder: str | None = option(None, "Where its runs' folders go (default: ./outputs/<the file's stem>).")
+    config: str | None = option(None, "The runs' config, relative to the suite file ([[runs]] may give their own).")
+    overrides: list[str] = option([], "Overrides of every run, e.g. [\"--training.steps=300\"].")
+    baseline: str | None = option(None, "The run (or [[runs]] arm) the others are compared with (default: the first).")
+    compare_step: int | None = option(None, "The step the runs are compared at (default: the last one all have).",
+                                      min=1)
+    plugins: list[str] = option([], "Python modules imported first, so that what they register (an executor, a "
+                                "query type) can be named.")
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One ``[[runs]]`` entry: an arm of the suite."""
+
+    name: str | None = option(None, "The arm's name (its runs' folders start with it).")
+    config: str | None = option(None, "Its config, relative to the suite file (default: the suite's config).")
+    overrides: list[str] = option([], "Its own overrides, after the suite's.")
+    description: str = option("", "Free text about the arm.")
 
 
 @dataclass(frozen=True)
@@ -66,6 +93,10 @@ class Suite:
     def run_dir(self, run: SuiteRun) -> Path:
         return self.dump_folder / run.name
 
+    def finished(self, run: SuiteRun) -> bool:
+        """Whether ``run`` has finished at its steps (its run_info.json says so)."""
+        return is_finished(read_run_info(self.run_dir(run)), run.steps)
+
 
 def display_path(path: Path) -> str:
     """A path relative to the working directory when it lies below it (portable commands), else absolute."""
@@ -73,20 +104,6 @@ def display_path(path: Path) -> str:
         return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd().resolve()) else str(path)
     except ValueError:  # another drive on Windows
         return str(path)
-
-
-def _check_keys(where: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
-    for key in table:
-        if key not in allowed:
-            match = closest(key, allowed)
-            hint = f"; did you mean '{match}'?" if match else f" (allowed: {', '.join(allowed)})"
-            raise UserError(f"{where}: unknown key '{key}'{hint}")
-
-
-def _string_list(where: str, value: Any) -> list[str]:
-    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-        raise UserError(f"{where} must be a list of strings such as [\"--training.steps=300\"], got {value!r}")
-    return value
 
 
 def override_keys(overrides: Sequence[str]) -> set[str]:
@@ -160,17 +177,15 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
     if not path.is_file():
         raise UserError(f"suite file '{path}' not found; pass a suite TOML such as suites/shakespeare_tiny.toml")
     data = read_toml(where)
-    _check_keys(where, data, SUITE_KEYS)
-    for key in ("name", "description", "dump_folder", "config", "baseline"):
-        if key in data and not isinstance(data[key], str):
-            raise UserError(f"{where}: {key} must be a string, got {data[key]!r}")
+    keys = load_table(SuiteKeys, where, "", data, ignored=TABLES)
+    import_plugins(keys.plugins, f"{where}: plugins")  # before an executor (or query type) they register is named
     here = path.resolve().parent
-    shared = _string_list(f"{where}: overrides", data.get("overrides", []))
+    shared = keys.overrides
     cli = list(cli_overrides)
     cli_keys = override_keys(cli)
     if "job.name" in cli_keys or "job.name" in override_keys(shared):
         raise UserError(f"{where}: the suite names its runs; do not override job.name")
-    dump = str(data.get("dump_folder", f"./outputs/{path.stem}"))
+    dump = keys.dump_folder or f"./outputs/{path.stem}"
     if "job.dump_folder" in override_keys(shared):
         raise UserError(f"{where}: set the suite's dump_folder instead of overriding job.dump_folder")
     # The command line may move the whole suite (--job.dump_folder DIR or =DIR; the last one wins).
@@ -189,10 +204,10 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         if "sweep" in data:
             raise UserError(f"{where}: a [scaling] suite fixes each run's settings by rule; remove [sweep] "
                             "(or [scaling])")
-        return replace(_scaling_suite(path, data, shared, cli, cli_keys, dump), executor=data.get("executor", {}))
+        return replace(_scaling_suite(path, keys, data, cli, cli_keys, dump), executor=data.get("executor", {}))
     entries = data.get("runs")
     if entries is None:
-        if "config" not in data:
+        if keys.config is None:
             raise UserError(f"{where}: give a top-level config (with a [grid]) or [[runs]] entries")
         entries = [{"name": ""}]
     elif not isinstance(entries, list) or not entries:
@@ -208,20 +223,20 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         rwhere = f"{where}: runs[{i}]"
         if not isinstance(entry, dict):
             raise UserError(f"{rwhere} must be a table with name, config, overrides")
-        _check_keys(rwhere, entry, RUN_KEYS)
-        arm = entry.get("name", "")
-        if not isinstance(arm, str) or (data.get("runs") is not None and not arm):
+        run_entry = load_table(RunEntry, where, f"runs[{i}]", entry)
+        arm = run_entry.name or ""
+        if data.get("runs") is not None and not arm:
             raise UserError(f"{rwhere} needs a name (a string)")
         if arm in arms:
             raise UserError(f"{rwhere}: run name '{arm}' appears twice")
         arms.add(arm)
-        config = entry.get("config", data.get("config"))
-        if not isinstance(config, str):
+        config = run_entry.config or keys.config
+        if config is None:
             raise UserError(f"{rwhere} needs a config (a TOML path relative to the suite file)")
         config_path = Path(os.path.normpath(here / config))
         if not config_path.is_file():
             raise UserError(f"{rwhere}: config '{config}' not found (looked for {config_path})")
-        own = _string_list(f"{rwhere}.overrides", entry.get("overrides", []))
+        own = run_entry.overrides
         clash = sorted(cli_keys & (override_keys(own) | set(combos[0])))
         if clash:
             raise UserError(f"--{clash[0]} is set per run by the suite (run '{arm or 'grid'}'); change it in {where}")
@@ -239,15 +254,12 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
         runs[i] = replace(run, steps=_validate_run(where, run))
     if cli_keys:
         _refuse_varied_keys(where, runs, cli, cli_keys)
-    step = data.get("compare_step")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 1):
-        raise UserError(f"{where}: compare_step must be a positive integer step, got {step!r}")
-    return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
-                 _pick_baseline(where, data.get("baseline"), runs), step, executor=data.get("executor", {}),
+    return Suite(path, keys.name or path.stem, keys.description, Path(dump), runs,
+                 _pick_baseline(where, keys.baseline, runs), keys.compare_step, executor=data.get("executor", {}),
                  sweep=data.get("sweep"))
 
 
-def _scaling_suite(path: Path, data: dict[str, Any], shared: list[str], cli: list[str], cli_keys: set[str],
+def _scaling_suite(path: Path, keys: SuiteKeys, data: dict[str, Any], cli: list[str], cli_keys: set[str],
                    dump: str) -> Suite:
     """A suite from a ``[scaling]`` table (torchnlq/experiments/scaling.py): sizes x query types x seeds."""
     from torchnlq.experiments.scaling import expand_scaling
@@ -256,11 +268,12 @@ def _scaling_suite(path: Path, data: dict[str, Any], shared: list[str], cli: lis
     where = str(path)
     if "runs" in data or "grid" in data:
         raise UserError(f"{where}: [scaling] makes the suite's runs; remove [[runs]] and [grid]")
-    if not isinstance(data.get("config"), str):
+    if keys.config is None:
         raise UserError(f"{where}: [scaling] needs a top-level config (a TOML path relative to the suite file)")
-    config_path = Path(os.path.normpath(path.resolve().parent / data["config"]))
+    config_path = Path(os.path.normpath(path.resolve().parent / keys.config))
     if not config_path.is_file():
-        raise UserError(f"{where}: config '{data['config']}' not found (looked for {config_path})")
+        raise UserError(f"{where}: config '{keys.config}' not found (looked for {config_path})")
+    shared = keys.overrides
 
     def load(size_args: list[str]) -> tuple[Any, Any]:
         try:
@@ -279,11 +292,10 @@ def _scaling_suite(path: Path, data: dict[str, Any], shared: list[str], cli: lis
         fixed = (f"--job.name={planned_run.name}", f"--job.dump_folder={dump}")
         run = SuiteRun(planned_run.name, planned_run.arm, config_path, (*shared, *cli, *planned_run.overrides, *fixed))
         runs.append(replace(run, steps=_validate_run(where, run)))
-    step = data.get("compare_step")
-    if step is not None:
+    if keys.compare_step is not None:
         raise UserError(f"{where}: a scaling suite compares each run at its end; remove compare_step")
-    return Suite(path, str(data.get("name", path.stem)), str(data.get("description", "")), Path(dump), runs,
-                 _pick_baseline(where, data.get("baseline"), runs), None, scaling=True)
+    return Suite(path, keys.name or path.stem, keys.description, Path(dump), runs,
+                 _pick_baseline(where, keys.baseline, runs), None, scaling=True)
 
 
 def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: set[str]) -> None:
@@ -325,14 +337,6 @@ def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
 
 
 # ----- a run's state on disk, and its command (the executors and --status read them too)
-
-def read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    """``run_info.json`` of a run folder, or None when there is none (yet) or it is unreadable."""
-    try:
-        return json.loads((run_dir / "run_info.json").read_text())
-    except (OSError, ValueError):
-        return None
-
 
 def is_finished(info: dict[str, Any] | None, steps: int) -> bool:
     """Finished at exactly the requested steps (a run asked to train longer is not finished)."""

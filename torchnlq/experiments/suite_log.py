@@ -63,6 +63,17 @@ def read_records(dump_folder: Path) -> dict[str, list[Record]]:
     return records
 
 
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log file (what a failed trial or run said), or ""."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 8192))
+            lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines()]
+    except OSError:
+        return ""
+    return next((line for line in reversed(lines) if line), "")
+
+
 LOCK_NAME = ".suite.lock"
 
 

@@ -1,17 +1,15 @@
-"""Run a suite: each run through run_train.sh, one after another, then the comparison.
+"""Run a suite: its runs through its executor (experiments/executors.py), then the comparison.
 
 A failed run is reported and the suite goes on (one bad arm should not cost the night's other runs).
-Ctrl-C or SIGTERM is passed to the running trainer, which checkpoints and exits; then the suite stops.
+Ctrl-C or SIGTERM is passed to the running trainers, which checkpoint and exit; then the suite stops.
 """
 
 from __future__ import annotations
 
 import shlex
-import signal
-import subprocess
 import sys
-import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,49 +17,47 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import (
-    ExecutorConfig,
-    Task,
-    executor_config,
-    pool_slots,
-    run_pool,
-    split_table_options,
-)
-from torchnlq.experiments.suite import (
-    Suite,
-    SuiteRun,
-    display_path,
-    is_finished,
-    launcher_command,
-    load_suite,
-    read_run_info,
-    run_status,
-)
-from torchnlq.experiments.sweep import Sweep, parse_sweep, sweep_plan
+from torchnlq.experiments.executors import Executor, ExecutorConfig, Task
+from torchnlq.experiments.suite import Suite, SuiteRun, display_path, launcher_command, run_status
+from torchnlq.experiments.suite_command import build_executor, executors, load_command, submitting
+from torchnlq.experiments.sweep import Sweep, sweep_plan
+from torchnlq.models.counts import flops_per_token
 
-USAGE = """usage: run_suite.py SUITE.toml [--dry-run | --status] [--no-compare] [--wait] [--executor local|pool|slurm]
+USAGE = """usage: run_suite.py SUITE.toml [--dry-run | --status] [--no-compare] [--wait] [--executor NAME]
                     [--executor.KEY VALUE ...] [--sweep.KEY VALUE ...] [--section.key value ...]
 
-Train every run of a suite with run_train.sh, skipping finished runs and resuming interrupted ones, then
-compare them into the suite's folder; a suite with a [sweep] first searches each arm with Optuna.
-  --dry-run      print the commands, the budget in GPU-hours (a sweep's: every trial to its end) and, for slurm,
-                 the job script; do nothing else
+Train every run of a suite, skipping finished runs and resuming interrupted ones, then compare them into the
+suite's folder; a suite with a [sweep] first searches each arm with Optuna.
+  --dry-run      print the commands, the budget in GPU-hours (a sweep's: every trial to its end) and what the
+                 executor adds (slurm: the job script); do nothing else
   --status       each run's state (new, queued, running at step N, finished, failed, interrupted) and each
                  study's trials; writes the comparison when everything has finished
   --no-compare   skip the comparison at the end
-  --executor     where the runs go (default: the suite's [executor] type, else local):
-                   local  one after another in this process tree (NGPU passes through)
-                   pool   several at once on this machine (--executor.workers N, --executor.gpus_per_run N,
-                          --executor.devices [0,1]): each run on its own GPUs or share of the CPU threads
-                   slurm  one job array (--executor.partition P, --executor.account A, --executor.time 4:00:00,
-                          --executor.gpus_per_run N, --executor.constraint C, --executor.signal_seconds S, ...):
-                          submits and returns; the last job to finish writes the comparison
-  --wait         slurm: wait until every job has ended (and print the states)
+  --executor     where the runs go (default: the suite's [executor] type, else {default}): {names}
+  --wait         an executor that submits and returns ({submitting}): wait until every job has ended
   --sweep.KEY    change one key of the suite's [sweep] (e.g. --sweep.trials 16, --sweep.storage URL)
 Overrides apply to every run (after the suite's shared overrides), e.g. --data.path DIR
 or --job.dump_folder DIR (moves the whole suite); keys the suite varies per run are refused.
-See docs/experiments.md ("On a cluster", "Sweeps")."""
+See docs/experiments.md ("On a cluster", "Sweeps").
+
+[executor] keys (the suite's table, or --executor.KEY VALUE); each executor reads its own:"""
 FLAGS = ("--dry-run", "--no-compare", "--status", "--wait")
+
+
+def usage() -> str:
+    """USAGE with the registered executors and the keys of [executor] (each once, from its executor's Config) and
+    [sweep] (SweepSpec's), as their declarations say them."""
+    from torchnlq.config.render import table_help
+    from torchnlq.experiments.sweep import SweepSpec
+
+    known = executors()
+    lines: list[str] = []
+    for cls in known.values():
+        lines += table_help(cls.Config, "executor", {"executor.type": list(known)},
+                            skip=[line.split("\n")[0].strip()[len("--executor."):] for line in lines])
+    text = USAGE.format(default=ExecutorConfig.type, names=", ".join(known), submitting=", ".join(submitting()))
+    sweep = table_help(SweepSpec, "sweep", skip=["params"])  # [sweep.params]: its own table
+    return "\n".join([text, *lines, "\n[sweep] keys (the suite's table, or --sweep.KEY VALUE):", *sweep])
 
 
 def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | None = None) -> None:
@@ -74,81 +70,12 @@ def print_commands(suite: Suite, launcher: Path | None = None, out: TextIO | Non
     out.write("\n".join(lines) + "\n")  # one write: `| head` does not break it midway
 
 
-def _log(suite: Suite, line: str) -> None:
-    name, _, text = line.partition(" ")
-    suite_log.append(suite.dump_folder, name, text)
-
-
-def launch(cmd: list[str]) -> tuple[int, str | None]:
-    """Run one training command; returns (exit code, name of a signal the suite received meanwhile).
-
-    The child gets its own session, so a terminal's Ctrl-C reaches only the suite, which forwards
-    every SIGINT/SIGTERM to it (a second one still stops a stuck run the trainer's way).
-    """
-    received: list[str] = []
-    started: list[subprocess.Popen] = []  # the child, once it exists
-    pending: list[int] = []  # signals that arrived before it did
-
-    def forward(signum: int, frame: object) -> None:
-        received.append(signal.Signals(signum).name)
-        if started:
-            started[0].send_signal(signum)
-        else:
-            pending.append(signum)
-
-    # Handlers first, then the child: a signal in between would otherwise hit Python's
-    # default handler and end the suite while the run (in its own session) kept going.
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
-    try:
-        proc = subprocess.Popen(cmd, start_new_session=True)
-        started.append(proc)
-        for signum in pending:
-            proc.send_signal(signum)
-        code = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return code, (received[0] if received else None)
-
-
-def run_suite(suite: Suite, launcher: Path | None = None, compare: bool = True, out: TextIO | None = None) -> int:
-    """Train the suite's runs in order, then compare; 0 when every run finished, 1 if one failed, 130 if stopped."""
-    out = out or sys.stdout
-    check_finished_runs(suite)
-    failed: list[str] = []
-    start = time.perf_counter()
-    for i, run in enumerate(suite.runs, 1):
-        status = run_status(suite, run)
-        print(f"[suite] {i}/{len(suite.runs)} {run.name}: {status}", file=out, flush=True)
-        if is_finished(read_run_info(suite.run_dir(run)), run.steps):
-            continue
-        cmd = launcher_command(run, launcher)
-        print(f"[suite] $ {shlex.join(cmd)}", file=out, flush=True)
-        t0 = time.perf_counter()
-        code, stopped_by = launch(cmd)
-        seconds = time.perf_counter() - t0
-        _log(suite, f"{run.name} exit={code} seconds={seconds:.1f}"
-             + (f" stopped_by={stopped_by}" if stopped_by else ""))
-        if stopped_by:
-            print(f"[suite] stopped by {stopped_by} during {run.name} (exit {code}); run the same command to resume",
-                  file=out, flush=True)
-            return 130
-        if code != 0:
-            failed.append(run.name)
-            print(f"[suite] {run.name} failed with exit code {code}; going on with the next run", file=out, flush=True)
-    _summary(suite, failed, time.perf_counter() - start, out)
-    if compare:
-        compare_suite(suite, out)
-    return 1 if failed else 0
-
-
 def compare_suite(suite: Suite, out: TextIO | None = None) -> list[Path]:
     """Compare the suite's finished runs into its dump folder (nothing when the baseline has not finished)."""
     from torchnlq.experiments.compare import compare_runs
 
     out = out or sys.stdout
-    done = [r for r in suite.runs if is_finished(read_run_info(suite.run_dir(r)), r.steps)]
+    done = [r for r in suite.runs if suite.finished(r)]
     if suite.baseline not in {r.name for r in done}:
         print(f"[suite] no comparison: the baseline run {suite.baseline} has not finished", file=out)
         return []
@@ -185,7 +112,7 @@ def check_finished_runs(suite: Suite) -> None:
 
     for run in suite.runs:
         saved = suite.run_dir(run) / "config.toml"
-        if not is_finished(read_run_info(suite.run_dir(run)), run.steps) or not saved.is_file():
+        if not suite.finished(run) or not saved.is_file():
             continue
         try:
             before = load_job_config([str(saved)])
@@ -209,7 +136,7 @@ def check_data(suite: Suite) -> None:
 
     opened: dict[tuple[tuple[str, ...], str, str | None, int], dict[str, Any]] = {}
     for run in suite.runs:
-        if is_finished(read_run_info(suite.run_dir(run)), run.steps):
+        if suite.finished(run):
             continue
         cfg = load_job_config([str(run.config), *run.overrides])
         data = cfg.data
@@ -228,7 +155,7 @@ def check_data(suite: Suite) -> None:
 def main(argv: list[str]) -> int:
     """Parse the command line (see USAGE) and run, submit, print or report the suite."""
     if argv and (argv[0] in ("-h", "--help") or "--help" in argv):
-        print(USAGE)
+        print(usage())
         return 0
     if not argv or argv[0].startswith("--"):
         raise UserError("give the suite file first: run_suite.py SUITE.toml [--dry-run] [--no-compare] "
@@ -238,12 +165,11 @@ def main(argv: list[str]) -> int:
     options = [a for a in rest if a not in FLAGS]
     if {"--dry-run", "--status"} <= flags:
         raise UserError("--dry-run and --status each print and do nothing else; give one of them")
-    overrides, tables = split_table_options(options, ("executor", "sweep"))
-    suite = load_suite(path, overrides)
-    executor = executor_config(str(suite.path), suite.executor, tables["executor"])
-    sweep = Sweep(suite, parse_sweep(suite, tables["sweep"])) if suite.sweep is not None or tables["sweep"] else None
-    if "--wait" in flags and executor.type != "slurm":
-        raise UserError(f"--wait is for --executor slurm (the {executor.type} executor waits for its runs anyway)")
+    command = load_command(path, options)
+    suite, executor, sweep = command.suite, command.executor, command.sweep
+    if "--wait" in flags and not executor.submits:
+        raise UserError(f"--wait is for --executor {'|'.join(submitting())} (the {executor.name} executor waits for "
+                        "its runs anyway)")
     compare = "--no-compare" not in flags
     if "--status" in flags:
         return report_status(suite, sweep, executor, compare)
@@ -251,14 +177,12 @@ def main(argv: list[str]) -> int:
         print_plan(suite, sweep, executor)
         return 0
     check_data(suite)
-    context = {"suite": str(suite.path), "argv": options, "compare": compare}
+    context = {"suite": str(suite.path), "name": suite.name, "argv": options, "compare": compare}
     return advance(suite, sweep, executor, context, wait="--wait" in flags)
 
 
-def print_plan(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig) -> None:
-    """The dry run: the commands (a sweep's trial command and its budget), and a SLURM job script."""
-    from torchnlq.experiments.scaling import budget_table
-
+def print_plan(suite: Suite, sweep: Sweep | None, executor: Executor) -> None:
+    """The dry run: the commands (a sweep's trial command and its budget), and what the executor adds."""
     if sweep is None:
         print_commands(suite)
         print(f"\n# budget\n{budget_table(suite.runs)}")  # what it will cost, before anything runs
@@ -269,16 +193,62 @@ def print_plan(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig) -> N
         counts = [spec.trials] * len(suite.runs) + [len(spec.rerun_seeds)] * (len(runs) - len(suite.runs))
         names = [f"{r.name} trials" for r in suite.runs] + [f"{r.name} reruns" for r in runs[len(suite.runs):]]
         print(f"\n# budget (every trial trained to its end: pruning only saves)\n{budget_table(runs, counts, names)}")
-    if executor.type == "slurm":
-        from torchnlq.experiments.slurm import job_script
-
-        count = (executor.workers or 2) if sweep is not None else len(suite.runs)
-        manifest = suite.dump_folder / "slurm" / "submit-N.json"
-        script = job_script(executor, suite.name, manifest, count, suite.dump_folder)
-        print(f"\n# the job script (--executor slurm)\n{script}", end="")
+    plan = executor.plan(suite.name, suite.dump_folder, executor.sweep_workers() if sweep else len(suite.runs))
+    if plan:
+        print(f"\n{plan}", end="")
 
 
-def report_status(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, compare: bool) -> int:
+# ----- what a suite will cost (the dry run) ------------------------------------------------------------------
+
+#: The MFU (torchnlq's count) measured for the default profile compiled with the full-logits loss on one H200
+#: (2026-11-28, docs/performance.md); the budget assumes it at every size, which larger widths usually beat.
+MEASURED_MFU = 0.40
+#: The cards a budget is given for: dense bf16 peak TFLOP/s and memory in GiB.
+BUDGET_CARDS = {"RTX 5090": (209.5, 32.0), "H100 SXM": (989.0, 80.0)}
+
+
+def _hours(hours: float) -> str:
+    """Three significant digits, whole hours with thousands separators from 100 on."""
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
+def budget_table(runs: Sequence[Any], counts: Sequence[int] | None = None, names: Sequence[str] | None = None) -> str:
+    """A suite's cost before it runs: per run its tokens, training FLOPs (the model's count), the GPU-hours on each
+    of :data:`BUDGET_CARDS` at :data:`MEASURED_MFU`, and the memory estimate of its micro-batch against each card.
+    ``counts``: how many times each run is trained (a sweep's trials, its reruns), named ``names``."""
+    from torchnlq.train.memory_estimate import GIB, HEADROOM, estimate_memory
+    from torchnlq.train.preflight import check_job_config
+
+    header = ["run", "steps", "tokens", "training FLOPs", *(f"{card} hours" for card in BUDGET_CARDS),
+              "memory estimate (GiB)"]
+    rows, totals, estimates = [], dict.fromkeys(BUDGET_CARDS, 0.0), {}
+    for i, run in enumerate(runs):
+        count = counts[i] if counts else 1
+        cfg = load_job_config([*run.argv(), "--training.device=cuda"])
+        args = check_job_config(cfg)
+        t = cfg.training
+        tokens = t.steps * t.tokens_per_step()
+        flops = flops_per_token(args, t.seq_len) * tokens
+        shape = (args.n_layers, args.dim, args.query.type, t.micro_batch_size, t.seq_len)
+        if shape not in estimates:  # seeds share a size's estimate
+            estimates[shape] = estimate_memory(cfg, args, 1, "cuda").total / GIB
+        hours = {card: count * flops / (MEASURED_MFU * peak * 1e12) / 3600 for card, (peak, _) in BUDGET_CARDS.items()}
+        for card in totals:
+            totals[card] += hours[card]
+        fits = ", ".join(card for card, (_, gib) in BUDGET_CARDS.items() if estimates[shape] <= (1 - HEADROOM) * gib)
+        name = f"{names[i] if names else run.name}" + (f" (x {count})" if counts else "")
+        rows.append([name, f"{t.steps:,}", f"{tokens:,}", f"{flops:.3g}", *(_hours(h) for h in hours.values()),
+                     f"{estimates[shape]:.1f} (fits: {fits or 'neither card: lower the micro-batch'})"])
+    rows.append(["total", "", "", "", *(_hours(h) for h in totals.values()), ""])
+    lines = [f"| {' | '.join(header)} |", "| --- | " + "---: | " * (len(header) - 2) + "--- |"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return "\n".join(lines) + (f"\n\nGPU-hours at {100 * MEASURED_MFU:.0f}% MFU (torchnlq's count; measured for "
+                               "GPT-2 small on one H200, compiled: docs/performance.md) on one card; the memory "
+                               "estimate is the config's micro-batch on CUDA in bf16 "
+                               "(torchnlq/train/memory_estimate.py).")
+
+
+def report_status(suite: Suite, sweep: Sweep | None, executor: Executor, compare: bool) -> int:
     """--status: print the states; write the comparison when everything has finished."""
     from torchnlq.experiments.suite_status import print_status
     from torchnlq.experiments.tuned import best_config_path, tuned_suite
@@ -293,16 +263,16 @@ def report_status(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, c
     return 0
 
 
-def advance(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, context: dict[str, Any], wait: bool = False,
+def advance(suite: Suite, sweep: Sweep | None, executor: Executor, context: dict[str, Any], wait: bool = False,
             after_job: bool = False, out: TextIO | None = None) -> int:
-    """Take the suite as far as its executor goes: train (local, pool) or submit (slurm) what is left of the
-    current stage (a sweep's trials, then its reruns; a suite's runs), then compare.
+    """Take the suite as far as its executor goes: run (or submit) what is left of the current stage (a sweep's
+    trials, then its reruns; a suite's runs), then compare.
 
-    ``after_job``: called by a SLURM job that just ended (slurm_job): only what was never submitted is submitted
-    (a failed run waits for the user's command), and the comparison is written once everything has finished.
+    ``after_job``: called by a submitted job that just ended (slurm_job): only what was never submitted is
+    submitted (a failed run waits for the user's command), and the comparison is written once everything has
+    finished.
     """
     out = out or sys.stdout
-    compare = context.get("compare", True)
     if sweep is not None:
         from torchnlq.experiments.tuned import best_config_path, tuned_suite, write_best_configs, write_plots
 
@@ -320,98 +290,69 @@ def advance(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, context
         if suite is None:
             print("[sweep] done; set [sweep] rerun_seeds to rerun each arm's best and compare them", file=out)
             return 0
-    return run_stage(suite, executor, context, compare, wait, after_job, out)
+    return run_stage(suite, executor, context, context.get("compare", True), wait, after_job, out)
 
 
-def run_stage(suite: Suite, executor: ExecutorConfig, context: dict[str, Any], compare: bool, wait: bool,
-              after_job: bool, out: TextIO) -> int:
-    """Train or submit a suite's unfinished runs, then compare them (on SLURM: once the last has finished)."""
-    if executor.type == "local":
-        return run_suite(suite, compare=compare, out=out)
+def run_stage(suite: Suite, executor: Executor | None = None, context: dict[str, Any] | None = None,
+              compare: bool = True, wait: bool = False, after_job: bool = False, out: TextIO | None = None,
+              launcher: Path | None = None) -> int:
+    """Run (or submit) a suite's unfinished runs, then compare them; 0 when every run finished (or was submitted),
+    1 if one failed, 130 if a signal stopped the suite. ``executor``: the suite's own by default."""
+    out = out or sys.stdout
+    executor = executor or build_executor(str(suite.path), suite.executor, {})
     check_finished_runs(suite)
-    tasks = [Task(r.name, tuple(launcher_command(r)), str(suite.run_dir(r)), r.steps) for r in suite.runs]
-    if executor.type == "pool":
-        start = time.perf_counter()
-        failed, stopped_by = run_pool(tasks, pool_slots(executor), suite.dump_folder, out)
-        if stopped_by:
-            print(f"[suite] stopped by {stopped_by}; run the same command to resume", file=out, flush=True)
-            return 130
-        _summary(suite, failed, time.perf_counter() - start, out)
-        if compare:
-            compare_suite(suite, out)
-        return 1 if failed else 0
-    from torchnlq.experiments import slurm
-
-    created = suite_log.first_missing(suite.dump_folder)
-    try:
-        with suite_log.suite_lock(suite.dump_folder):  # two jobs ending at once submit the next stage once
-            todo = [t for t, r in zip(tasks, suite.runs) if not is_finished(read_run_info(suite.run_dir(r)), r.steps)]
-            alive = slurm.alive_jobs(suite.dump_folder, [t.name for t in todo]) if todo else {}
-            todo = [t for t in todo
-                    if t.name not in alive and not (after_job and slurm.submitted_ever(suite.dump_folder, t.name))]
-            if todo:
-                slurm.submit(todo, executor, suite.dump_folder, suite.name, context, out)
-    except UserError:
-        if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
-            suite_log.remove_lock(suite.dump_folder, created)
-        raise
-    if wait:
-        slurm.wait_for(suite.dump_folder, [r.name for r in suite.runs], executor, out)
-    finished = all(is_finished(read_run_info(suite.run_dir(r)), r.steps) for r in suite.runs)
-    if finished and compare:
+    tasks = [Task(r.name, tuple(launcher_command(r, launcher)), str(suite.run_dir(r)), r.steps) for r in suite.runs]
+    start = time.perf_counter()
+    outcome = executor.run(tasks, suite.dump_folder, context or {"name": suite.name}, after_job, out)
+    if outcome.stopped_by:
+        print(f"[suite] stopped by {outcome.stopped_by}; run the same command to resume", file=out, flush=True)
+        return 130
+    if outcome.ended:
+        _summary(suite, list(outcome.failed), time.perf_counter() - start, out)
+    elif wait:
+        executor.wait(suite.dump_folder, [r.name for r in suite.runs], out)
+    finished = all(suite.finished(r) for r in suite.runs)
+    if compare and (finished or outcome.ended):
         with suite_log.suite_lock(suite.dump_folder):
             compare_suite(suite, out)
-    elif wait:
-        print("[slurm] not every run finished: see run_suite.py SUITE --status", file=out, flush=True)
-        return 1
-    return 0
+    if wait and not finished:
+        print("[suite] not every run finished: see run_suite.py SUITE --status", file=out, flush=True)
+    return 1 if outcome.failed or (wait and not finished) else 0
 
 
-def run_workers(sweep: Sweep, executor: ExecutorConfig, context: dict[str, Any], wait: bool, out: TextIO) -> int:
-    """A sweep's trials: one worker in this process (local), a worker per place of the pool, or worker jobs."""
-    from torchnlq.experiments.sweep_worker import Worker, worker_tasks
+def run_workers(sweep: Sweep, executor: Executor, context: dict[str, Any], wait: bool, out: TextIO) -> int:
+    """A sweep's trials: its executor's sweep workers, run until the studies are done (or submitted)."""
+    from torchnlq.experiments.sweep_worker import worker_tasks
 
     sweep.check_studies()
-    if executor.type == "local":
-        worker = Worker(sweep, 0, out)
-        worker.run()
-        return 130 if worker.stopped else 0
-    if executor.type == "pool":
-        slots = pool_slots(executor)
-        while not sweep.done():
-            before = sweep.counts()
-            failed, stopped_by = run_pool(worker_tasks(sweep, len(slots), context), slots, sweep.dump, out)
-            if stopped_by:
-                return 130
-            if sweep.counts() == before:  # no worker got anywhere: its log says why
-                print(f"[sweep] the workers stopped without progress ({', '.join(failed) or 'no error'}); see "
-                      f"{display_path(sweep.dump / 'logs')}", file=out, flush=True)
-                return 1
-        return 0
-    from torchnlq.experiments import slurm
-
-    tasks = worker_tasks(sweep, executor.workers or 2, context)
-    alive = slurm.alive_jobs(sweep.dump, [t.name for t in tasks])
-    todo = [t for t in tasks if t.name not in alive]
-    if todo:
-        slurm.submit(todo, executor, sweep.dump, sweep.suite.name, context, out)
-    if wait:
-        slurm.wait_for(sweep.dump, [t.name for t in tasks], executor, out)
-    return 0
+    tasks = worker_tasks(sweep, executor.sweep_workers(), context)
+    while True:
+        before = sweep.counts()
+        outcome = executor.run(tasks, sweep.dump, context, False, out)
+        if outcome.stopped_by:
+            print(f"[sweep] stopped by {outcome.stopped_by}; run the same command to resume", file=out, flush=True)
+            return 130
+        if not outcome.ended:
+            if wait:
+                executor.wait(sweep.dump, [t.name for t in tasks], out)
+            return 0
+        if sweep.done():
+            return 0
+        if sweep.counts() == before:  # no worker got anywhere: its log says why
+            print(f"[sweep] the workers stopped without progress ({', '.join(outcome.failed) or 'no error'}); see "
+                  f"their output ({display_path(sweep.dump / 'logs')} unless on this terminal)", file=out, flush=True)
+            return 1
 
 
 def advance_after_job(manifest: dict[str, Any]) -> None:
-    """What a SLURM job does when its task ended by itself: the suite's next step (see :func:`advance`)."""
-    argv = [str(a) for a in manifest.get("argv", [])]
-    overrides, tables = split_table_options(argv, ("executor", "sweep"))
-    suite = load_suite(str(manifest["suite"]), overrides)
-    executor = executor_config(str(suite.path), suite.executor, tables["executor"])
-    sweep = Sweep(suite, parse_sweep(suite, tables["sweep"])) if suite.sweep is not None else None
-    advance(suite, sweep, executor, manifest, after_job=True)
+    """What a submitted job does when its task ended by itself: the suite's next step (see :func:`advance`)."""
+    command = load_command(str(manifest["suite"]), [str(a) for a in manifest.get("argv", [])])
+    advance(command.suite, command.sweep, command.executor, manifest, after_job=True)
 
 
 def _summary(suite: Suite, failed: list[str], wall: float, out: TextIO) -> None:
-    _log(suite, f"suite {suite.name}: {len(suite.runs)} runs, {len(failed)} failed, wall {wall:.1f}s")
+    suite_log.append(suite.dump_folder, "suite", f"{suite.name}: {len(suite.runs)} runs, {len(failed)} failed, "
+                     f"wall {wall:.1f}s")
     print(f"[suite] done in {wall / 60:.1f} min: {len(suite.runs) - len(failed)}/{len(suite.runs)} runs finished"
           + (f"; failed: {', '.join(failed)}" if failed else ""), file=out, flush=True)
 

@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 from typing import TextIO
 
+from torchnlq.checkpoint.record import read_run_info
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import LOGS_FOLDER, ExecutorConfig
-from torchnlq.experiments.suite import Suite, SuiteRun, display_path, is_finished, read_run_info
-from torchnlq.experiments.sweep import Sweep, counted_trials, run_number
-from torchnlq.experiments.sweep_worker import describe, last_line
+from torchnlq.experiments.executors import LOGS_FOLDER, Activity, Executor
+from torchnlq.experiments.suite import Suite, SuiteRun, display_path, is_finished
+from torchnlq.experiments.suite_log import last_line
+from torchnlq.experiments.sweep import Sweep, counted_trials, describe, run_number
 from torchnlq.train.run_lock import RunLock
 
 _STEP_LINE = re.compile(rb"step\s+(\d+)/(\d+)")
@@ -41,19 +42,17 @@ def _locked(run_dir: Path) -> bool:
         return True
 
 
-def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], queue: dict[str, tuple[str, str]],
+def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], activity: Activity | None,
               dump: Path) -> str:
-    """One phrase for one run (see the module's docstring)."""
+    """One phrase for one run (see the module's docstring); ``activity``: what its executor says of it."""
     info = read_run_info(run_dir)
     if is_finished(info, run.steps):
         return "finished"
-    job = next((r.fields["job"] for r in reversed(records) if "submitted" in r.fields), None)
-    state, reason = queue.get(job, ("", "")) if job else ("", "")
     at = current_step(run_dir)
-    if state == "PENDING":
-        return f"queued (job {job}: {reason})"
-    if state or _locked(run_dir):
-        where = f" (job {job})" if state else ""
+    if activity is not None and activity.queued:
+        return f"queued ({activity.where}" + (f": {activity.reason})" if activity.reason else ")")
+    if activity is not None or _locked(run_dir):
+        where = f" ({activity.where})" if activity is not None else ""
         return f"running at step {at}{where}" if at is not None else f"running, starting{where}"
     end = next((r for r in reversed(records) if "exit" in r.fields), None)
     if end is not None and end.fields["exit"] != "0" and "stopped_by" not in end.fields:
@@ -64,40 +63,37 @@ def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], que
     return "new"
 
 
-def suite_states(suite: Suite, queue: dict[str, tuple[str, str]]) -> dict[str, str]:
+def suite_states(suite: Suite, alive: dict[str, Activity]) -> dict[str, str]:
     """Every run's state phrase, by name."""
     records = suite_log.read_records(suite.dump_folder)
-    return {run.name: run_state(run, suite.run_dir(run), records.get(run.name, []), queue, suite.dump_folder)
-            for run in suite.runs}
+    return {run.name: run_state(run, suite.run_dir(run), records.get(run.name, []), alive.get(run.name),
+                                suite.dump_folder) for run in suite.runs}
 
 
-def read_queue(executor: ExecutorConfig, out: TextIO) -> dict[str, tuple[str, str]]:
-    """The scheduler's view when the suite runs on SLURM (its commands missing: the folders alone, said once)."""
-    if executor.type != "slurm":
-        return {}
-    from torchnlq.experiments import slurm
-
+def held_tasks(executor: Executor, dump: Path, names: list[str], out: TextIO) -> dict[str, Activity]:
+    """What the executor still holds of ``names`` (when it cannot tell: the folders alone, said once)."""
     try:
-        return slurm.queue_states()
+        return executor.alive(dump, names)
     except UserError as e:
-        print(f"# without the queue ({e}): states from the run folders only", file=out)
+        print(f"# without the {executor.name} executor's view ({e}): states from the run folders only", file=out)
         return {}
 
 
-def print_status(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, out: TextIO,
+def print_status(suite: Suite, sweep: Sweep | None, executor: Executor, out: TextIO,
                  tuned: Suite | None = None) -> bool:
     """Print the suite's state; True when everything it runs has finished (its comparison can be written)."""
-    queue = read_queue(executor, out)
-    lines = [f"# suite {suite.name} ({display_path(suite.dump_folder)}), executor {executor.type}"]
+    lines = [f"# suite {suite.name} ({display_path(suite.dump_folder)}), executor {executor.name}"]
     finished = True
     if sweep is not None:
         finished = sweep.done(create=False)
-        lines += _sweep_lines(sweep, queue)
+        workers = sorted(n for n in suite_log.read_records(sweep.dump) if n.startswith("worker-"))
+        lines += _sweep_lines(sweep, held_tasks(executor, sweep.dump, workers, out) if workers else {})
         runs_suite = tuned
     else:
         runs_suite = suite
     if runs_suite is not None:
-        states = suite_states(runs_suite, queue)
+        states = suite_states(runs_suite, held_tasks(executor, runs_suite.dump_folder,
+                                                     [r.name for r in runs_suite.runs], out))
         width = max(map(len, states))
         lines += [f"{name:<{width}}  {state}" for name, state in states.items()]
         finished = finished and all(s == "finished" for s in states.values())
@@ -107,17 +103,12 @@ def print_status(suite: Suite, sweep: Sweep | None, executor: ExecutorConfig, ou
     return finished
 
 
-def _sweep_lines(sweep: Sweep, queue: dict[str, tuple[str, str]]) -> list[str]:
+def _sweep_lines(sweep: Sweep, workers: dict[str, Activity]) -> list[str]:
     import optuna
 
     lines = [f"# sweep: {sweep.spec.trials} trials per arm, {sweep.spec.sampler} sampler, {sweep.spec.pruner} pruner, "
              f"storage {sweep.storage_url}"]
-    records = suite_log.read_records(sweep.dump)
-    workers = sorted(n for n in records if n.startswith("worker-"))
-    for name in workers:
-        job = next((r.fields["job"] for r in reversed(records[name]) if "submitted" in r.fields), None)
-        if job and job in queue:
-            lines.append(f"{name}: job {job} {queue[job][0].lower()}")
+    lines += [f"{name}: {activity.where} {activity.state}" for name, activity in sorted(workers.items())]
     for arm in sweep.arms:
         study = sweep.study(arm, create=False)
         trials = counted_trials(study) if study is not None else []  # a retried attempt gives way to its retry

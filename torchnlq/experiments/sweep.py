@@ -12,21 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchnlq.config.manager import load_job_config
-from torchnlq.errors import UserError, closest
-from torchnlq.experiments.executors import check_keys
+from torchnlq.config.job_config import option
+from torchnlq.config.manager import check_keys, load_job_config, load_table
+from torchnlq.errors import UserError
 from torchnlq.experiments.suite import Suite, SuiteRun, format_value, override_keys
 from torchnlq.train.preflight import check_registry_names
 
 if TYPE_CHECKING:
     import optuna
 
-SWEEP_KEYS = ("params", "trials", "sampler", "sampler_options", "seed", "pruner", "pruner_options",
-              "objective_tokens", "storage", "study", "rerun_seeds", "poll_seconds", "heartbeat_seconds")
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RANGE_KEYS = ("low", "high", "log", "step")
@@ -71,28 +69,34 @@ class Param:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The ``[sweep]`` table, checked."""
+    """The ``[sweep]`` table, checked (its ``[sweep.params]``: :class:`Param`\\ s)."""
 
-    params: tuple[Param, ...]
-    trials: int
-    sampler: str = "tpe"
-    sampler_options: tuple[tuple[str, Any], ...] = ()
-    seed: int = 0
-    pruner: str = "median"
-    pruner_options: tuple[tuple[str, Any], ...] = ()
-    objective_tokens: int | None = None
-    storage: str | None = None
-    study: str | None = None
-    rerun_seeds: tuple[int, ...] = ()
-    poll_seconds: float = 5.0
-    heartbeat_seconds: int = 60
+    params: tuple[Param, ...] = option((), "The config keys searched ([sweep.params]): a list of choices, or a range "
+                                       "{low, high, log, step}.")
+    trials: int | None = option(None, "Trials of each arm's study (its budget); a grid: its size by default.", min=1)
+    sampler: str = option("tpe", "Optuna's sampler.", choices=SAMPLERS)
+    sampler_options: dict[str, Any] | None = option(None, "Keyword arguments of the sampler, e.g. "
+                                                    "{n_startup_trials = 3}.")
+    seed: int = option(0, "The sampler's seed (trial N asks with seed + N).")
+    pruner: str = option("median", "Optuna's pruner (none: every trial to its end).", choices=PRUNERS)
+    pruner_options: dict[str, Any] | None = option(None, "Keyword arguments of the pruner.")
+    objective_tokens: int | None = option(None, "The objective: the validation loss after this many training tokens "
+                                          "(unset: at the run's end).", min=1)
+    storage: str | None = option(None, "Optuna's storage: an SQLAlchemy URL or a journal file path (unset: "
+                                 "sweep.db in the suite's folder).")
+    study: str | None = option(None, "The studies' name prefix (unset: the suite's name).")
+    rerun_seeds: list[int] = option([], "Seeds each arm's best config is rerun at, then compared.")
+    poll_seconds: float = option(5.0, "Seconds between a worker's looks at its run's validations.", min=0,
+                                 min_exclusive=True)
+    heartbeat_seconds: int = option(60, "Database storage: seconds between a running trial's heartbeats; a trial "
+                                    "with none for twice that has lost its worker and is taken over.", min=1)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_value(where: str, key: str, value: Any) -> None:
+def _check_drawn_value(where: str, key: str, value: Any) -> None:
     try:
         check_registry_names(load_job_config([f"--{key}={format_value(value)}"]))
     except UserError as e:
@@ -109,12 +113,15 @@ def parse_param(where: str, key: str, spec: Any) -> Param:
         if len(set(map(repr, spec))) != len(spec):
             raise UserError(f"{where}: '{key}' lists a value twice; list each choice once")
         for value in spec:
-            _check_value(where, key, value)
+            _check_drawn_value(where, key, value)
         return Param(key, choices=tuple(spec))
     if not isinstance(spec, dict):
         raise UserError(f"{where}: '{key}' must be a list of choices or a range {{low = ..., high = ...}}, "
                         f"got {spec!r}")
-    check_keys(f"{where}: '{key}'", spec, RANGE_KEYS)
+    try:
+        check_keys("range", spec, RANGE_KEYS)
+    except UserError as e:
+        raise UserError(f"{where}: '{key}': {e}") from None
     low, high, log, step = spec.get("low"), spec.get("high"), spec.get("log", False), spec.get("step")
     if not (_number(low) and _number(high)) or low >= high:
         raise UserError(f"{where}: '{key}' needs numbers low < high, got low = {low!r}, high = {high!r}")
@@ -126,27 +133,21 @@ def parse_param(where: str, key: str, spec: Any) -> Param:
         raise UserError(f"{where}: '{key}': step must be a positive number, and not with log = true (got {step!r})")
     param = Param(key, low, high, log, step)
     for value in (low, high):
-        _check_value(where, key, int(value) if param.is_int else float(value))
+        _check_drawn_value(where, key, int(value) if param.is_int else float(value))
     return param
 
 
-def _options(where: str, value: Any) -> tuple[tuple[str, Any], ...]:
-    if not isinstance(value, dict):
-        raise UserError(f"{where} must be a table of keyword arguments, e.g. {{n_startup_trials = 3}}")
-    return tuple(value.items())
-
-
-def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
-    """The suite's ``[sweep]`` with ``--sweep.KEY`` on top, checked against the suite's runs (its arms)."""
+def parse_sweep(suite: Suite, options: dict[str, str]) -> SweepSpec:
+    """The suite's ``[sweep]`` with ``--sweep.KEY VALUE`` on top, checked against the suite's runs (its arms)."""
     where = f"{suite.path}: [sweep]"
     if suite.sweep is None:
         if options:
             raise UserError(f"--sweep.{next(iter(options))}: {suite.path} has no [sweep] table to change")
         raise UserError(f"{suite.path} has no [sweep] table")
-    table = {**suite.sweep, **options}
-    check_keys(where, table, SWEEP_KEYS)
-    raw = table.get("params")
-    if not isinstance(raw, dict) or not raw:
+    table = {k: v for k, v in suite.sweep.items() if k != "params"}
+    spec = load_table(SweepSpec, str(suite.path), "sweep", table, {k: v for k, v in options.items() if k != "params"})
+    raw = suite.sweep.get("params")
+    if not isinstance(raw, dict) or not raw or "params" in options:
         raise UserError(f"{where} needs [sweep.params]: the config keys to search, e.g. "
                         "\"optimizer.lr\" = {low = 1e-4, high = 1e-2, log = true}")
     params = tuple(parse_param(f"{where}.params", key, spec) for key, spec in raw.items())
@@ -155,45 +156,13 @@ def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
         if own:
             raise UserError(f"{where}: '{sorted(own)[0]}' is searched, and run '{run.name}' sets it too; remove it "
                             "from the run (the search would override it) or from [sweep.params]")
-    values: dict[str, Any] = {}
-    for key, check in (("trials", "positive"), ("seed", "int"), ("objective_tokens", "positive"),
-                       ("heartbeat_seconds", "positive")):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, int) or (check == "positive" and value < 1):
-                raise UserError(f"{where}: {key} must be a {'positive ' if check == 'positive' else ''}integer, "
-                                f"got {value!r}")
-            values[key] = value
-    for key, choices in (("sampler", SAMPLERS), ("pruner", PRUNERS)):
-        if key in table:
-            if table[key] not in choices:
-                match = closest(str(table[key]), choices)
-                raise UserError(f"{where}: {key} = {table[key]!r}: choose {', '.join(choices)}"
-                                + (f" (did you mean '{match}'?)" if match else ""))
-            values[key] = table[key]
-    for key in ("sampler_options", "pruner_options"):
-        if key in table:
-            values[key] = _options(f"{where}: {key}", table[key])
-    for key in ("storage", "study"):
-        if key in table:
-            if not isinstance(table[key], str) or not table[key].strip():
-                raise UserError(f"{where}: {key} must be a non-empty string, got {table[key]!r}")
-            values[key] = table[key]
-    if "rerun_seeds" in table:
-        seeds = table["rerun_seeds"]
-        if not (isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)) \
-                or len(set(seeds)) != len(seeds):
-            raise UserError(f"{where}: rerun_seeds must be a list of distinct integer seeds, got {seeds!r}")
-        if "training.seed" in raw:
-            raise UserError(f"{where}: training.seed is searched, so reruns at rerun_seeds would change the setting "
-                            "found; search other keys, or drop rerun_seeds")
-        values["rerun_seeds"] = tuple(seeds)
-    if "poll_seconds" in table:
-        if not _number(table["poll_seconds"]) or table["poll_seconds"] <= 0:
-            raise UserError(f"{where}: poll_seconds must be a positive number, got {table['poll_seconds']!r}")
-        values["poll_seconds"] = float(table["poll_seconds"])
-    sampler = values.get("sampler", "tpe")
-    if sampler == "grid":
+    if len(set(spec.rerun_seeds)) != len(spec.rerun_seeds):
+        raise UserError(f"{where}: rerun_seeds must be a list of distinct integer seeds, got {spec.rerun_seeds!r}")
+    if spec.rerun_seeds and "training.seed" in raw:
+        raise UserError(f"{where}: training.seed is searched, so reruns at rerun_seeds would change the setting "
+                        "found; search other keys, or drop rerun_seeds")
+    trials = spec.trials
+    if spec.sampler == "grid":
         size = 1
         for param in params:
             grid = param.grid_values()
@@ -201,17 +170,16 @@ def parse_sweep(suite: Suite, options: dict[str, Any]) -> SweepSpec:
                 raise UserError(f"{where}: sampler = 'grid' needs values to visit: '{param.key}' is a float range "
                                 "without a step (give a step, or a list of choices)")
             size *= len(grid)
-        values.setdefault("trials", size)
-        if values["trials"] > size:
-            raise UserError(f"{where}: trials = {values['trials']} but the grid has {size} points; a grid visits "
-                            "each once")
-    if "trials" not in values:
+        trials = size if trials is None else trials
+        if trials > size:
+            raise UserError(f"{where}: trials = {trials} but the grid has {size} points; a grid visits each once")
+    if trials is None:
         raise UserError(f"{where} needs trials: how many trials each arm's study runs (its budget)")
     try:
         import optuna  # noqa: F401 - only whether it is there
     except ImportError:
         raise UserError(f"{suite.path} has a [sweep], which needs Optuna: pip install -e '.[sweep]'") from None
-    spec = SweepSpec(params, **values)
+    spec = replace(spec, params=params, trials=trials)
     build_sampler(spec, spec.seed)  # their options are checked now, before anything runs
     build_pruner(spec)
     return spec
@@ -392,23 +360,23 @@ def open_storage(url: str, dump: Path, heartbeat_seconds: int = 60) -> Any:
                         "sqlite:///path/sweep.db, or a journal file path") from None
 
 
-def _with_options(where: str, cls: Any, options: Sequence[tuple[str, Any]], **fixed: Any) -> Any:
+def _with_options(where: str, cls: Any, options: dict[str, Any] | None, **fixed: Any) -> Any:
     import inspect
 
     allowed = [p for p in inspect.signature(cls).parameters if p not in fixed]
-    kwargs = dict(options)
-    check_keys(where, kwargs, allowed)
+    kwargs = dict(options or {})
     try:
+        check_keys(where, kwargs, allowed)
         return cls(**fixed, **kwargs)
     except (TypeError, ValueError) as e:
-        raise UserError(f"{where}: {e}") from None
+        raise UserError(f"{where} of {cls.__name__}: {e}") from None
 
 
 def build_sampler(spec: SweepSpec, seed: int | None) -> Any:
     """Optuna's sampler for ``spec.sampler``, seeded (each trial asks with its own seed: see sweep_worker)."""
     import optuna
 
-    where = f"[sweep] sampler_options for {spec.sampler}"
+    where = "sweep.sampler_options"
     if spec.sampler == "grid":
         space = {p.key: p.grid_values() for p in spec.params}
         return _with_options(where, optuna.samplers.GridSampler, spec.sampler_options, search_space=space, seed=seed)
@@ -430,13 +398,7 @@ def build_pruner(spec: SweepSpec) -> Any:
     cls = {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
            "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
            "hyperband": optuna.pruners.HyperbandPruner}[spec.pruner]
-    return _with_options(f"[sweep] pruner_options for {spec.pruner}", cls, spec.pruner_options)
-
-
-def tokens_per_step(cfg: Any, world_size: int) -> int:
-    """Training tokens of one optimizer step of a resolved config on ``world_size`` processes."""
-    t = cfg.training
-    return t.micro_batch_size * t.grad_accum_steps * t.seq_len * world_size
+    return _with_options("sweep.pruner_options", cls, spec.pruner_options)
 
 
 def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
@@ -445,7 +407,7 @@ def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
     steps = cfg.training.steps
     if spec.objective_tokens is None:
         return steps
-    per_step = tokens_per_step(cfg, world_size)
+    per_step = cfg.training.tokens_per_step(world_size)
     step, rest = divmod(spec.objective_tokens, per_step)
     if rest or not 0 < step <= steps:
         raise UserError(f"objective_tokens = {spec.objective_tokens:,} is not a whole step of this run "
@@ -456,6 +418,11 @@ def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
         raise UserError(f"objective_tokens = {spec.objective_tokens:,} is step {step}, where the run does not "
                         f"validate (validation.interval = {interval}): make the interval divide {step}")
     return step
+
+
+def describe(params: dict[str, Any]) -> str:
+    """``optimizer.lr=0.003, model.query.type=linear``: a trial's values, floats to 4 significant digits."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def sweep_plan(sweep: Sweep) -> str:

@@ -36,10 +36,11 @@ from torchnlq.cli import run_cli
 from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
-from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, Task
+from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, Children, Task
 from torchnlq.experiments.suite import is_finished, launcher_command, read_run_info
-from torchnlq.experiments.sweep import (Arm, Sweep, counted_trials, objective_step, quiet_experimental,
-                                        retry_callback, run_number, tokens_per_step)
+from torchnlq.experiments.suite_log import last_line
+from torchnlq.experiments.sweep import (Arm, Sweep, counted_trials, describe, objective_step, quiet_experimental,
+                                        retry_callback, run_number)
 from torchnlq.files import make_folder, open_append
 from torchnlq.train.preflight import check_job_config
 from torchnlq.train.run_lock import RunLock
@@ -98,17 +99,6 @@ class Claim:
             os.close(self.fd)
 
 
-def last_line(path: Path) -> str:
-    """The last non-empty line of a log file (what a failed trial or run said), or ""."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 8192))
-            lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines()]
-    except OSError:
-        return ""
-    return next((line for line in reversed(lines) if line), "")
-
-
 class Worker:
     """Takes and runs trials of ``sweep`` until none is left; ``stopped`` says whether a signal ended it."""
 
@@ -116,7 +106,6 @@ class Worker:
         self.sweep, self.index, self.out = sweep, index, out or sys.stdout
         self.poll = sweep.spec.poll_seconds
         self.stopped: str | None = None
-        self._child: Any = None
         self.world_size = int(os.environ.get("NGPU", "1") or 1)
 
     def say(self, text: str) -> None:
@@ -224,17 +213,16 @@ class Worker:
 
     def _signal(self, signum: int, frame: object) -> None:
         """Stop after the current run has saved; the trial is then handed over (hand_over) for the next worker to
-        resume.
-
-        SIGUSR1 (a SLURM job's time limit is near) becomes SIGTERM for the run; SIGTERM and SIGINT are passed on,
-        except in a SLURM job, where the scheduler signals the run itself."""
+        resume (what the run itself gets of the signal: :meth:`_passed_on`)."""
         self.stopped = self.stopped or signal.Signals(signum).name
-        if self._child is None or self._child.poll() is not None:
-            return
-        if signum == signal.SIGUSR1:
-            self._child.send_signal(signal.SIGTERM)
-        elif os.environ.get(SCHEDULER_SIGNALS_ENV) != "1":
-            self._child.send_signal(signum)
+
+    def _passed_on(self, sig: signal.Signals, children: Children) -> signal.Signals | None:
+        """What the run gets of a signal: SIGUSR1 (a SLURM job's time limit is near) becomes SIGTERM; SIGTERM and
+        SIGINT are passed on, except in a SLURM job, where the scheduler signals the run itself."""
+        self._signal(sig, None)
+        if sig == signal.SIGUSR1:
+            return signal.SIGTERM
+        return None if os.environ.get(SCHEDULER_SIGNALS_ENV) == "1" else sig
 
     def run_trial(self, claim: Claim) -> None:
         """Train one trial (resuming its folder), report and prune, and tell the study how it ended."""
@@ -251,7 +239,7 @@ class Worker:
         except UserError as e:
             self._fail(study, claim, str(e), label)
             return
-        per_step = tokens_per_step(cfg, self.world_size)
+        per_step = cfg.training.tokens_per_step(self.world_size)
         reported = set(_frozen(study, claim.number).intermediate_values)  # a retry's: its original's
         monitor = _ValidationReader(run_dir / "tb")
         lost: list[str] = []
@@ -310,26 +298,22 @@ class Worker:
         self.say(f"{label}: complete, validation loss {value:.4f} at step {step}")
 
     def _train(self, run: Any, log: Path, report: Any) -> tuple[int, bool]:
-        import subprocess
-
         pruned = False
         make_folder(log.parent)
-        with open_append(log) as out:
-            self._child = subprocess.Popen(launcher_command(run), stdout=out, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True)
-            if self.stopped:  # a signal before the child existed
-                self._child.send_signal(signal.SIGTERM)
+        with Children((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1), self._passed_on) as children, \
+                open_append(log) as out:
+            child = children.start(launcher_command(run), log=out)
+            if self.stopped and not children.received:  # a signal before these handlers (the loop's saw it)
+                child.send_signal(signal.SIGTERM)
             next_look = time.monotonic() + self.poll
-            while self._child.poll() is None:
+            while child.poll() is None:
                 time.sleep(min(0.2, self.poll))
                 if time.monotonic() >= next_look and not pruned and not self.stopped:
                     next_look = time.monotonic() + self.poll
                     if report():
                         pruned = True
-                        self._child.send_signal(signal.SIGTERM)  # it saves and stops at the end of its step
-            code = self._child.returncode
-        self._child = None
-        return code, pruned
+                        child.send_signal(signal.SIGTERM)  # it saves and stops at the end of its step
+        return child.returncode, pruned
 
     def _wait_for_run_lock(self, run_dir: Path, report: Any) -> None:
         """A trial taken over may still be trained by its worker's orphaned trainer: wait for it to let go."""
@@ -361,11 +345,6 @@ def hand_over(study: Any, number: int) -> None:
 def _frozen(study: Any, number: int) -> Any:
     """The study's trial numbered ``number`` as stored (a FrozenTrial)."""
     return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-
-
-def describe(params: dict[str, Any]) -> str:
-    """``optimizer.lr=0.003, model.query.type=linear``: a trial's values, floats to 4 significant digits."""
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def _state(name: str) -> Any:
@@ -410,16 +389,14 @@ def worker_tasks(sweep: Sweep, count: int, context: dict[str, Any]) -> list[Task
 
 def main(argv: list[str]) -> int:
     """Load the suite (as run_suite.py does, the same options) and work on its sweep."""
-    from torchnlq.experiments.executors import split_table_options
-    from torchnlq.experiments.suite import load_suite
-    from torchnlq.experiments.sweep import parse_sweep
+    from torchnlq.experiments.suite_command import load_command
 
     if not argv:
         raise UserError("usage: python -m torchnlq.experiments.sweep_worker SUITE.toml [run_suite.py's options]")
-    index = int(os.environ.get(WORKER_ENV, "0"))
-    overrides, tables = split_table_options(argv[1:], ("executor", "sweep"))
-    suite = load_suite(argv[0], overrides)
-    return Worker(Sweep(suite, parse_sweep(suite, tables["sweep"])), index).run()
+    sweep = load_command(argv[0], argv[1:]).sweep
+    if sweep is None:
+        raise UserError(f"{argv[0]} has no [sweep] table")
+    return Worker(sweep, int(os.environ.get(WORKER_ENV, "0"))).run()
 
 
 if __name__ == "__main__":
