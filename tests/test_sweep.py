@@ -56,6 +56,13 @@ PARAMS = '[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 3e-2, log = true}
     ('trials = 2\nrerun_seeds = [1, 1]\n' + PARAMS, "rerun_seeds must be a list of distinct integer seeds"),
     ('trials = 2\nobjective_token = 5\n' + PARAMS, "unknown key 'sweep.objective_token'; did you mean 'objective_tokens'?"),
     ('trials = 2\nheartbeat_seconds = 0.5\n' + PARAMS, "sweep.heartbeat_seconds expects int, got float 0.5"),
+    ('trials = 2\nrerun_overrides = ["--model.dim=64"]\n' + PARAMS, "rerun_seeds is empty: give the seeds"),
+    ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["--optimizer.lr=0.1"]\n' + PARAMS,
+     "'--optimizer.lr=0.1' must be --key=value of a setting that is neither searched nor job.*"),
+    ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["--job.name=x"]\n' + PARAMS, "neither searched nor job.*"),
+    ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["model.dim=64"]\n' + PARAMS, "must be --key=value"),
+    ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["--model.dimm=64"]\n' + PARAMS,
+     "rerun_overrides: unknown key 'model.dimm' in model; did you mean 'dim'?"),
 ])
 def test_sweep_mistakes_are_one_line(tmp_path: Path, sweep: str, fragment: str) -> None:
     with pytest.raises(UserError) as excinfo:
@@ -116,3 +123,25 @@ def test_a_tuned_comparison_reruns_each_arms_best_at_two_seeds(tmp_path: Path) -
         assert (dump / "plots" / f"{arm}_history.png").stat().st_size > 1000
         assert (dump / "plots" / f"{arm}_importances.png").is_file()
     assert "(baseline)" in table.split("| best_linear |")[1].split("\n")[0]
+
+
+@pytest.mark.integration  # trains 2 trials at width 32 and their best at width 64
+def test_rerun_overrides_train_the_tuned_values_at_another_width(tmp_path: Path) -> None:
+    """µP's transfer in one command: the trials at the base width, the best rerun at the target width with the
+    trial's own learning rate (suites/mup_transfer_tiny.toml at a test's size)."""
+    import optuna
+
+    suite = sweep_suite(tmp_path, 'trials = 2\nsampler = "random"\npruner = "none"\nrerun_seeds = [1]\n'
+                        'rerun_overrides = ["--model.dim=64"]\npoll_seconds = 0.5\n' + PARAMS,
+                        runs={"res": ["--model.query.type=residual_mlp"]},
+                        overrides=["--model.parametrization=mup", "--model.mup_base_width=32"])
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite)], cwd=tmp_path,
+                          env=script_env(tmp_path), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    dump = tmp_path / "runs"
+    study = optuna.load_study(study_name="sweep/res", storage=f"sqlite:///{dump / 'sweep.db'}")
+    best = min(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.value)
+    assert load_job_config([str(Path(best.user_attrs["run_dir"]) / "config.toml")]).model.dim == 32
+    rerun = load_job_config([str(dump / "best_res_seed1" / "config.toml")])
+    assert (rerun.model.dim, rerun.model.mup_base_width, rerun.model.parametrization) == (64, 32, "mup")
+    assert rerun.optimizer.lr == best.params["optimizer.lr"] and rerun.training.seed == 1

@@ -6,6 +6,7 @@ Ctrl-C or SIGTERM is passed to the running trainers, which checkpoint and exit; 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import time
@@ -189,7 +190,8 @@ def print_plan(suite: Suite, sweep: Sweep | None, executor: Executor) -> None:
     else:
         print(sweep_plan(sweep))
         spec = sweep.spec
-        runs = [*suite.runs, *suite.runs] if spec.rerun_seeds else list(suite.runs)
+        reruns = [dataclasses.replace(r, overrides=(*r.overrides, *spec.rerun_overrides)) for r in suite.runs]
+        runs = [*suite.runs, *reruns] if spec.rerun_seeds else list(suite.runs)
         counts = [spec.trials] * len(suite.runs) + [len(spec.rerun_seeds)] * (len(runs) - len(suite.runs))
         names = [f"{r.name} trials" for r in suite.runs] + [f"{r.name} reruns" for r in runs[len(suite.runs):]]
         print(f"\n# budget (every trial trained to its end: pruning only saves)\n{budget_table(runs, counts, names)}")

@@ -86,6 +86,9 @@ class SweepSpec:
                                  "sweep.db in the suite's folder).")
     study: str | None = option(None, "The studies' name prefix (unset: the suite's name).")
     rerun_seeds: list[int] = option([], "Seeds each arm's best config is rerun at, then compared.")
+    rerun_overrides: list[str] = option(
+        [], "Overrides of those reruns, e.g. [\"--model.dim=768\"]: train another width with the values tuned here "
+        "(µP's transfer: docs/mup.md); the searched keys and job.* are not allowed.")
     poll_seconds: float = option(5.0, "Seconds between a worker's looks at its run's validations.", min=0,
                                  min_exclusive=True)
     heartbeat_seconds: int = option(60, "Database storage: seconds between a running trial's heartbeats; a trial "
@@ -161,6 +164,17 @@ def parse_sweep(suite: Suite, options: dict[str, str]) -> SweepSpec:
     if spec.rerun_seeds and "training.seed" in raw:
         raise UserError(f"{where}: training.seed is searched, so reruns at rerun_seeds would change the setting "
                         "found; search other keys, or drop rerun_seeds")
+    for override in spec.rerun_overrides:
+        key = override.removeprefix("--").split("=", 1)[0]
+        if not override.startswith("--") or "=" not in override or key.startswith("job.") or key in raw:
+            raise UserError(f"{where}: rerun_overrides entry {override!r} must be --key=value of a setting that is "
+                            "neither searched nor job.* (e.g. \"--model.dim=768\")")
+        try:
+            load_job_config([override])
+        except UserError as e:
+            raise UserError(f"{where}: rerun_overrides: {e}") from None
+    if spec.rerun_overrides and not spec.rerun_seeds:
+        raise UserError(f"{where}: rerun_overrides change the reruns, but rerun_seeds is empty: give the seeds")
     trials = spec.trials
     if spec.sampler == "grid":
         size = 1
@@ -444,6 +458,7 @@ def sweep_plan(sweep: Sweep) -> str:
         command = launcher_command(sweep.trial_run(arm, 0, example))
         lines.append(" ".join(command).replace("trial-0", "trial-N"))
     if spec.rerun_seeds:
-        lines.append(f"# then each arm's best config (best_<arm>.toml) at seeds {list(spec.rerun_seeds)}, "
+        changed = f" with {' '.join(spec.rerun_overrides)}" if spec.rerun_overrides else ""
+        lines.append(f"# then each arm's best config (best_<arm>.toml){changed} at seeds {list(spec.rerun_seeds)}, "
                      f"compared with {sweep.suite.baseline}'s as the baseline")
     return "\n".join(lines)

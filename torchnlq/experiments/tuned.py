@@ -106,7 +106,8 @@ def write_plots(sweep: Sweep, out: TextIO) -> list[Path]:
 
 def tuned_suite(sweep: Sweep) -> Suite | None:
     """The reruns as a suite of their own (same dump folder and log): ``best_<arm>_seed<S>`` for every arm and
-    rerun seed, from ``best_<arm>.toml``; None without rerun seeds."""
+    rerun seed, from ``best_<arm>.toml`` with ``rerun_overrides`` (another width: µP's transfer); None without
+    rerun seeds."""
     seeds = sweep.spec.rerun_seeds
     if not seeds:
         return None
@@ -118,7 +119,8 @@ def tuned_suite(sweep: Sweep) -> Suite | None:
                             "run the same command again")
         for seed in seeds:
             name = f"best_{arm.name}_seed{seed}"
-            overrides = (f"--training.seed={seed}", f"--job.name={name}", f"--job.dump_folder={suite.dump_folder}")
+            overrides = (f"--training.seed={seed}", *sweep.spec.rerun_overrides, f"--job.name={name}",
+                         f"--job.dump_folder={suite.dump_folder}")
             steps = load_job_config([str(config), *overrides]).training.steps
             runs.append(SuiteRun(name, arm.name, config, overrides, steps))
     baseline = next(r.name for r in runs if r.arm == suite.baseline)
