@@ -57,6 +57,13 @@ PARAMS = '[sweep.params]\n"optimizer.lr" = {low = 1e-4, high = 3e-2, log = true}
     ('trials = 2\nobjective_token = 5\n' + PARAMS, "unknown key 'sweep.objective_token'; did you mean 'objective_tokens'?"),
     ('trials = 2\nheartbeat_seconds = 0.5\n' + PARAMS, "sweep.heartbeat_seconds expects int, got float 0.5"),
     ('trials = 2\nrerun_overrides = ["--model.dim=64"]\n' + PARAMS, "rerun_seeds is empty: give the seeds"),
+    ('trials = 2\nstorage = "sqlite://"\n' + PARAMS, "is an in-memory SQLite database"),
+    ('trials = 2\nstorage = "sqlite:///:memory:"\n' + PARAMS, "is an in-memory SQLite database"),
+    ('trials = 2\nstorage = "sqlite:/sweep.db"\n' + PARAMS, "looks like a URL without '//'"),
+    ('trials = 2\nstorage = "sqlite:sweep.db"\n' + PARAMS, "looks like a URL without '//'"),
+    ('trials = 2\nstorage = "sqlite:///no/such/folder/s.db"\n' + PARAMS, "the folder no/such/folder does not exist"),
+    ('trials = 2\nstorage = "no/such/folder/journal.log"\n' + PARAMS, "the folder no/such/folder does not exist"),
+    ('trials = 2\nstorage = "postgresql://u@h:port/db"\n' + PARAMS, "is not an SQLAlchemy URL"),
     ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["--optimizer.lr=0.1"]\n' + PARAMS,
      "'--optimizer.lr=0.1' must be --key=value of a setting that is neither searched nor job.*"),
     ('trials = 2\nrerun_seeds = [1]\nrerun_overrides = ["--job.name=x"]\n' + PARAMS, "neither searched nor job.*"),
@@ -87,8 +94,11 @@ def test_the_objective_is_read_where_the_run_has_seen_the_tokens(tmp_path: Path)
     assert objective_step(spec, cfg, world_size=2) == 4  # two ranks: twice the tokens a step
     with pytest.raises(UserError, match="is step 2, where the run does not validate"):
         objective_step(parse_sweep(suite, {"objective_tokens": "256"}), cfg, world_size=1)
-    with pytest.raises(UserError, match="not a whole step of this run"):
-        objective_step(parse_sweep(suite, {"objective_tokens": "100"}), cfg, world_size=1)
+    with pytest.raises(UserError, match="not a whole step of this run"):  # 9 steps on one process, 4.5 on two
+        objective_step(parse_sweep(suite, {"objective_tokens": "1152"}), cfg, world_size=2)
+    # Not a whole step even on one process: refused with the suite, before any trial could count against the budget.
+    with pytest.raises(UserError, match=r"objective_tokens = 100 is not a whole step of run 'linear' \(128 tokens"):
+        parse_sweep(suite, {"objective_tokens": "100"})
 
 
 @pytest.mark.integration  # trains 8 trials and 4 reruns

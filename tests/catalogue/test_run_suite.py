@@ -151,6 +151,10 @@ IN_PROCESS = [
     row("run_suite.py", "sweep-heartbeat-not-a-whole-number-of-seconds", ["{tmp}/sw.toml", "--dry-run",
         "--sweep.heartbeat_seconds=0.5"], "--sweep.heartbeat_seconds expects an integer, got '0.5'",
         setup=suite(SUITE + SWEEP, "sw.toml")),
+    row("run_suite.py", "sweep-storage-in-memory-sqlite", ["{tmp}/mem.toml", "--dry-run"],
+        "is an in-memory SQLite database", setup=suite(SUITE + SWEEP.replace("trials = 2", 'trials = 2\nstorage = "sqlite://"'), "mem.toml")),
+    row("run_suite.py", "sweep-storage-malformed-sqlite-url", ["{tmp}/url.toml"],
+        "looks like a URL without '//'", setup=suite(SUITE + SWEEP.replace("trials = 2", 'trials = 2\nstorage = "sqlite:s.db"'), "url.toml")),
     row("run_suite.py", "sweep-param-range-reversed", ["{tmp}/rev.toml", "--dry-run"], "needs numbers low < high",
         setup=suite(SUITE + SWEEP.replace("low = 1e-4, high = 1e-2", "low = 1e-2, high = 1e-4"), "rev.toml")),
     row("run_suite.py", "sweep-param-unknown-key", ["{tmp}/key.toml", "--dry-run"], "unknown key 'optimizer.lrr'",
@@ -159,7 +163,7 @@ IN_PROCESS = [
         setup=suite(SUITE + SWEEP.replace("trials = 2", "trials = 2\npruner_options = {n_startup_trial = 1}"),
                     "pr.toml")),
     row("run_suite.py", "sweep-storage-that-cannot-be-opened", ["{tmp}/sw.toml",
-        "--sweep.storage=sqlite:///{tmp}/no/such/folder/x.db"], "cannot be opened",
+        "--sweep.storage=sqlite:///{tmp}/no/such/folder/x.db"], "/no/such/folder does not exist; make it",
         setup=suite(SUITE + SWEEP, "sw.toml")),
 ]
 
@@ -168,6 +172,10 @@ SUBPROCESS = [
     # Only this Python on PATH: no sbatch, squeue, scontrol.
     row("run_suite.py", "slurm-commands-missing", ["{tmp}/s.toml", "--executor", "slurm"],
         "the slurm executor needs SLURM's sbatch, squeue, scontrol on PATH", setup=suite(SUITE),
+        env={"PATH": "/nonexistent"}),
+    # A sweep too: refused before its storage (sweep.db) or the suite's folder exists.
+    row("run_suite.py", "slurm-commands-missing-for-a-sweep", ["{tmp}/sw.toml", "--executor", "slurm"],
+        "the slurm executor needs SLURM's sbatch, squeue, scontrol on PATH", setup=suite(SUITE + SWEEP, "sw.toml"),
         env={"PATH": "/nonexistent"}),
 ]
 

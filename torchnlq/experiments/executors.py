@@ -109,6 +109,10 @@ class Executor:
         suite's next step (experiments/suite_run.py: advance), ``after_job`` that one just did."""
         raise NotImplementedError
 
+    def check_ready(self) -> None:
+        """Raise UserError when this machine cannot run the executor (its scheduler's tools missing), before the
+        suite creates anything; the dry run and ``--status`` do not ask. Default: always ready."""
+
     def sweep_workers(self) -> int:
         """How many sweep workers to start."""
         return 1

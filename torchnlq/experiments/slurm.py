@@ -229,6 +229,9 @@ class Slurm(Executor):
             raise
         return Outcome(ended=False)
 
+    def check_ready(self) -> None:
+        require_slurm()
+
     def sweep_workers(self) -> int:
         return self.config.workers or 2
 

@@ -177,6 +177,7 @@ def main(argv: list[str]) -> int:
     if "--dry-run" in flags:
         print_plan(suite, sweep, executor)
         return 0
+    executor.check_ready()  # before anything exists: a sweep's storage, the suite's folder
     check_data(suite)
     context = {"suite": str(suite.path), "name": suite.name, "argv": options, "compare": compare}
     return advance(suite, sweep, executor, context, wait="--wait" in flags)

@@ -10,6 +10,7 @@ into configs and reruns. Optuna is imported only here and below (``pip install -
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -149,6 +150,8 @@ def parse_sweep(suite: Suite, options: dict[str, str]) -> SweepSpec:
         raise UserError(f"{suite.path} has no [sweep] table")
     table = {k: v for k, v in suite.sweep.items() if k != "params"}
     spec = load_table(SweepSpec, str(suite.path), "sweep", table, {k: v for k, v in options.items() if k != "params"})
+    if spec.storage is not None:
+        check_storage(where, spec.storage)
     raw = suite.sweep.get("params")
     if not isinstance(raw, dict) or not raw or "params" in options:
         raise UserError(f"{where} needs [sweep.params]: the config keys to search, e.g. "
@@ -175,6 +178,7 @@ def parse_sweep(suite: Suite, options: dict[str, str]) -> SweepSpec:
             raise UserError(f"{where}: rerun_overrides: {e}") from None
     if spec.rerun_overrides and not spec.rerun_seeds:
         raise UserError(f"{where}: rerun_overrides change the reruns, but rerun_seeds is empty: give the seeds")
+    _check_objective(where, suite, spec, set(raw))
     trials = spec.trials
     if spec.sampler == "grid":
         size = 1
@@ -346,6 +350,38 @@ def counted_trials(study: Any) -> list[Any]:
     return [t for t in trials if t.number not in retried]
 
 
+#: A path that begins like a URL scheme ("sqlite:", "postgresql:") but has no "//": a mistyped URL, not a file name.
+_SCHEME_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)")
+
+
+def check_storage(where: str, url: str) -> None:
+    """The ``[sweep] storage`` a worker on another process (or machine) can open, checked before anything exists:
+    an SQLAlchemy URL that parses and is not SQLite in memory (each process would get its own), or a journal file
+    path in a folder that exists. UserError otherwise."""
+    fix = "give an SQLAlchemy URL such as sqlite:///path/sweep.db, or a journal file path"
+    if "://" not in url:
+        if _SCHEME_LIKE.match(url):
+            raise UserError(f"{where}: storage '{url}' looks like a URL without '//'; {fix}")
+        folder = Path(url).expanduser().parent
+        if not folder.is_dir():
+            raise UserError(f"{where}: storage '{url}': the folder {folder} does not exist; make it, or {fix}")
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
+        raise UserError(f"{where}: storage '{url}' is not an SQLAlchemy URL ({e}); {fix}") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:") or parsed.database.startswith("file::memory:"):
+            raise UserError(f"{where}: storage '{url}' is an in-memory SQLite database, which every worker would "
+                            f"have on its own; {fix}")
+        folder = Path(parsed.database).expanduser().parent
+        if not folder.is_dir():
+            raise UserError(f"{where}: storage '{url}': the folder {folder} does not exist; make it, or {fix}")
+
+
 def open_storage(url: str, dump: Path, heartbeat_seconds: int = 60) -> Any:
     """An RDB URL (``sqlite:///…``, ``postgresql://…``) or a journal file path (many machines on a shared file
     system); a storage that cannot be opened is one line. A database storage gets Optuna's heartbeat: a RUNNING
@@ -432,6 +468,23 @@ def objective_step(spec: SweepSpec, cfg: Any, world_size: int) -> int:
         raise UserError(f"objective_tokens = {spec.objective_tokens:,} is step {step}, where the run does not "
                         f"validate (validation.interval = {interval}): make the interval divide {step}")
     return step
+
+
+#: The keys a run's tokens per step come from: searched, they make objective_tokens a question for each trial.
+_BATCH_KEYS = ("training.micro_batch_size", "training.grad_accum_steps", "training.seq_len")
+
+
+def _check_objective(where: str, suite: Suite, spec: SweepSpec, searched: set[str]) -> None:
+    """objective_tokens a whole number of every arm's steps on one process (then on any number), checked before
+    any trial starts: a trial that fails on it would still count against the budget."""
+    if spec.objective_tokens is None or searched & set(_BATCH_KEYS):
+        return
+    for run in suite.runs:
+        per_step = load_job_config(run.argv()).training.tokens_per_step()
+        if spec.objective_tokens % per_step:
+            raise UserError(f"{where}: objective_tokens = {spec.objective_tokens:,} is not a whole step of run "
+                            f"'{run.name}' ({per_step:,} tokens per step on one process): give a multiple of "
+                            f"{per_step:,}")
 
 
 def describe(params: dict[str, Any]) -> str:
