@@ -138,7 +138,7 @@ def test_status_reports_new_queued_running_finished_failed_and_a_cancelled_run(
                                                            "--status").stdout.splitlines()[1:])
     assert states["quick"] == "finished"
     assert states["diverges"].startswith("failed (exit 2): error: non-finite loss"), states
-    assert states["held_a"] == "interrupted at step 5/12 (the same command resumes it)", states
+    assert states["held_a"] == "interrupted at step 5/12; the same command resumes it from step-5", states
     assert "stopped by SIGTERM at step 5; saved step-5" in (tmp_path / "runs" / "held_b" / "train.log").read_text()
 
 

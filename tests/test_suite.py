@@ -168,6 +168,36 @@ def write_info(run_dir: Path, step: int, steps: int, finished: bool) -> None:
     (run_dir / "run_info.json").write_text(json.dumps({"step": step, "steps": steps, "finished": finished}))
 
 
+@pytest.mark.parametrize("logged, saved, expected", [
+    (None, [], "interrupted at step 4/10; no checkpoint: the same command starts it again"),
+    (7, [], "interrupted at step 7/10; no checkpoint: the same command starts it again"),
+    (9, [4, 8], "interrupted at step 9/10; the same command resumes it from step-8"),
+    (9, [4, "8.partial"], "interrupted at step 9/10; the same command resumes it from step-4"),
+])
+def test_an_unfinished_run_is_described_from_its_folder_not_its_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged: int | None, saved: list, expected: str) -> None:
+    """A run killed (SIGKILL: no last record) after its record said step 4: the dry run and --status report the
+    step its log reached and the last complete checkpoint, which is where the same command resumes."""
+    from torchnlq.experiments.suite_status import run_state
+
+    monkeypatch.chdir(tmp_path)
+    suite = load_suite(write_suite(tmp_path, 'config = "../configs/base.toml"\ndump_folder = "out"\n'
+                                              '[grid]\n"training.seed" = [1]\n'))
+    run_dir = tmp_path / "out" / "seed1"
+    write_info(run_dir, 4, 10, False)
+    if logged is not None:
+        (run_dir / "train.log").write_text("".join(f"12:00:00 step {s:>6}/10  loss 3.0\n" for s in range(1, logged + 1)))
+    for step in saved:
+        folder = run_dir / "checkpoints" / f"step-{step}"
+        folder.mkdir(parents=True)
+        for name in ("torchnlq.json", ".metadata"):
+            (folder / name).write_text("{}")
+    buf = io.StringIO()
+    print_commands(suite, fake_launcher(tmp_path), out=buf)
+    assert buf.getvalue().splitlines()[1].startswith(f"# 1/1 seed1: {expected}")
+    assert run_state(suite.runs[0], run_dir, [], None, tmp_path / "out").startswith(expected)
+
+
 def test_dry_run_and_skip_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     path = write_suite(tmp_path, """

@@ -352,8 +352,36 @@ def run_status(suite: Suite, run: SuiteRun) -> str:
         return "finished (skipped)"
     if info.get("finished"):
         return f"finished at {info.get('steps')} steps; re-running goes on to {run.steps}"
-    return (f"interrupted at step {info.get('step', 0)}/{info.get('steps', '?')}; re-running resumes from its "
-            "checkpoint, or without one starts again (the earlier files moved into previous-N/)")
+    return interrupted(suite.run_dir(run), info, run.steps)
+
+
+#: A train.log step line: ``step   12/100``.
+_STEP_LINE = re.compile(rb"step\s+(\d+)/(\d+)")
+
+
+def logged_step(run_dir: Path) -> int | None:
+    """The last step train.log reports (None before the first)."""
+    try:
+        with (run_dir / "train.log").open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 65536))
+            steps = _STEP_LINE.findall(f.read())
+    except OSError:
+        return None
+    return int(steps[-1][0]) if steps else None
+
+
+def interrupted(run_dir: Path, info: dict[str, Any], steps: int) -> str:
+    """An unfinished run as its folder shows it: the last step its log reports (run_info.json's when the log says
+    none: a record is written at the start and at saves, so a killed run's is behind) and the checkpoint the same
+    command resumes from."""
+    from torchnlq.checkpoint.checkpointer import list_checkpoints  # DCP's import only when a run is unfinished
+
+    at = logged_step(run_dir)
+    at = info.get("step", 0) if at is None else at
+    saved = list_checkpoints(run_dir / "checkpoints")
+    then = (f"the same command resumes it from step-{saved[-1]}" if saved else
+            "no checkpoint: the same command starts it again (the earlier files moved into previous-N/)")
+    return f"interrupted at step {at}/{steps}; {then}"
 
 
 def launcher_command(run: SuiteRun, launcher: Path | None = None) -> list[str]:

@@ -7,7 +7,6 @@ at step N`` (resumed by the same command). A sweep adds each study's trials by s
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TextIO
 
@@ -15,24 +14,10 @@ from torchnlq.checkpoint.record import read_run_info
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import LOGS_FOLDER, Activity, Executor
-from torchnlq.experiments.suite import Suite, SuiteRun, display_path, is_finished
+from torchnlq.experiments.suite import Suite, SuiteRun, display_path, interrupted, is_finished, logged_step
 from torchnlq.experiments.suite_log import last_line
 from torchnlq.experiments.sweep import Sweep, counted_trials, describe, run_number
 from torchnlq.train.run_lock import RunLock
-
-_STEP_LINE = re.compile(rb"step\s+(\d+)/(\d+)")
-
-
-def current_step(run_dir: Path) -> int | None:
-    """The last step train.log reports (None before the first)."""
-    try:
-        with (run_dir / "train.log").open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 65536))
-            steps = _STEP_LINE.findall(f.read())
-    except OSError:
-        return None
-    return int(steps[-1][0]) if steps else None
-
 
 def _locked(run_dir: Path) -> bool:
     try:
@@ -48,7 +33,7 @@ def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], act
     info = read_run_info(run_dir)
     if is_finished(info, run.steps):
         return "finished"
-    at = current_step(run_dir)
+    at = logged_step(run_dir)
     if activity is not None and activity.queued:
         return f"queued ({activity.where}" + (f": {activity.reason})" if activity.reason else ")")
     if activity is not None or _locked(run_dir):
@@ -59,7 +44,7 @@ def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], act
         said = last_line(dump / LOGS_FOLDER / f"{run.name}.out") or last_line(run_dir / "train.log")
         return f"failed (exit {end.fields['exit']}): {said}"
     if info is not None:
-        return f"interrupted at step {info.get('step', at or 0)}/{run.steps} (the same command resumes it)"
+        return interrupted(run_dir, info, run.steps)
     return "new"
 
 
@@ -121,6 +106,6 @@ def _sweep_lines(sweep: Sweep, workers: dict[str, Activity]) -> list[str]:
             line += f"; best {best.value:.4f} (trial {best.number}: {describe(best.params)})"
         lines.append(line)
         for trial in (t for t in trials if t.state == optuna.trial.TrialState.RUNNING):
-            at = current_step(sweep.trial_dir(arm, run_number(trial)))
+            at = logged_step(sweep.trial_dir(arm, run_number(trial)))
             lines.append(f"  trial {trial.number}: running" + (f" at step {at}" if at is not None else ""))
     return lines
