@@ -155,3 +155,24 @@ def test_rerun_overrides_train_the_tuned_values_at_another_width(tmp_path: Path)
     rerun = load_job_config([str(dump / "best_res_seed1" / "config.toml")])
     assert (rerun.model.dim, rerun.model.mup_base_width, rerun.model.parametrization) == (64, 32, "mup")
     assert rerun.optimizer.lr == best.params["optimizer.lr"] and rerun.training.seed == 1
+
+
+def test_a_study_whose_trials_trained_another_arm_is_not_merged_into(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arm's configuration (all but the searched keys) is recorded in its study; a suite edited to train
+    another model afterwards is one line naming the key, before a trial of the new model joins the old ones."""
+    from torchnlq.experiments.sweep import Sweep
+
+    monkeypatch.chdir(tmp_path)
+    path = sweep_suite(tmp_path, "trials = 2\n" + PARAMS, runs={"res": ["--model.query.type=residual_mlp"]})
+    suite = load_suite(path)
+    sweep = Sweep(suite, parse_sweep(suite, {}))
+    sweep.check_studies()
+    recorded = sweep.study(sweep.arms[0]).user_attrs["arm_config"]
+    assert recorded["model.query.type"] == "residual_mlp" and "optimizer.lr" not in recorded  # searched: not part
+    Sweep(suite, parse_sweep(suite, {"trials": "3"})).check_studies()  # the budget is not what the trials trained
+    path.write_text(path.read_text().replace("--model.query.type=residual_mlp", "--model.query.type=identity"))
+    edited = load_suite(path)
+    with pytest.raises(UserError, match=r"its trials trained model.query.type = 'residual_mlp', and the suite's arm "
+                                        r"'res' now gives 'identity'"):
+        Sweep(edited, parse_sweep(edited, {})).check_studies()

@@ -266,11 +266,32 @@ class Sweep:
         except optuna.exceptions.OptunaError as e:
             raise UserError(f"sweep storage {self.storage_url}: {e}") from None
 
+    def arm_config(self, arm: Arm) -> dict[str, Any]:
+        """What the arm's trials train, apart from the searched keys: its resolved options (not where the run lives
+        or what it logs), recorded in its study so that an edited suite does not merge into old trials."""
+        from torchnlq.config.render import iter_options
+
+        searched = {p.key for p in self.spec.params}
+        cfg = load_job_config(list(arm.run.argv()))
+        return {name: value for name, _, value in iter_options(cfg) if name not in searched
+                and not name.startswith(("job.", "metrics.", "checkpoint.")) and isinstance(value, (str, int, float,
+                                                                                                    bool, type(None)))}
+
     def check_studies(self) -> None:
-        """Make every arm's study and refuse one that an earlier, different [sweep] left (another search space)."""
+        """Make every arm's study and refuse one that an earlier, different [sweep] left (another search space), or
+        whose trials trained another configuration than the suite's arm now gives (its recorded arm_config)."""
         wanted = {p.key for p in self.spec.params}
         for arm in self.arms:
             study = self.study(arm)
+            config, recorded = self.arm_config(arm), study.user_attrs.get("arm_config")
+            if recorded is None:
+                study.set_user_attr("arm_config", config)
+            elif recorded != config:
+                key = next(k for k in sorted(set(config) | set(recorded)) if config.get(k) != recorded.get(k))
+                raise UserError(
+                    f"study '{self.study_name(arm)}' in {self.storage_url}: its trials trained {key} = "
+                    f"{recorded.get(key)!r}, and the suite's arm '{arm.name}' now gives {config.get(key)!r}; use a new "
+                    "study name (study = ...) or storage, or move the old one away, rather than mix the two")
             for trial in study.get_trials(deepcopy=False):
                 if trial.distributions and set(trial.distributions) != wanted:
                     raise UserError(
