@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -166,3 +167,32 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - a
         yield cluster
     finally:
         cluster.stop()
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/helpers/slurm_cluster.py FOLDER``: the tests' one-node SLURM for trying the slurm executor
+    without a cluster (as root, with Debian's slurm-wlm and munge); it runs until Ctrl-C, then stops its daemons."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python tests/helpers/slurm_cluster.py", description=main.__doc__)
+    parser.add_argument("folder", help="a folder for its state (made if missing)")
+    folder = parser.parse_args(argv).folder
+    why = missing()
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    cluster = SlurmCluster(Path(folder).resolve()).start()
+    print(f"a one-node SLURM is up (partition debug, no GPUs); in another shell:\n"
+          f"  export SLURM_CONF={cluster.conf}\n"
+          f"  python scripts/run_suite.py SUITE.toml --executor slurm --executor.partition debug "
+          f"--executor.gpus_per_run 0\nCtrl-C stops it.", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # sigwait takes them, in order
+    sys.exit(main(sys.argv[1:]))
