@@ -358,8 +358,8 @@ class Parallelism:
     )
     expert_parallel: bool = option(
         False, "An MoE's experts split over the processes (n_experts / processes each), tokens sent to their "
-        "experts by all-to-all (the moe family's parallelize hook, models/moe/expert_parallel.py); FSDP shards the "
-        "rest. Eager only; not with HSDP."
+        "experts by all-to-all (the family's own parallelize hook: docs/parallelism.md); FSDP shards the rest. "
+        "Eager only; not with HSDP."
     )
 
 

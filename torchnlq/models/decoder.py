@@ -62,14 +62,15 @@ class Decoder(nn.Module):
     child_components: ClassVar[dict[str, str]] = {"lm_head": "head"}
 
     def __init__(self, args: ModelArgs, block: BlockBuilder,
-                 init_schemes: Mapping[str, Callable[[Decoder], None]] | None = None) -> None:
+                 init_schemes: Mapping[str, Callable[[Decoder], None]] | None = None,
+                 builder: Callable[[ModelArgs], Decoder] | None = None) -> None:
         super().__init__()
         args.validate()
         self.args = args
-        #: The family's block builder and its own initialisations by ``model.init`` name (the dense family's
-        #: "paper"): what the same model at another width is built from (:meth:`at_base_width`).
-        self.block_builder = block
+        #: The family's own initialisations by ``model.init`` name (the dense family's "paper").
         self.init_schemes = dict(init_schemes or {})
+        #: The constructor that built this model, for the same model at another width (:meth:`at_base_width`).
+        self.builder = builder
         if args.init not in (*BUILT_IN_INITS, *self.init_schemes):
             raise ConfigError(f"model.init={args.init!r} is not an initialisation of model.family = "
                               f"'{args.family}'; use one of {', '.join((*BUILT_IN_INITS, *self.init_schemes))}")
@@ -124,8 +125,11 @@ class Decoder(nn.Module):
 
     def at_base_width(self) -> Decoder:
         """The same family's model at µP's base width, under the standard parametrization (models/mup.py), on the
-        current default device."""
-        return Decoder(base_model_args(self.args), self.block_builder, self.init_schemes)
+        current default device, from the constructor that built this one (:func:`~torchnlq.models.build_model`)."""
+        if self.builder is None:
+            raise ConfigError("model.parametrization='mup' compares the model with itself at its base width: build it "
+                              "with torchnlq.models.build_model(args)")
+        return self.builder(base_model_args(self.args))
 
     def _scale_for_width(self) -> None:
         """µP: the hidden matrices as drawn, times 1/sqrt(their fan-in multiplier) (models/mup.py)."""

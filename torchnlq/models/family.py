@@ -249,4 +249,4 @@ def build_model(args: ModelArgs) -> Decoder:
     family = get_family(args.family)
     if family.check is not None:
         family.check(args)
-    return Decoder(args, family.block, family.init_schemes)
+    return Decoder(args, family.block, family.init_schemes, build_model)
