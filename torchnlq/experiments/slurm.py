@@ -4,11 +4,9 @@ sbatch itself rather than a Python submission library: each task is already a sh
 sweep worker), the job script stays a file a user can read and resubmit, nothing is pickled, and the queue's
 states come from squeue (no accounting database needed; ``sacct`` fails without one).
 
-Each array task runs ``python -m torchnlq.experiments.slurm_job MANIFEST`` (the manifest lists the tasks). The
-job is submitted ``--requeue --signal=B:USR1@<signal_seconds>``: before its time limit the job shell gets USR1,
-the wrapper passes SIGTERM to the run (it saves and stops between steps) and requeues the job, which resumes the
-run bit for bit from that checkpoint. A job the user cancels (``scancel``) gets SIGTERM in every process: the
-run saves and stops, and nothing requeues it.
+Each array task runs ``python -m torchnlq.experiments.slurm_job MANIFEST`` (the manifest lists the tasks), submitted
+``--requeue --signal=B:USR1@<signal_seconds>``; what the job does on that signal and on ``scancel``: slurm_job's
+docstring.
 """
 
 from __future__ import annotations
