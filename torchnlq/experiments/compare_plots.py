@@ -94,25 +94,35 @@ def _zoom(values: list[tuple[float, float]], last_x: float) -> tuple[float, floa
     return lo - pad, hi + pad
 
 
-def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple[dict[str, bytes], str]:
-    """loss_curves.png, relative_improvement.png, the weight-dynamics plots and (with optimizer groups of their
-    own) learning_rates.png as PNG bytes by name; (plots, note)."""
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files only: no display needed), or None without matplotlib."""
     try:
         import matplotlib
 
-        matplotlib.use("Agg")  # files only: no display needed
+        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def png(fig: Any) -> bytes:
+    """A figure as PNG bytes (at 100 dpi), closed afterwards; laid out tight unless it lays itself out."""
+    import matplotlib.pyplot as plt
+
+    if fig.get_layout_engine() is None:  # the weight-dynamics figures lay themselves out (constrained)
+        fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plot_comparison(groups: list[Group], base: Group, x: str = "steps") -> tuple[dict[str, bytes], str]:
+    """loss_curves.png, relative_improvement.png, the weight-dynamics plots and (with optimizer groups of their
+    own) learning_rates.png as PNG bytes by name; (plots, note)."""
+    if pyplot() is None:
         return {}, NO_MATPLOTLIB
-
-    def png(fig: Any) -> bytes:
-        if fig.get_layout_engine() is None:  # the weight-dynamics figures lay themselves out (constrained)
-            fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=100)
-        plt.close(fig)
-        return buffer.getvalue()
-
     plots = {"loss_curves.png": png(draw_loss_curves(groups, base, x)),
              "relative_improvement.png": png(draw_relative_improvement(groups, base, x))}
     # The (matrix, statistic) pairs any run logged (metrics.weight_dynamics_interval).
@@ -140,10 +150,7 @@ def draw_downstream(groups: list[Group], x: str = "steps") -> Any:
                                       if task in r.downstream])
             if xs:
                 ax.plot(xs, mean, color=f"C{index}", lw=1.6, marker=".", label=g.name)
-        _x_axis(ax, x)
-        ax.set_ylabel("acc_norm")
-        ax.set_title(f"{task}: length-normalised accuracy")
-        ax.grid(alpha=0.3)
+        _label(ax, x, ylabel="acc_norm", title=f"{task}: length-normalised accuracy")
         ax.legend(fontsize=8)
     return fig
 
@@ -163,10 +170,7 @@ def draw_learning_rates(groups: list[Group], x: str = "steps") -> Any:
             label = g.name if tag == "lr" else f"{g.name}: {tag.removeprefix('lr/')}"
             ax.plot([p for p, _ in points], [v for _, v in points], color=f"C{index}", lw=1.4, label=label,
                     linestyle=("-", "--", ":", "-.")[tag_index % 4])
-    ax.set_ylabel("learning rate")
-    ax.set_title("Learning rate per optimizer group")
-    _x_axis(ax, x)
-    ax.grid(alpha=0.3)
+    _label(ax, x, ylabel="learning rate", title="Learning rate per optimizer group")
     ax.legend(fontsize=8)
     return fig
 
@@ -204,8 +208,7 @@ def draw_weight_dynamics(groups: list[Group], matrix: str, stat: str, x: str = "
                 ax.plot([p for p, _ in points], [v for _, v in points], color=cmap(norm(layer)), lw=1.2)
         seeds = f" (seed {run.seed})" if len(g.runs) > 1 else ""
         ax.set_title(f"{g.name}{seeds}", fontsize=10)
-        _x_axis(ax, x)
-        ax.grid(alpha=0.3)
+        _label(ax, x)
     axes[0][0].set_ylabel(WEIGHT_STAT_LABELS.get(stat, stat))
     fig.suptitle(f"{matrix}: {WEIGHT_STAT_LABELS.get(stat, stat)} per layer")
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes[0].tolist(), fraction=0.03)
@@ -222,8 +225,10 @@ def _val_curves(groups: list[Group], scales: dict[int, int]) -> dict[str, tuple[
     return {g.name: mean_curve([_on_axis(r.val, scales[id(r)]) for r in g.runs]) for g in groups}
 
 
-def _x_axis(ax: Any, x: str) -> None:
-    ax.set_xlabel(X_LABELS[x])
+def _label(ax: Any, x: str, **labels: str) -> None:
+    """The x axis's label and ticks, ``labels`` (ylabel, title) and the grid of one panel."""
+    ax.set(xlabel=X_LABELS[x], **labels)
+    ax.grid(alpha=0.3)
     if x == "tokens":  # 1.2M rather than 1200000 or an offset label in the corner
         from matplotlib.ticker import EngFormatter
 
@@ -269,15 +274,13 @@ def draw_loss_curves(groups: list[Group], base: Group, x: str = "steps") -> Any:
             points += list(zip(txs, smoothed))  # the y range shows the training curves too, not only validation
         points += list(zip(xs, mean))
     ax.set_ylim(*_zoom(points, last_x))  # every group has a validation point (at the compared step)
-    _x_axis(ax, x)
     # The loss's unit from the runs' data.tokenizer: nats per token, or nats per byte for the byte tokenizer.
     tokenizers = sorted({str(r.config.get("data", {}).get("tokenizer", "")) for g in groups for r in g.runs})
     units = {UNITS.get(t, DEFAULT_UNIT) for t in tokenizers}
     if len(units) > 1:
         units = {", ".join(f"{UNITS.get(t, DEFAULT_UNIT)} for {t or 'unnamed'}" for t in tokenizers)}
-    ax.set_ylabel(f"loss ({units.pop()})")
-    ax.set_title("Validation and training loss" if any_train else "Validation loss")
-    ax.grid(alpha=0.3)
+    _label(ax, x, ylabel=f"loss ({units.pop()})",
+           title="Validation and training loss" if any_train else "Validation loss")
     # Colours name the groups; these entries say what the two line styles are.
     handles, labels = ax.get_legend_handles_labels()
     styles = [(Line2D([], [], color="black", lw=1.6), "solid: validation loss")]
@@ -329,10 +332,8 @@ def draw_relative_improvement(groups: list[Group], base: Group, x: str = "steps"
         ax.text(0.01, 0.02, f"one seed: no error estimate ({who}); a difference this size may be seed noise",
                 transform=ax.transAxes, fontsize=8, color="dimgray", bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     ax.set_ylim(*_zoom(points + [(last_x, 0.0)], last_x))
-    _x_axis(ax, x)
-    ax.set_ylabel(f"improvement over {base.name} (% of its loss)")
-    ax.set_title("Relative improvement of the validation loss, (L_base − L)/L_base")
-    ax.grid(alpha=0.3)
+    _label(ax, x, ylabel=f"improvement over {base.name} (% of its loss)",
+           title="Relative improvement of the validation loss, (L_base − L)/L_base")
     if points:
         ax.legend(fontsize=8)
     return fig

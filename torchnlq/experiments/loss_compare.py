@@ -39,8 +39,8 @@ class Side:
     overrides: list[str] = field(default_factory=list)
 
 
-def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True)
+def _git(*args: str, text: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=text)
 
 
 def parse_side(label: str, spec: str, shared: list[str], own: list[str]) -> Side:
@@ -108,8 +108,7 @@ def train(side: Side, work: Path) -> Losses:
         root = work / "checkout"
         # The commit's files from ``git archive``: git only reads the repository (a worktree would write into
         # .git, and a signal in the middle could leave it there, locked).
-        archive = subprocess.run(["git", "-C", str(CHECKOUT), "archive", "--format=tar", str(side.commit)],
-                                 capture_output=True)
+        archive = _git("archive", "--format=tar", str(side.commit), text=False)
         if archive.returncode != 0:
             raise UserError(f"git archive of {side.spec} failed: {archive.stderr.decode(errors='replace').strip()}")
         root.mkdir()

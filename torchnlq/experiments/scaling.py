@@ -262,23 +262,6 @@ class Fit:
     points: list[Point] = field(default_factory=list)
     seed_fits: list[tuple[float, float, float]] = field(default_factory=list)  # (e, a, alpha) per seed
 
-    @property
-    def e(self) -> float:
-        return self.law.e
-
-    @property
-    def a(self) -> float:
-        return self.law.a
-
-    @property
-    def alpha(self) -> float:
-        return self.law.alpha
-
-    @property
-    def exact(self) -> bool:
-        """The fit is exactly determined (:attr:`LawFit.exact`)."""
-        return self.law.exact
-
     def loss_at(self, flops: float) -> float:
         """The fitted loss at ``flops``."""
         return float(power_law(np.asarray(flops / self.c0), *self.law.params))
@@ -397,10 +380,10 @@ def report(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for f in fits:
         seeds = len({str(p.seed) for p in f.points})
-        predicted = (_pm(f.loss_at(target), f.loss_spread_at(target), ".4f") if allow_exact or not f.exact
+        predicted = (_pm(f.loss_at(target), f.loss_spread_at(target), ".4f") if allow_exact or not f.law.exact
                      else "not shown: exactly determined")
-        lines.append(f"| {f.query_type} | {len(f.points)} | {seeds} | {_pm(f.alpha, f.spread(2), '.3f')} | "
-                     f"{_pm(f.e, f.spread(0), '.4f')} | {f.a:.4f} | {predicted} | {'; '.join(f.checks())} |")
+        lines.append(f"| {f.query_type} | {len(f.points)} | {seeds} | {_pm(f.law.alpha, f.spread(2), '.3f')} | "
+                     f"{_pm(f.law.e, f.spread(0), '.4f')} | {f.law.a:.4f} | {predicted} | {'; '.join(f.checks())} |")
     lines += ["", f"Fit: L(C) = E + A (C / C0) ** -alpha, C0 = {fits[0].c0:.4g} FLOPs (the smallest run), least "
               "squares over every run of a query type, within the bounds E in [0, the lowest loss], A >= 0, alpha in "
               f"[{ALPHA_BOUNDS[0]:g}, {ALPHA_BOUNDS[1]:g}]; ± is the sample standard deviation of the same fit made "
@@ -422,7 +405,7 @@ def _crossing_line(first: Fit, second: Fit, span: tuple[float, float], allow_exa
     their runs measured (one size's runs differ a little in compute between query types: the range is both's),
     and which is lower at the span's end."""
     pair = f"{first.query_type} and {second.query_type}"
-    exact = [f.query_type for f in (first, second) if f.exact]
+    exact = [f.query_type for f in (first, second) if f.law.exact]
     if exact and not allow_exact:
         return (f"- {pair}: where they cross is not shown: the fit of {' and '.join(exact)} is exactly determined "
                 "(as many runs as parameters); --allow-exact-fits shows it.")
@@ -444,15 +427,11 @@ def _crossing_line(first: Fit, second: Fit, span: tuple[float, float], allow_exa
 def plot(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -> bytes | None:
     """scaling.png: each query type's runs and fitted curve, loss against compute (log x); None without matplotlib.
     An exactly determined curve is drawn only between its runs (unless ``allow_exact``), and says so."""
-    try:
-        import matplotlib
+    from torchnlq.experiments.compare_plots import png, pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
-    import io
-
     lo = min(p.flops for f in fits for p in f.points)
     hi = max([p.flops for f in fits for p in f.points] + ([at_flops] if at_flops else []))
     grid = np.geomspace(lo, hi, 200)
@@ -460,21 +439,17 @@ def plot(fits: list[Fit], at_flops: float | None, allow_exact: bool = False) -> 
     for index, f in enumerate(fits):
         color = f"C{index}"
         ax.scatter([p.flops for p in f.points], [p.loss for p in f.points], color=color, s=16)
-        own = grid if allow_exact or not f.exact else np.geomspace(*f.measured, 200)
+        own = grid if allow_exact or not f.law.exact else np.geomspace(*f.measured, 200)
         ax.plot(own, [f.loss_at(c) for c in own], color=color, lw=1.6,
-                label=f"{f.query_type}: E + A C^-{f.alpha:.3f}, E = {f.e:.3f}"
-                      + (" (exactly determined)" if f.exact else ""))
+                label=f"{f.query_type}: E + A C^-{f.law.alpha:.3f}, E = {f.law.e:.3f}"
+                      + (" (exactly determined)" if f.law.exact else ""))
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs (the model's count x tokens)")
     ax.set_ylabel("validation loss at the run's end")
     ax.set_title("Loss against compute, per query type")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig)
 
 
 def main(argv: list[str]) -> int:

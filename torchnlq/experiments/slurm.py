@@ -4,11 +4,9 @@ sbatch itself rather than a Python submission library: each task is already a sh
 sweep worker), the job script stays a file a user can read and resubmit, nothing is pickled, and the queue's
 states come from squeue (no accounting database needed; ``sacct`` fails without one).
 
-Each array task runs ``python -m torchnlq.experiments.slurm_job MANIFEST`` (the manifest lists the tasks). The
-job is submitted ``--requeue --signal=B:USR1@<signal_seconds>``: before its time limit the job shell gets USR1,
-the wrapper passes SIGTERM to the run (it saves and stops between steps) and requeues the job, which resumes the
-run bit for bit from that checkpoint. A job the user cancels (``scancel``) gets SIGTERM in every process: the
-run saves and stops, and nothing requeues it.
+Each array task runs ``python -m torchnlq.experiments.slurm_job MANIFEST`` (the manifest lists the tasks), submitted
+``--requeue --signal=B:USR1@<signal_seconds>``; what the job does on that signal and on ``scancel``: slurm_job's
+docstring.
 """
 
 from __future__ import annotations
@@ -99,14 +97,10 @@ def job_script(config: SlurmConfig, name: str, manifest: Path, count: int, dump:
     options = [f"--job-name={name}", f"--array=0-{count - 1}", f"--output={dump.resolve() / SLURM_FOLDER}/%A_%a.out",
                "--open-mode=append", "--requeue", f"--signal=B:USR1@{config.signal_seconds}", "--ntasks=1",
                f"--chdir={Path.cwd()}"]
-    for key in ("partition", "account", "qos", "time", "mem", "constraint"):
-        value = getattr(config, key)
-        if value is not None:
-            options.append(f"--{key}={value}")
-    if config.cpus_per_run:
-        options.append(f"--cpus-per-task={config.cpus_per_run}")
-    if config.gpus_per_run:
-        options.append(f"--gres=gpu:{config.gpus_per_run}")
+    asked = {key: getattr(config, key) for key in ("partition", "account", "qos", "time", "mem", "constraint")}
+    asked |= {"cpus-per-task": config.cpus_per_run or None,
+              "gres": f"gpu:{config.gpus_per_run}" if config.gpus_per_run else None}
+    options += [f"--{key}={value}" for key, value in asked.items() if value is not None]
     options += config.sbatch_args
     source = Path(torchnlq.__file__).resolve().parents[1]  # the jobs import this torchnlq (a checkout, or installed)
     lines = ["#!/bin/bash", *(f"#SBATCH {shlex.quote(o)}" for o in options), "", *config.setup,
@@ -152,12 +146,8 @@ def queue_states() -> dict[str, tuple[str, str]]:
     """This user's jobs in the queue: ``{"123_0": (state, reason)}`` (array tasks one by one)."""
     require_slurm()
     text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
-    states = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 3:
-            states[parts[0]] = (parts[1], parts[2])
-    return states
+    rows = [line.strip().split("|") for line in text.splitlines()]
+    return {job: (state, reason) for job, state, reason in (row for row in rows if len(row) == 3)}
 
 
 def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:

@@ -248,10 +248,8 @@ def load_suite(path: str | Path, cli_overrides: Sequence[str] = ()) -> Suite:
             grid_args = [f"--{k}={format_value(v)}" for k, v in combo.items()]
             runs.append(SuiteRun(name, arm, config_path, (*shared, *cli, *own, *grid_args)))
 
-    for i, name in enumerate(_distinct([r.name for r in runs])):
-        fixed = (f"--job.name={name}", f"--job.dump_folder={dump}")
-        run = replace(runs[i], name=name, overrides=(*runs[i].overrides, *fixed))
-        runs[i] = replace(run, steps=_validate_run(where, run))
+    runs = [_validated(where, replace(run, name=name), dump)
+            for run, name in zip(runs, _distinct([r.name for r in runs]))]
     if cli_keys:
         _refuse_varied_keys(where, runs, cli, cli_keys)
     return Suite(path, keys.name or path.stem, keys.description, Path(dump), runs,
@@ -287,11 +285,8 @@ def _scaling_suite(path: Path, keys: SuiteKeys, data: dict[str, Any], cli: list[
     clash = sorted(cli_keys & ruled)
     if clash:
         raise UserError(f"--{clash[0]} is set per run by the suite's [scaling] rules; change it in {where}")
-    runs = []
-    for planned_run in planned:
-        fixed = (f"--job.name={planned_run.name}", f"--job.dump_folder={dump}")
-        run = SuiteRun(planned_run.name, planned_run.arm, config_path, (*shared, *cli, *planned_run.overrides, *fixed))
-        runs.append(replace(run, steps=_validate_run(where, run)))
+    runs = [_validated(where, SuiteRun(p.name, p.arm, config_path, (*shared, *cli, *p.overrides)), dump)
+            for p in planned]
     if keys.compare_step is not None:
         raise UserError(f"{where}: a scaling suite compares each run at its end; remove compare_step")
     return Suite(path, keys.name or path.stem, keys.description, Path(dump), runs,
@@ -314,16 +309,18 @@ def _refuse_varied_keys(where: str, runs: list[SuiteRun], cli: list[str], keys: 
                         "overriding it for all runs would erase the comparison, so edit the suite instead")
 
 
-def _validate_run(where: str, run: SuiteRun) -> int:
-    """Load the run's config and resolve its model shapes (a typo fails here, before any launch); its steps."""
+def _validated(where: str, run: SuiteRun, dump: str) -> SuiteRun:
+    """``run`` with job.name and job.dump_folder last and its steps, its config loaded and its model shapes resolved
+    (a typo fails here, before any launch)."""
     from torchnlq.train.preflight import check_job_config
 
+    run = replace(run, overrides=(*run.overrides, f"--job.name={run.name}", f"--job.dump_folder={dump}"))
     try:
         cfg = load_job_config([str(run.config), *run.overrides])
         check_job_config(cfg)  # what the trainer checks first, so a bad run fails before any launch
     except UserError as e:
         raise UserError(f"{where}: run '{run.name}': {e}") from None
-    return cfg.training.steps
+    return replace(run, steps=cfg.training.steps)
 
 
 def _pick_baseline(where: str, baseline: Any, runs: list[SuiteRun]) -> str:
