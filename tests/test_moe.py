@@ -264,3 +264,16 @@ def test_the_paper_check_of_the_same_parameter_count_holds_at_equal_active_and_t
     assert line["params_vs_linear_query"] == (f"{residual - linear:+,} (the same config with model.query.type = "
                                               f"linear has {linear:,}; active {residual - linear:+,}, against its "
                                               f"{int(linear_active):,})")
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 4])
+def test_run_info_records_the_active_non_embedding_parameters(top_k: int) -> None:
+    """run_info.json (what compare_runs' params column reads) holds the non-embedding parameters a token computes
+    with: the written-out count of the test above, minus the token table."""
+    from torchnlq.checkpoint.record import RunRecord
+
+    info = RunRecord(model_args=moe_args(top_k=top_k), tokenizer={}).to_run_info(finished=False)
+    attention, router, expert, norms = 4 * D * D, D * E, 3 * D * H, 2 * D
+    total = 2 * (attention + router + E * expert + norms) + D
+    assert info["non_embedding_params"] == total
+    assert info["active_non_embedding_params"] == total - 2 * (E - top_k) * expert
