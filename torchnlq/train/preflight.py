@@ -175,12 +175,15 @@ FORWARD_SHARE_OF_A_STEP = 1 / 3
 def config_warnings(cfg: JobConfig, args: ModelArgs | None = None) -> list[str]:
     """Settings that are legal but do nothing, or not what they look like, in this run (``args``: the model it
     builds, :func:`check_job_config`'s, which is called when not given)."""
-    family = get_family((args if args is not None else check_job_config(cfg)).family)
+    args = args if args is not None else check_job_config(cfg)
+    family = get_family(args.family)
     warnings = [f"parallelism.{name} is set but model.family = '{family.name}' does not read it (only "
                 f"{' and '.join(repr(f.name) for f in FAMILIES.values() if name in f.runtime.parallelism_options)} "
                 "does); it has no effect"
                 for name in sorted({n for f in FAMILIES.values() for n in f.runtime.parallelism_options})
                 if getattr(cfg.parallelism, name) and name not in family.runtime.parallelism_options]
+    if family.warnings is not None:  # the family's own settings that change nothing in this model
+        warnings.extend(family.warnings(args))
     ignored = ignored_knobs(cfg.model.query)
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)
