@@ -307,6 +307,8 @@ def test_one_option_takes_the_model_from_the_folder(tmp_path: Path, kind: str, l
         expected = F.cross_entropy(hf_model(source)(x).logits.flatten(0, 1), y.flatten()).item()
     trainer.train()
     assert math.isclose(scalars(tmp_path / "outputs" / "run" / "tb")["loss/train"][1], expected, rel_tol=1e-5)
+    header = (tmp_path / "outputs" / "run" / "train.log").read_text()  # the folder's model, not the default flavor's
+    assert f"| model from {source} (" in header and f"| model {cfg.model.flavor} " not in header, header[:600]
 
 
 @pytest.mark.integration  # trains
