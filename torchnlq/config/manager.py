@@ -190,6 +190,11 @@ def flag_changes_to_description(cfg: JobConfig, described: JobConfig) -> None:
     cfg.job.description = f"{text} [changed: {', '.join((listed | changed).values())}]"
 
 
+def config_path(args: list[str]) -> str | None:
+    """The TOML file ``args`` name (positionally or as --job.config_file), or None: the built-in defaults."""
+    return _split_args(args)[0]
+
+
 def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:
     """Separate the optional config path from the ``--key value`` overrides."""
     path: str | None = None
