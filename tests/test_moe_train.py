@@ -95,7 +95,8 @@ def test_the_compiled_moe_blocks_have_no_graph_breaks_as_the_trainer_compiles_th
 
 def test_experts_split_over_two_processes_give_one_process_losses(tmp_path: Path) -> None:
     """parallelism.expert_parallel on 2 processes (2 of the 4 experts each, tokens exchanged by all-to-all): the
-    losses and gradient norms of the 1-process run within 1e-6 relative (docs/parallelism.md); a resume of it is bitwise, the checkpoint read on one process."""
+    losses and gradient norms of the 1-process run within 1e-6 relative (docs/parallelism.md); a resume of it is
+    bitwise, the checkpoint read on one process."""
     from torchnlq.interop.load import load_model
 
     extra = [f"--{k.replace('__', '.')}={v}" for k, v in MOE.items()]

@@ -25,12 +25,14 @@ def summary_lines(argv: list[str], capsys: pytest.CaptureFixture) -> list[str]:
 @pytest.mark.parametrize("flavor", ["debug", "moe_debug"])
 def test_the_first_line_names_the_config_the_summary_describes(given: str, flavor: str,
                                                                capsys: pytest.CaptureFixture) -> None:
-    config = {"none": [], "positional": [TRAINER_DEFAULT], "config-file-option": [f"--job.config_file={TRAINER_DEFAULT}"],
+    config = {"none": [], "positional": [TRAINER_DEFAULT],
+              "config-file-option": [f"--job.config_file={TRAINER_DEFAULT}"],
               "config-file-option-spaced": ["--job.config_file", TRAINER_DEFAULT]}[given]
     argv = [*config, "--model.flavor", flavor]
     lines = summary_lines(argv, capsys)
     if given == "none":
-        assert lines[0].startswith("config: none, the built-in defaults") and "train_configs/debug_model.toml" in lines[0]
+        assert lines[0].startswith("config: none, the built-in defaults")
+        assert "train_configs/debug_model.toml" in lines[0]
     else:
         assert lines[0] == f"config: {TRAINER_DEFAULT}"
     # The model it then describes is the one the trainer builds from the same command (run_train.sh adds its

@@ -117,7 +117,8 @@ def qwen3_moe_model_args(config: dict[str, Any]) -> ModelArgs:
         raise KeyError("num_experts")
     moe = MoE(n_experts=experts, top_k=config["num_experts_per_tok"], expert_hidden=config["moe_intermediate_size"],
               router="softmax_normalized" if c.get("norm_topk_prob", False) else "softmax",
-              aux_loss_coef=c.get("router_aux_loss_coef", 0.001) * config["num_experts_per_tok"], every=c.get("decoder_sparse_step", 1),
+              aux_loss_coef=c.get("router_aux_loss_coef", 0.001) * config["num_experts_per_tok"],  # hf_aux_loss_coef
+              every=c.get("decoder_sparse_step", 1),
               first_dense=len(dense), bias_update_rate=0.0, z_loss_coef=0.0)
     if moe.top_k > moe.n_experts:
         raise UserError(f"Qwen3-MoE num_experts_per_tok={moe.top_k} exceeds num_experts={moe.n_experts}")
