@@ -240,7 +240,9 @@ def with_folder_model(cfg: Model, args: ModelArgs) -> Model:
     for name in SIZES:
         if getattr(taken, name) is None:
             setattr(taken, name, getattr(args, name))
-    if taken.query == type(taken.query)():  # the default: the folder's query
+    # The folder's query unless the config sets one: a key it set (config/manager.py records them, a type equal to
+    # the default too) or a value other than the default.
+    if not getattr(cfg.query, "set_by_config", None) and taken.query == type(taken.query)():
         taken.query = copy.deepcopy(args.query)
     return taken
 
