@@ -287,6 +287,13 @@ IN_PROCESS = [
         "is not the query contract's (cfg, shape)", setup=compiled_plugin("oldq", OLD_QUERY)),
     row(T, "job-name-too-long-for-the-file-system", [*TRAIN, "--job.name=" + "a" * 300],
         "job.name has a name of 300 bytes"),
+    # model.from_checkpoint (issue 47.3): a size that conflicts with the folder's, an architecture torchnlq does not read.
+    row(T, "from-checkpoint-with-a-conflicting-size", [*TRAIN, "--model.from_checkpoint=true",
+        "--checkpoint.initial_load_path={export}", "--checkpoint.initial_load_model_only=true", "--model.dim=64"],
+        "holds another model than this run describes (model.dim 32 there, 64 here)"),
+    row(T, "from-checkpoint-of-a-mixtral-folder", [*TRAIN, "--model.from_checkpoint=true",
+        "--checkpoint.initial_load_path={tmp}/mixtral"], "nor a Hugging Face folder torchnlq reads",
+        setup=write({"mixtral/config.json": '{"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}'})),
     row(T, "dump-folder-name-too-long-for-the-file-system", [*TRAIN, "--job.dump_folder={tmp}/" + "b" * 300],
         "job.dump_folder has a name of 300 bytes"),
     row(T, "load-step-without-resume", [*TRAIN, "--checkpoint.load_step=4", "--checkpoint.resume=false"],
