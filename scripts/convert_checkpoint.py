@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Convert a training checkpoint (or an export, or a Hugging Face GPT-2/Llama/Qwen3 folder) into a model folder.
+"""Convert a training checkpoint (or an export, or a Hugging Face folder torchnlq reads) into a model folder.
 
 Examples:
     python scripts/convert_checkpoint.py outputs/run/checkpoints/step-5000 exports/run-5000
@@ -35,6 +35,13 @@ FORMATS = {
 }
 
 
+def readable_folders() -> str:
+    """The Hugging Face folders torchnlq reads, named from the registered families' architectures."""
+    from torchnlq.interop.hf_folder import readable_folders as named
+
+    return named()
+
+
 def standard_formats() -> dict[str, str]:
     """The families' standard Hugging Face architectures: format -> transformers class (hf-llama: LlamaForCausalLM)."""
     from torchnlq.interop.hf_folder import standard_architectures
@@ -51,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         + "; ".join(f"{name}: transformers.{cls}" for name, cls in standard.items()) + ").",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder, a safetensors export or a "
-                   "Hugging Face GPT-2, Llama or Qwen3 folder")
+    p.add_argument("checkpoint", metavar="CKPT", help="a <run>/checkpoints/step-N folder, a safetensors export or "
+                   f"{readable_folders()}")
     p.add_argument("out", metavar="OUT", help="output folder (new, or a previous export with --overwrite)")
     p.add_argument("--format", default="safetensors", choices=(*FORMATS, *standard), help="output format")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"), help="dtype of the stored weights")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Evaluate a checkpoint, an export or a Hugging Face GPT-2/Llama/Qwen3 folder: validation loss on a data folder,
+"""Evaluate a checkpoint, an export or a Hugging Face folder torchnlq reads: validation loss on a data folder,
 or multiple-choice accuracy.
 
 --data: the validation loss and perplexity on the run's own fixed validation windows (its
@@ -35,15 +35,22 @@ VALIDATION_ONLY = ("sequences", "micro_batch_size", "seed", "seq_len")
 MULTIPLE_CHOICE_ONLY = ("limit", "batch_size", "tiktoken_file")
 
 
+def readable_folders() -> str:
+    """The Hugging Face folders torchnlq reads, named from the registered families' architectures."""
+    from torchnlq.interop.hf_folder import readable_folders as named
+
+    return named()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Validation loss and perplexity of a torchnlq checkpoint or export (or a Hugging Face GPT-2, "
-        "Llama or Qwen3 folder) on fixed validation "
+        description="Validation loss and perplexity of a torchnlq checkpoint or export (or "
+        f"{readable_folders()}) on fixed validation "
         "sequences (--data), or its accuracy on multiple-choice questions (--multiple-choice).",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder, an export folder or "
-                   "a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: safetensors)")
+                   f"{readable_folders()} (save_pretrained: safetensors)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--data", default=None, help="data folder with train.bin, val.bin and meta.json")
     what.add_argument("--multiple-choice", metavar="FILE.jsonl", default=None,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Sample text from a checkpoint, an export or a Hugging Face GPT-2/Llama/Qwen3 folder, with a KV cache.
+"""Sample text from a checkpoint, an export or a Hugging Face folder torchnlq reads, with a KV cache.
 
 Examples:
     python scripts/generate.py outputs/run/checkpoints/step-5000 --prompt "To be" --max-new-tokens 50
@@ -29,14 +29,21 @@ from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa:
 from torchnlq.config.plugins import add_plugins_option, import_plugins_option  # noqa: E402
 
 
+def readable_folders() -> str:
+    """The Hugging Face folders torchnlq reads, named from the registered families' architectures."""
+    from torchnlq.interop.hf_folder import readable_folders as named
+
+    return named()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Sample a continuation of a prompt from a torchnlq checkpoint or export, or a Hugging Face "
-        "GPT-2, Llama or Qwen3 folder.",
+        description="Sample a continuation of a prompt from a torchnlq checkpoint or export, or "
+        f"{readable_folders()}.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="CKPT_OR_EXPORT", help="a <run>/checkpoints/step-N folder, an export folder or "
-                   "a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: safetensors)")
+                   f"{readable_folders()} (save_pretrained: safetensors)")
     p.add_argument("--prompt", default="", help="text to continue (empty: start from end-of-text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens to sample at most")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 is greedy (argmax)")

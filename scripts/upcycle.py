@@ -6,9 +6,9 @@ Examples:
     python scripts/upcycle.py hf/gpt2 exports/gpt2-anchored --query anchored # + f on every block, f = 0 at start
     python scripts/upcycle.py hf/gpt2 exports/gpt2-anchored6 --query anchored --layers 6-11 --freeze-anchor
     python scripts/upcycle.py outputs/run/checkpoints/step-5000 exports/run-anchored --query anchored
-    python scripts/upcycle.py hf/llama exports/llama-anchored --query anchored  # a Llama or Qwen3 folder too
+    python scripts/upcycle.py hf/llama exports/llama-anchored --query anchored  # a Llama, Qwen3 folder... too
 
-SOURCE is a Hugging Face GPT-2, Llama or Qwen3 folder (save_pretrained: config.json + model.safetensors;
+SOURCE is a Hugging Face folder torchnlq reads (--help names them; save_pretrained: config.json + model.safetensors;
 pytorch_model.bin is never unpickled) or a torchnlq checkpoint or export with a linear query. OUT is a
 safetensors export whose logits equal SOURCE's, with SOURCE's tokenizer (a tokenizer.json with its special
 tokens and chat template, a checkpoint's ranks); a folder saved without one whose vocabulary is GPT-2's
@@ -28,14 +28,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from torchnlq.cli import ArgumentParser, DefaultsHelpFormatter, run_cli  # noqa: E402
 
 
+def readable_folders() -> str:
+    """The Hugging Face folders torchnlq reads, named from the registered families' architectures."""
+    from torchnlq.interop.hf_folder import readable_folders as named
+
+    return named()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
-        description="Import a Hugging Face GPT-2, Llama or Qwen3 folder (or a linear-query torchnlq model) as a "
+        description=f"Import {readable_folders()} (or a linear-query torchnlq model) as a "
         "torchnlq export, "
         "optionally giving its queries the anchored nonlinear branch Q = X·W_Q + f(X) with f = 0 at the start.",
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("source", metavar="SOURCE", help="a Hugging Face GPT-2, Llama or Qwen3 folder, or a torchnlq "
+    p.add_argument("source", metavar="SOURCE", help=f"{readable_folders()}, or a torchnlq "
                    "checkpoint or export")
     p.add_argument("out", metavar="OUT", help="output export folder (new, or a previous export with --overwrite)")
     p.add_argument("--query", default="linear", choices=("linear", "anchored"), help="the query of the result")

@@ -7,6 +7,7 @@ line data), after rendering them to PNG with the Agg backend, not through pixels
 from __future__ import annotations
 
 import csv
+import json
 import io
 import math
 import re
@@ -422,3 +423,20 @@ def _group(run):  # noqa: ANN001, ANN202 - a one-run Group for trunks()
     from torchnlq.experiments.compare import Group
 
     return Group(run.name, [run])
+
+
+@pytest.mark.parametrize("active", [None, 1000, 640])
+def test_the_params_column_shows_active_parameters_where_they_differ(tmp_path: Path, active: int | None) -> None:
+    """An MoE's run_info.json records fewer active than total non-embedding parameters: the table shows both; a
+    dense run's (equal) or an older run's (no record of them) shows the total alone."""
+    root = tmp_path / "suite"
+    make_run(root, "base", {100: 3.0})
+    run = make_run(root, "moe", {100: 2.9}, "--model.mlp_hidden=600")
+    info = json.loads((run / "run_info.json").read_text())
+    (run / "run_info.json").write_text(json.dumps(info | ({} if active is None else
+                                                          {"active_non_embedding_params": active})))
+    compare_runs([root], "base", tmp_path / "cmp")
+    row = next(line for line in (tmp_path / "cmp" / "comparison.md").read_text().splitlines()
+               if line.startswith("| moe |"))
+    cell = row.split(" | ")[3]
+    assert cell == ("1,000 (active 640)" if active == 640 else "1,000"), row

@@ -174,3 +174,44 @@ def test_the_walk_through_runs_as_written(plugin: Path) -> None:
         assert ((hf_logits - expected).abs().max() / expected.abs().max()).item() <= 1e-5
         compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break is an error
         torch.testing.assert_close(compiled(tokens), expected, rtol=1e-4, atol=1e-4)
+
+
+def _constructors() -> dict[str, str]:
+    """__init__ signatures a plugin might write, each with the body that builds under it."""
+    return {
+        "(self, cfg, shape)": "super().__init__(cfg, shape)",
+        "(self, cfg, shape, extra=1)": "super().__init__(cfg, shape)",
+        "(self, *args, **kwargs)": "super().__init__(*args, **kwargs)",
+        "(self, cfg, dim, n_heads, head_dim, norm_eps)": "super().__init__(cfg, dim)",
+        "(self, cfg, dim, n_heads, head_dim, norm_eps=1e-5)": "super().__init__(cfg, dim)",
+        "(self, cfg, shape, extra)": "super().__init__(cfg, shape)",
+        "(self, cfg)": "super().__init__(cfg, None)",
+    }
+
+
+@pytest.mark.parametrize("signature", list(_constructors()))
+def test_a_query_constructor_off_the_contract_is_refused_at_registration(signature: str) -> None:
+    """register_query refuses (one ConfigError naming (cfg, shape) and docs/extending.md) exactly the classes that
+    cannot be built as cls(cfg, shape): the build itself is the reference (issue 47.7)."""
+    from torchnlq.errors import ConfigError
+    from torchnlq.models import register_query
+    from torchnlq.models.query import QueryProjection, QueryShape
+
+    namespace: dict = {"QueryProjection": QueryProjection}
+    exec(f"class Plugin(QueryProjection):\n    def __init__{signature}:\n        {_constructors()[signature]}\n"
+         "    def forward(self, x):\n        return x\n", namespace)
+    cls = namespace["Plugin"]
+    try:
+        cls(Query(), QueryShape(8, 2, 4, 1e-5, 0, 1))
+        builds = True
+    except TypeError:
+        builds = False
+    try:
+        register_query("plugin_signature_probe")(cls)
+        registered = True
+    except ConfigError as e:
+        registered = False
+        assert "(cfg, shape)" in str(e) and "docs/extending.md" in str(e) and "\n" not in str(e), e
+    finally:
+        QUERY_TYPES.pop("plugin_signature_probe", None)
+    assert registered == builds, (signature, registered, builds)

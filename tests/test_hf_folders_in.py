@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 import math
 from pathlib import Path
 from typing import Any
@@ -307,6 +308,8 @@ def test_one_option_takes_the_model_from_the_folder(tmp_path: Path, kind: str, l
         expected = F.cross_entropy(hf_model(source)(x).logits.flatten(0, 1), y.flatten()).item()
     trainer.train()
     assert math.isclose(scalars(tmp_path / "outputs" / "run" / "tb")["loss/train"][1], expected, rel_tol=1e-5)
+    header = (tmp_path / "outputs" / "run" / "train.log").read_text()  # the folder's model, not the default flavor's
+    assert f"| model from {source} (" in header and f"| model {cfg.model.flavor} " not in header, header[:600]
 
 
 @pytest.mark.integration  # trains
@@ -431,3 +434,31 @@ def test_a_qwen3_whose_heads_are_wider_than_dim_over_heads_starts_a_run_with_mod
         expected = F.cross_entropy(hf_model(source)(x).logits.flatten(0, 1), y.flatten()).item()
     trainer.train()
     assert math.isclose(scalars(tmp_path / "outputs" / "run" / "tb")["loss/train"][1], expected, rel_tol=1e-5)
+
+
+@pytest.mark.integration  # trains
+@pytest.mark.parametrize("command", ["the-same-command", "the-runs-own-config"])
+def test_a_run_from_a_folder_resumes_after_the_folder_is_moved(tmp_path: Path, llama_data: Path, command: str) -> None:
+    """model.from_checkpoint records what it took (the resolved config.toml writes the model out, from_checkpoint =
+    false; the checkpoints hold it): the same command, or the run's own config.toml, resumes with the folder gone
+    (issue 47.3), and the resumed run's weights are the ones its checkpoint saved plus the new steps."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.trainer import Trainer
+
+    source = save_shipped(tmp_path / "llama", "llama", **SHAPES["llama"])
+    tokenizer = tmp_path / "tokenizer.json"
+    shutil.copy(source / "tokenizer.json", tokenizer)  # the data's tokenizer stays; the model's folder moves
+    argv = [f"--job.dump_folder={tmp_path / 'outputs'}", "--job.name=run", "--model.from_checkpoint=true",
+            f"--checkpoint.initial_load_path={source}", f"--data.path={llama_data}", "--data.tokenizer=hf",
+            f"--data.tokenizer_file={tokenizer}", "--training.seq_len=16", "--training.micro_batch_size=4",
+            "--training.device=cpu", "--validation.enabled=false", "--lr_schedule.warmup_steps=1",
+            "--checkpoint.enabled=true", "--checkpoint.interval=2"]
+    Trainer(load_job_config([*argv, "--training.steps=2"])).train()
+    source.rename(tmp_path / "moved")
+    run = tmp_path / "outputs" / "run"
+    again = argv if command == "the-same-command" else [str(run / "config.toml")]
+    trainer = Trainer(load_job_config([*again, "--training.steps=4"]))
+    assert trainer.start.kind == "resume" and trainer.step == 2
+    trainer.train()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2", "step-4"]
+    assert "from_checkpoint = false" in (run / "config.toml").read_text()

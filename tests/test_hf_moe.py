@@ -168,3 +168,50 @@ def test_an_moe_is_upcycled_with_the_anchored_query(tmp_path: Path) -> None:
     x = tokens()
     with torch.no_grad():
         assert relative_error(anchored.model(x), model(x)) <= 1e-5
+
+
+def torchnlq_aux_loss(model: Decoder, x: torch.Tensor) -> float:
+    """The balancing loss torchnlq's routers add to the gradient for tokens ``x`` (their per-step sums), summed."""
+    model.train()
+    model(x)
+    routers = [m for m in model.modules() if type(m).__name__ == "Router"]
+    return sum(router.sums[3].item() for router in routers)
+
+
+def transformers_aux_loss(folder: Path, x: torch.Tensor) -> float:
+    """transformers' own balancing term of the folder's model for ``x``, times the folder's router_aux_loss_coef."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = hf(x, output_router_logits=True).router_logits
+    c = hf.config
+    return c.router_aux_loss_coef * load_balancing_loss_func(logits, c.num_experts, c.num_experts_per_tok).item()
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3, 4])
+@pytest.mark.parametrize("coef", [0.01, 0.37])
+def test_the_exported_balancing_coefficient_gives_torchnlqs_loss(tmp_path: Path, top_k: int, coef: float) -> None:
+    """One MoE layer (transformers mixes several layers' counts before the product: docs/models.md): transformers'
+    load_balancing_loss_func x the written router_aux_loss_coef is torchnlq's aux loss on the same tokens."""
+    model = moe_model(top_k=top_k, aux_loss_coef=coef, first_dense=2)
+    out = export_hf_standard(loaded(model, tmp_path), tmp_path / "hf", "hf-qwen3-moe")
+    x = tokens()
+    assert transformers_aux_loss(out, x) == pytest.approx(torchnlq_aux_loss(model, x), rel=1e-5)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_an_imported_qwen3_moe_keeps_transformers_balancing_loss(tmp_path: Path, top_k: int) -> None:
+    """The import direction: a Qwen3-MoE folder's router_aux_loss_coef becomes the aux_loss_coef whose loss is
+    transformers' term (load_balancing_loss_func x the coefficient) on the same tokens."""
+    torch.manual_seed(0)
+    shape = {**SHAPE, "num_experts_per_tok": top_k, "mlp_only_layers": [0, 1]}
+    hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**shape, router_aux_loss_coef=0.02))
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                p.normal_(0, 1.0)
+    hf.save_pretrained(tmp_path / "qwen3_moe")
+    ours = load_model(tmp_path / "qwen3_moe")
+    x = tokens()
+    assert torchnlq_aux_loss(ours.model, x) == pytest.approx(transformers_aux_loss(tmp_path / "qwen3_moe", x), rel=1e-5)

@@ -264,3 +264,66 @@ def test_the_paper_check_of_the_same_parameter_count_holds_at_equal_active_and_t
     assert line["params_vs_linear_query"] == (f"{residual - linear:+,} (the same config with model.query.type = "
                                               f"linear has {linear:,}; active {residual - linear:+,}, against its "
                                               f"{int(linear_active):,})")
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 4])
+def test_run_info_records_the_active_non_embedding_parameters(top_k: int) -> None:
+    """run_info.json (what compare_runs' params column reads) holds the non-embedding parameters a token computes
+    with: the written-out count of the test above, minus the token table."""
+    from torchnlq.checkpoint.record import RunRecord
+
+    info = RunRecord(model_args=moe_args(top_k=top_k), tokenizer={}).to_run_info(finished=False)
+    attention, router, expert, norms = 4 * D * D, D * E, 3 * D * H, 2 * D
+    total = 2 * (attention + router + E * expert + norms) + D
+    assert info["non_embedding_params"] == total
+    assert info["active_non_embedding_params"] == total - 2 * (E - top_k) * expert
+
+
+#: Each [model.moe] knob that can change nothing in some model: its setting on, and off.
+KNOBS = {"bias_update_rate": (0.1, 0.0), "aux_loss_coef": (0.5, 0.0), "router": ("softmax_normalized", "softmax"),
+         "z_loss_coef": (0.5, 0.0)}
+OFF = {name: off for name, (_, off) in KNOBS.items()}
+
+
+def trained_output(n_experts: int, top_k: int, **moe: object) -> torch.Tensor:
+    """The layer's output on fresh tokens after one SGD step on other tokens (the router's losses in the gradient), a
+    fixed random choosing bias in place: what a setting would change if it changed anything."""
+    ffn = layer(n_experts=n_experts, top_k=top_k, **{**OFF, **moe})
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        ffn.router.expert_bias.copy_(torch.randn(n_experts, generator=gen, dtype=torch.float64))
+    # 13 tokens: no top_k < n_experts <= 4 splits them evenly, where the balancing loss's gradient would vanish.
+    ffn(torch.randn(13, D, generator=gen, dtype=torch.float64)).square().sum().backward()
+    with torch.no_grad():
+        for p in ffn.parameters():
+            p -= 0.5 * p.grad
+        return ffn(torch.randn(12, D, generator=gen, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("knob", KNOBS)
+@pytest.mark.parametrize("n_experts, top_k", [(n, k) for n in (1, 2, 3, 4) for k in range(1, n + 1)])
+def test_a_moe_setting_is_warned_about_exactly_when_it_changes_nothing(knob: str, n_experts: int, top_k: int) -> None:
+    """The moe family's warnings (config_warnings' hook) name a knob iff the layer trained with it on computes what it
+    computes with it off (issue 47.5: a choosing bias at top_k = n_experts, and the others' no-op combinations)."""
+    from torchnlq.models.moe import moe_warnings
+
+    on = KNOBS[knob][0]
+    warned = [w for w in moe_warnings(moe_args(n_experts=n_experts, top_k=top_k, **{**OFF, knob: on}))
+              if f"model.moe.{knob} " in w]
+    same = torch.allclose(trained_output(n_experts, top_k, **{knob: on}), trained_output(n_experts, top_k),
+                          rtol=1e-10, atol=1e-12)
+    assert bool(warned) == same, (warned, same)
+    assert len(warned) <= 1 and all("no effect" in w and ("set " in w or "use " in w) for w in warned), warned
+
+
+def test_config_warnings_carry_the_moe_familys_own() -> None:
+    """config_warnings calls the family's warnings hook (train/ names no family): a run's config at top_k =
+    n_experts with a choosing bias is warned about; the same config at top_k < n_experts is not."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.preflight import config_warnings
+
+    argv = ["--model.flavor=moe_debug", "--model.moe.n_experts=4", "--model.moe.bias_update_rate=0.001",
+            "--model.moe.aux_loss_coef=0"]
+    said = config_warnings(load_job_config([*argv, "--model.moe.top_k=4"]))
+    assert [w for w in said if w.startswith("model.moe.top_k = n_experts = 4") and "bias_update_rate" in w], said
+    assert not [w for w in config_warnings(load_job_config([*argv, "--model.moe.top_k=2"])) if "model.moe" in w]

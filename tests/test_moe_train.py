@@ -61,7 +61,7 @@ def test_an_moe_on_two_processes_matches_one(tmp_path: Path) -> None:
     ref, got = losses(tmp_path, "one"), losses(tmp_path, "two")
     assert ref.keys() == got.keys()
     for step in ref:
-        assert abs(ref[step] - got[step]) <= 1e-5 * abs(ref[step]), (step, ref[step], got[step])
+        assert abs(ref[step] - got[step]) <= 1e-6 * abs(ref[step]), (step, ref[step], got[step])  # docs/parallelism.md
 
 
 def test_the_compiled_moe_blocks_have_no_graph_breaks_as_the_trainer_compiles_them() -> None:
@@ -95,7 +95,8 @@ def test_the_compiled_moe_blocks_have_no_graph_breaks_as_the_trainer_compiles_th
 
 def test_experts_split_over_two_processes_give_one_process_losses(tmp_path: Path) -> None:
     """parallelism.expert_parallel on 2 processes (2 of the 4 experts each, tokens exchanged by all-to-all): the
-    losses of the 1-process run to rounding; a resume of it is bitwise, the checkpoint read on one process."""
+    losses and gradient norms of the 1-process run within 1e-6 relative (docs/parallelism.md); a resume of it is
+    bitwise, the checkpoint read on one process."""
     from torchnlq.interop.load import load_model
 
     extra = [f"--{k.replace('__', '.')}={v}" for k, v in MOE.items()]
@@ -109,11 +110,11 @@ def test_experts_split_over_two_processes_give_one_process_losses(tmp_path: Path
     ref, got = losses(tmp_path, "one"), losses(tmp_path, "ep")
     assert ref.keys() == got.keys()
     for step in ref:
-        assert abs(ref[step] - got[step]) <= 1e-5 * abs(ref[step]), (step, ref[step], got[step])
+        assert abs(ref[step] - got[step]) <= 1e-6 * abs(ref[step]), (step, ref[step], got[step])  # docs/parallelism.md
     # The gradient norm (the experts' gradients in it, which AdamW's updates would not show scaled wrong).
     ref_norm, got_norm = (scalars(tmp_path / "outputs" / name / "tb")["grad_norm"] for name in ("one", "ep"))
     for step in ref_norm:
-        assert abs(ref_norm[step] - got_norm[step]) <= 1e-4 * ref_norm[step], (step, ref_norm[step], got_norm[step])
+        assert abs(ref_norm[step] - got_norm[step]) <= 1e-6 * ref_norm[step], (step, ref_norm[step], got_norm[step])
     single = load_model(tmp_path / "outputs/one/checkpoints/step-12").model
     split_model = load_model(tmp_path / "outputs/ep/checkpoints/step-12").model  # every expert, one process
     assert [p.shape for p in single.parameters()] == [p.shape for p in split_model.parameters()]

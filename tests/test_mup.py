@@ -184,8 +184,8 @@ def test_counts_flops_and_the_memory_estimate_do_not_change_under_mup() -> None:
     assert estimate_memory(sp, a, 1, "cpu") == estimate_memory(mup, b, 1, "cpu")
 
 
-@pytest.mark.integration  # trainer runs: resume and 2 processes
-def test_a_mup_run_resumes_bit_for_bit_and_two_processes_give_one_process_losses(tmp_path) -> None:
+@pytest.mark.integration  # trainer runs: resume, 2 processes, compile
+def test_a_mup_run_resumes_bit_for_bit_and_two_processes_and_compile_give_one_process_losses(tmp_path) -> None:
     from helpers.train import run_train, scalars, tiny_args
 
     mup = ["--model.parametrization=mup", "--model.mup_base_width=16", "--lr_schedule.decay_steps=12"]
@@ -199,7 +199,11 @@ def test_a_mup_run_resumes_bit_for_bit_and_two_processes_give_one_process_losses
     two = run_train(tmp_path, *tiny_args(tmp_path, "two"), *mup, "--training.grad_accum_steps=1", ngpu=2,
                     timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
-    losses = {name: scalars(tmp_path / "outputs" / name / "tb")["loss/train"] for name in ("straight", "resumed", "two")}
+    compiled = run_train(tmp_path, *tiny_args(tmp_path, "compiled"), *mup, "--training.compile=true", timeout=600)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    names = ("straight", "resumed", "two", "compiled")
+    losses = {name: scalars(tmp_path / "outputs" / name / "tb")["loss/train"] for name in names}
     assert losses["resumed"] == losses["straight"] and sorted(losses["straight"]) == list(range(1, 13))
-    for step, loss in losses["straight"].items():
+    for step, loss in losses["straight"].items():  # 2 processes and compile: one eager process's losses
         assert abs(losses["two"][step] - loss) <= 1e-5 * loss, (step, losses["two"][step], loss)
+        assert abs(losses["compiled"][step] - loss) <= 1e-5 * loss, (step, losses["compiled"][step], loss)

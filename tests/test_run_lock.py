@@ -191,3 +191,31 @@ def test_a_second_identical_command_exits_with_one_line_and_the_first_finishes(t
     assert "stopped by SIGTERM" in log and "error" not in log
     with RunLock(run_dir) as lock:  # free again
         assert lock.held
+
+
+@pytest.mark.parametrize("name", ["a" * 250, "a" * 255, "a" * 256, "é" * 127, "é" * 128, "ü" * 200])
+@pytest.mark.parametrize("key", ["job.name", "job.dump_folder"])
+def test_a_run_folder_name_the_file_system_refuses_is_one_line_before_anything(tmp_path: Path, name: str,
+                                                                                key: str) -> None:
+    """check_run_folder refuses a job.name or job.dump_folder component exactly when the file system would (the
+    reference: mkdir of that name in a scratch folder), naming the key, and creates nothing (issue 47.7)."""
+    from torchnlq.train.run_lock import check_run_folder
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    try:
+        (scratch / name).mkdir()
+        refused_by_fs = False
+    except OSError as e:
+        assert e.errno == errno.ENAMETOOLONG
+        refused_by_fs = True
+    shutil.rmtree(scratch)
+    run_dir = tmp_path / "outputs" / name if key == "job.name" else tmp_path / name / "run"
+    try:
+        check_run_folder(run_dir)
+        refused = False
+    except UserError as e:
+        refused = True
+        assert str(e).startswith(f"{key} has a name of {len(name.encode())} bytes") and "shorter" in str(e), e
+    assert refused == refused_by_fs
+    assert list(tmp_path.iterdir()) == []

@@ -80,3 +80,25 @@ def test_a_user_tool_is_a_thin_door_into_the_package(script: str) -> None:
     main = _main_block(tree)
     assert main is not None and [ast.unparse(s) for s in main.body] in (["sys.exit(cli())"],
                                                                         ["sys.exit(run_cli(main))"])
+
+
+#: The transformers classes of the Hugging Face folders torchnlq reads (written out: the reference the lists derived
+#: from the families' hf_architectures are checked against).
+READ_FOLDERS = ("GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("script", ["convert_checkpoint.py", "upcycle.py", "evaluate.py", "generate.py"])
+def test_the_tools_that_read_hugging_face_folders_name_every_one(tmp_path: Path, script: str) -> None:
+    """--help and the "does not exist" line of every tool that reads a Hugging Face folder name each architecture a
+    family reads, Qwen3-MoE's too (issue 47.6: the lists are derived from the registered families)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    said = " ".join(_help([str(REPO_ROOT / "scripts" / script)], tmp_path, env).split())
+    assert all(name in said for name in READ_FOLDERS), said
+    extra = {"evaluate.py": ["--data", str(tmp_path)], "generate.py": []}.get(script, [str(tmp_path / "out")])
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / script), str(tmp_path / "missing"), *extra],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert "does not exist" in lines[0] and all(name in lines[0] for name in READ_FOLDERS), lines[0]
+    assert list(tmp_path.iterdir()) == []

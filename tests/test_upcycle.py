@@ -126,7 +126,7 @@ def test_an_imported_gpt2_exports_back_to_transformers(gpt2_folder: Path, tmp_pa
 
 
 def test_upcycle_refuses_what_it_cannot_anchor(gpt2_folder: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="nor a Hugging Face GPT-2, Llama or Qwen3 folder"):
+    with pytest.raises(UserError, match="nor a Hugging Face folder of transformers. GPT2LMHeadModel"):
         upcycle(tmp_path)
     with pytest.raises(UserError, match="names blocks outside 0..2"):
         upcycle(gpt2_folder, Query(type="anchored", layers="2-3"))

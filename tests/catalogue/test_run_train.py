@@ -25,6 +25,35 @@ RESUMABLE = copy_of("{run}", "resume/run")
 #: The copy, and another trainer on it: this process holds its lock file until the row is done.
 BUSY = both(RESUMABLE, hold_run_lock("{tmp}/resume/run"))
 
+#: A plugin query type written against the earlier constructor (cfg, dim, n_heads, head_dim, norm_eps).
+OLD_QUERY = """import torch.nn as nn
+from torchnlq.models import register_query
+from torchnlq.models.query import QueryProjection
+
+
+@register_query("old_style")
+class OldStyle(QueryProjection):
+    def __init__(self, cfg, dim, n_heads, head_dim, norm_eps):
+        super().__init__(cfg, dim)
+        self.w = nn.Linear(dim, n_heads * head_dim, bias=False)
+
+    def forward(self, x):
+        return self.w(x)
+"""
+
+
+def compiled_plugin(name: str, text: str):
+    """The plugin module ``name`` in the row's folder, its bytecode written first (the import then writes none)."""
+
+    def setup(tmp, inputs) -> None:
+        import py_compile
+
+        (tmp / f"{name}.py").write_text(text)
+        py_compile.compile(str(tmp / f"{name}.py"), doraise=True)
+
+    return setup
+
+
 #: A mixture of one source, the shared token folder (a row adds the mistake).
 MIXTURE = '[[data.sources]]\npath = "{data}"\nweight = 1.0\n'
 
@@ -260,6 +289,20 @@ IN_PROCESS = [
     row(T, "plugin-module-missing", [*TRAIN, "--job.plugins=no_such_plugin_module"],
         "job.plugins: cannot import 'no_such_plugin_module'"),
     row(T, "plugin-not-a-module-name", [*TRAIN, "--job.plugins=../evil"], "job.plugins: '../evil' is not a module name"),
+    # Leftovers of the older catalogue (issue 47.7): the earlier query constructor, a name the file system refuses.
+    row(T, "plugin-query-with-the-earlier-constructor", [*TRAIN, "--job.plugins=oldq", "--model.query.type=old_style"],
+        "is not the query contract's (cfg, shape)", setup=compiled_plugin("oldq", OLD_QUERY)),
+    row(T, "job-name-too-long-for-the-file-system", [*TRAIN, "--job.name=" + "a" * 300],
+        "job.name has a name of 300 bytes"),
+    # model.from_checkpoint (issue 47.3): a size that conflicts with the folder's, an architecture torchnlq does not read.
+    row(T, "from-checkpoint-with-a-conflicting-size", [*TRAIN, "--model.from_checkpoint=true",
+        "--checkpoint.initial_load_path={export}", "--checkpoint.initial_load_model_only=true", "--model.dim=64"],
+        "holds another model than this run describes (model.dim 32 there, 64 here)"),
+    row(T, "from-checkpoint-of-a-mixtral-folder", [*TRAIN, "--model.from_checkpoint=true",
+        "--checkpoint.initial_load_path={tmp}/mixtral"], "nor a Hugging Face folder torchnlq reads",
+        setup=write({"mixtral/config.json": '{"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}'})),
+    row(T, "dump-folder-name-too-long-for-the-file-system", [*TRAIN, "--job.dump_folder={tmp}/" + "b" * 300],
+        "job.dump_folder has a name of 300 bytes"),
     row(T, "load-step-without-resume", [*TRAIN, "--checkpoint.load_step=4", "--checkpoint.resume=false"],
         "checkpoint.load_step=4 picks the checkpoint to resume from, but checkpoint.resume = false"),
     row(T, "decay-shorter-than-warmup", [*TRAIN, "--lr_schedule.warmup_steps=10", "--lr_schedule.decay_steps=5"],

@@ -12,7 +12,8 @@ from catalogue.runner import mistake_tests
 
 IN_PROCESS = [
     row("upcycle.py", "source-missing", ["{tmp}/nowhere", "{tmp}/out"], "'{tmp}/nowhere' does not exist or is not a folder"),
-    row("upcycle.py", "data-folder-for-a-model", ["{data}", "{tmp}/out"], "nor a Hugging Face GPT-2, Llama or Qwen3 folder"),
+    row("upcycle.py", "data-folder-for-a-model", ["{data}", "{tmp}/out"],
+        "nor a Hugging Face folder of transformers' GPT2LMHeadModel"),
     row("upcycle.py", "layers-outside-the-model", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--layers", "1-3"],
         "names blocks outside 0..0"),
     row("upcycle.py", "layers-not-indices", ["{ckpt}", "{tmp}/out", "--query", "anchored", "--layers", "first"],

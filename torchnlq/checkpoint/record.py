@@ -185,6 +185,8 @@ class RunRecord:
             "query_type": a.query.type,
             "total_params": num_params(a),
             "non_embedding_params": num_params(a, non_embedding=True),
+            # Those a token computes with (an MoE's routed share of its experts): the same as above for a dense model.
+            "active_non_embedding_params": num_params(a, non_embedding=True, active=True),
             "flops_per_token": flops_per_token(a, self.seq_len or a.max_seq_len),
             "batch_fingerprint": self.data.batch_fingerprint if self.data else None,
             "validation_fingerprint": self.validation.fingerprint if self.validation else None,

@@ -35,6 +35,8 @@ MAX_CONFIG_BYTES = 2**20
 
 # The config path as an option, as torchtitan spells it (not a field: it names where the fields come from).
 CONFIG_FILE_OPTION = "job.config_file"
+#: The attribute of a config section holding the names of the keys the config set (models/family.py reads it).
+SET_KEYS = "set_by_config"
 
 
 def load_job_config(args: list[str]) -> JobConfig:
@@ -156,6 +158,7 @@ def unset_options(cfg: JobConfig, names: Any, source: str, data: dict[str, Any])
         if section is not None:
             raise ConfigError(f"{source}: {UNSET_KEY} names {name} and the file also sets it: keep one")
         setattr(obj, f.name, copy.deepcopy(getattr(default, f.name)))
+        mark_set(obj, f.name, was_set=False)
 
 
 #: The note flag_changes_to_description appends: (the author's text, "key=value, ...").
@@ -188,6 +191,11 @@ def flag_changes_to_description(cfg: JobConfig, described: JobConfig) -> None:
         text = earlier.group(1)
         listed = {entry.split("=", 1)[0]: entry for entry in earlier.group(2).split(", ")}
     cfg.job.description = f"{text} [changed: {', '.join((listed | changed).values())}]"
+
+
+def config_path(args: list[str]) -> str | None:
+    """The TOML file ``args`` name (positionally or as --job.config_file), or None: the built-in defaults."""
+    return _split_args(args)[0]
 
 
 def _split_args(args: list[str]) -> tuple[str | None, list[tuple[str, str | None]]]:
@@ -312,6 +320,15 @@ def apply_mapping(cfg: JobConfig, data: dict[str, Any], source: str = "config", 
                 setattr(obj, f.name, _entries(dotted, value, item, source))
                 continue
             setattr(obj, f.name, check_value(dotted, value, _field_type(obj, f.name), f.metadata))
+            mark_set(obj, f.name)
+
+
+def mark_set(section: Any, name: str, was_set: bool = True) -> None:
+    """Record on ``section`` that the config (a file or a flag) set its key ``name`` (or, ``was_set`` False, unset
+    it): :data:`SET_KEYS` tells a key set to its default from one left alone (``model.from_checkpoint``: keys the
+    run's config sets win over the folder's, whatever their value)."""
+    keys = section.__dict__.setdefault(SET_KEYS, set())
+    (keys.add if was_set else keys.discard)(name)
 
 
 def _entries(dotted: str, value: Any, item: type, source: str) -> list[Any]:
@@ -350,6 +367,7 @@ def set_from_string(cfg: JobConfig, dotted: str, raw: str | None) -> None:
         raise ConfigError(f"--{dotted} is a list of tables: write it in a TOML config as [[{dotted}]] entries")
     typ = _field_type(obj, f.name)
     setattr(obj, f.name, check_value(dotted, _parse_string(dotted, raw, typ), typ, f.metadata))
+    mark_set(obj, f.name)
 
 
 def _field_type(obj: Any, name: str) -> Any:

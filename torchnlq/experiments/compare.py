@@ -113,7 +113,8 @@ def load_run(path: Path) -> RunData:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"'{path / 'config.toml'}' has no number {section}.{key} (it has {value!r}); the trainer "
                             "writes it: restore it or leave this run out")
-    for key, kinds in (("non_embedding_params", (int,)), ("batch_fingerprint", (str, type(None))),
+    for key, kinds in (("non_embedding_params", (int,)), ("active_non_embedding_params", (int, type(None))),
+                       ("batch_fingerprint", (str, type(None))),
                        ("validation_fingerprint", (str, type(None)))):
         value = info.get(key)
         if isinstance(value, bool) or not isinstance(value, kinds):
@@ -317,6 +318,7 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
             "name": g.name, "baseline": g is base, "runs": len(g.runs),
             "seeds": " ".join(str(r.seed) for r in g.runs), "query_type": first.info.get("query_type"),
             "non_embedding_params": first.info.get("non_embedding_params"),
+            "active_non_embedding_params": first.info.get("active_non_embedding_params"),  # an older run's: None
             "max_lr": first.config["optimizer"]["lr"], "min_lr": first.config["lr_schedule"]["min_lr"],
             "weight_decay": first.config["optimizer"]["weight_decay"],
             "step": "/".join(str(s) for s in dict.fromkeys(at.of(r) for r in g.runs)),
@@ -336,6 +338,12 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
 def downstream_tasks(runs: list[RunData]) -> list[str]:
     """The multiple-choice tasks any run scored in its loop, in order of first appearance."""
     return list(dict.fromkeys(task for r in runs for task in r.downstream))
+
+
+def _params_cell(row: dict) -> str:
+    """The non-embedding parameters, and the active ones beside them where they differ (an MoE)."""
+    total, active = row["non_embedding_params"], row.get("active_non_embedding_params")
+    return f"{total:,}" + (f" (active {active:,})" if active is not None and active != total else "")
 
 
 def markdown_table(groups: list[Group], at: ComparedStep) -> str:
@@ -360,7 +368,7 @@ def markdown_table(groups: list[Group], at: ComparedStep) -> str:
             f" ± {r['rel_improvement_se_pct']:.2f}" if r["rel_improvement_se_pct"] is not None else "")
         bpb = (f"{r['val_bpb_mean']:.4f}" + (f" ± {r['val_bpb_std']:.4f}" if r["val_bpb_std"] is not None else "")
                + " | ") if by_bytes else ""
-        lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {r['non_embedding_params']:,} | "
+        lines.append(f"| {r['name']} | {r['runs']} | {r['query_type']} | {_params_cell(r)} | "
                      f"{r['max_lr']:.3g} | {r['min_lr']:.3g} | {r['weight_decay']:.4g} | "
                      + (f"{_cell(r['tokenizer'])} | " if by_bytes else "")
                      + "".join(f"{_cell(r[key])} | " for key in differing) + (f"{r['step']} | " if steps else "")

@@ -1,7 +1,7 @@
 """Reading Hugging Face model folders (``save_pretrained``): which architecture, its config.json and its weights,
 handed to the family that reads that architecture (:class:`~torchnlq.models.hf_mapping.HFArchitecture`: GPT-2,
-Llama, Qwen3 of the dense family, ...). Here, below the loaders, so that :func:`~torchnlq.interop.load.load_model`
-opens these folders like its own.
+Llama, Qwen3 of the dense family, Qwen3-MoE of the moe family, ...). Here, below the loaders, so that
+:func:`~torchnlq.interop.load.load_model` opens these folders like its own.
 
 Weights are read with safetensors only: a pickle is refused.
 """
@@ -33,6 +33,14 @@ def standard_architectures() -> dict[str, HFArchitecture]:
 def importable_architectures() -> dict[str, HFArchitecture]:
     """The architectures torchnlq reads, by config.json's ``model_type`` (initial load, upcycling)."""
     return {arch.model_type: arch for arch in standard_architectures().values()}
+
+
+def readable_folders() -> str:
+    """"a Hugging Face folder of transformers' GPT2LMHeadModel, ... or Qwen3MoeForCausalLM": the folders torchnlq
+    reads, named from the registered families' architectures (a family's folder appears once it registers)."""
+    names = [arch.architecture for arch in standard_architectures().values()]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    return f"a Hugging Face folder of transformers' {listed}"
 
 
 def hf_model_type(path: str | Path) -> str | None:

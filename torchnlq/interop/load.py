@@ -22,7 +22,13 @@ from torchnlq.checkpoint.metadata import (
 from torchnlq.checkpoint.record import TOKENIZER_FIELDS, RunRecord
 from torchnlq.errors import UserError
 from torchnlq.files import read_json
-from torchnlq.interop.hf_folder import hf_folder_model_args, hf_model_type, importable_architectures, read_hf_model
+from torchnlq.interop.hf_folder import (
+    hf_folder_model_args,
+    hf_model_type,
+    importable_architectures,
+    read_hf_model,
+    readable_folders,
+)
 from torchnlq.interop.tokenizer_files import tokenizer_from_folder
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.decoder import Decoder
@@ -127,13 +133,13 @@ def as_loaded(source: str | Path | LoadedModel, device: str | torch.device = "cp
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    """Load a checkpoint folder, an export folder or a Hugging Face GPT-2/Llama/Qwen3 folder for inference;
+    """Load a checkpoint folder, an export folder or a Hugging Face folder a family reads for inference;
     UserError when it is none of them or unusable."""
     p = Path(path).expanduser()
     device = resolve_device(device)
     if not p.exists():
-        raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder, an export folder or a "
-                        "Hugging Face GPT-2, Llama or Qwen3 folder")
+        raise UserError(f"'{path}' does not exist; pass a <run>/checkpoints/step-N folder, an export folder or "
+                        f"{readable_folders()}")
     config = read_config(p)
     if config is not None and config.get("format") == EXPORT_FORMAT:
         return _load_export(p, config, device)
@@ -154,7 +160,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> LoadedMo
         hint = f" (it looks like a run folder: pass one of {p / 'checkpoints'}/step-N)"
     raise UserError(
         f"'{path}' is neither a torchnlq checkpoint (no {META_FILE}), an export (no {CONFIG_FILE} + "
-        f"{WEIGHTS_FILE}) nor a Hugging Face GPT-2, Llama or Qwen3 folder{hint}"
+        f"{WEIGHTS_FILE}) nor {readable_folders()}{hint}"
     )
 
 
@@ -240,7 +246,7 @@ def imported_meta(path: Path) -> dict[str, Any]:
 
 
 def _load_hf_folder(path: Path, device: torch.device) -> LoadedModel:
-    """A Hugging Face GPT-2, Llama or Qwen3 folder with the tokenizer it carries: kind "export" with ``path`` the
+    """A Hugging Face folder a family reads with the tokenizer it carries: kind "export" with ``path`` the
     folder, so that exports and generate.py read the tokenizer files there."""
     args, sd, tokenizer = read_hf_model(path)
     model = materialize(planned_model(args, device, path / CONFIG_FILE), device)

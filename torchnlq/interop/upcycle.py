@@ -1,4 +1,4 @@
-"""Start from a pretrained model (a Hugging Face GPT-2, Llama or Qwen3 folder, read by
+"""Start from a pretrained model (a Hugging Face folder a family reads, read by
 :func:`~torchnlq.interop.hf_folder.read_hf_model`, or a torchnlq checkpoint or export) and give a linear-query model
 the anchored query (:func:`upcycle`)."""
 
@@ -12,7 +12,7 @@ import torch
 from torchnlq.config.job_config import Query
 from torchnlq.data.tokenizer import BASE_VOCAB_SIZE
 from torchnlq.errors import UserError
-from torchnlq.interop.hf_folder import hf_model_type, read_hf_model
+from torchnlq.interop.hf_folder import hf_model_type, read_hf_model, readable_folders
 from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.family import build_model
@@ -31,7 +31,7 @@ def check_carries_tokenizer(loaded: LoadedModel) -> None:
 
 
 def pretrained_weights(source: str | Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
-    """(ModelArgs, fp32 state dict) of a Hugging Face GPT-2/Llama/Qwen3 folder or a torchnlq export/checkpoint; a
+    """(ModelArgs, fp32 state dict) of a Hugging Face folder a family reads or a torchnlq export/checkpoint; a
     Hugging Face folder's tensors are read without building a model (an initial load needs only them)."""
     path = _folder(source)
     if hf_model_type(path) is not None and not is_export(path):
@@ -44,8 +44,8 @@ def pretrained_weights(source: str | Path) -> tuple[ModelArgs, dict[str, torch.T
 def _folder(source: str | Path) -> Path:
     path = Path(source)
     if not path.is_dir():
-        raise UserError(f"'{source}' does not exist or is not a folder; pass a Hugging Face GPT-2, Llama or Qwen3 "
-                        "folder or a torchnlq checkpoint or export")
+        raise UserError(f"'{source}' does not exist or is not a folder; pass {readable_folders()} "
+                        "or a torchnlq checkpoint or export")
     return path
 
 

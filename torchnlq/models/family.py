@@ -45,6 +45,9 @@ class Family:
     check: Callable[[ModelArgs], None] | None = None
     #: The standard Hugging Face architectures that compute some of its models exactly (``--format hf-*``).
     hf_architectures: tuple[HFArchitecture, ...] = ()
+    #: Its settings that are legal but change nothing in this model, one line each (the config's warnings:
+    #: train/preflight.py config_warnings); None: it has none to say.
+    warnings: Callable[[ModelArgs], list[str]] | None = None
     #: Its words for a model, in the run's header (the moe family: its experts); None: nothing more to say.
     describe: Callable[[ModelArgs], str] | None = None
     #: Its own initialisations by ``model.init`` name, each drawing every parameter of the Decoder it is given (the
@@ -237,7 +240,9 @@ def with_folder_model(cfg: Model, args: ModelArgs) -> Model:
     for name in SIZES:
         if getattr(taken, name) is None:
             setattr(taken, name, getattr(args, name))
-    if taken.query == type(taken.query)():  # the default: the folder's query
+    # The folder's query unless the config sets one: a key it set (config/manager.py records them, a type equal to
+    # the default too) or a value other than the default.
+    if not getattr(cfg.query, "set_by_config", None) and taken.query == type(taken.query)():
         taken.query = copy.deepcopy(args.query)
     return taken
 

@@ -21,6 +21,7 @@ here keeps one scale, 1/sqrt(head_dim), for every query type.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -62,6 +63,7 @@ def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryPro
             raise ValueError(f"query type {name!r} is already registered by {QUERY_TYPES[name].__name__}")
         if not (isinstance(cls, type) and issubclass(cls, QueryProjection)):
             raise TypeError(f"@register_query({name!r}) must decorate a QueryProjection subclass")
+        check_constructor(name, cls)
         unknown = sorted(set(cls.knobs) - set(KNOB_FIELDS))
         if unknown:
             raise TypeError(f"{cls.__name__}.knobs names {unknown}, which are not [model.query] fields")
@@ -70,6 +72,21 @@ def register_query(name: str) -> Callable[[type[QueryProjection]], type[QueryPro
         return cls
 
     return decorator
+
+
+def check_constructor(name: str, cls: type[QueryProjection]) -> None:
+    """ConfigError (at registration, before any build) when ``cls`` cannot be built as ``cls(cfg, shape)``: the
+    earlier ``(cfg, dim, n_heads, head_dim, norm_eps)`` constructor would otherwise be a TypeError at build time."""
+    try:
+        signature = inspect.signature(cls)
+        signature.bind(None, None)
+    except TypeError:
+        raise ConfigError(
+            f"query type {name!r}: {cls.__name__}.__init__{signature} is not the query contract's (cfg, shape); "
+            "take (cfg, shape) and read dim, n_heads, head_dim, norm_eps from shape (a QueryShape), then call "
+            "super().__init__(cfg, shape) (docs/extending.md, 'A new query type')") from None
+    except ValueError:  # no signature to read (a C-level __init__): left to the build
+        return
 
 
 def get_query_class(name: str) -> type[QueryProjection]:

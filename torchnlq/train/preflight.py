@@ -9,6 +9,7 @@ import dataclasses
 import importlib.util
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from torchnlq.config.job_config import Data, JobConfig, Metrics
 from torchnlq.config.render import iter_options
 from torchnlq.data.batches import PAPER_EVALUATION_ROWS
+from torchnlq.checkpoint.checkpointer import list_checkpoints
 from torchnlq.data.tokenizer import padded_vocab_size
 from torchnlq.errors import ConfigError, unknown_choice
 from torchnlq.interop.load import folder_model_args
@@ -117,14 +119,31 @@ def section_to_build(cfg: JobConfig) -> Model:
     if not cfg.checkpoint.initial_load_path:
         raise ConfigError("model.from_checkpoint = true takes the model from checkpoint.initial_load_path, which is "
                           "unset; give the folder (a Hugging Face folder, an export or a checkpoint)")
-    return with_folder_model(cfg.model, folder_model_args(cfg.checkpoint.initial_load_path))
+    own = own_checkpoint(cfg)  # a run that resumes took its model from the folder once: its record holds it
+    return with_folder_model(cfg.model, folder_model_args(own or cfg.checkpoint.initial_load_path))
+
+
+def own_checkpoint(cfg: JobConfig) -> Path | None:
+    """The run's own checkpoint its start would resume (``load_step`` or the latest complete one), or None: a run
+    from a folder (``model.from_checkpoint``) then takes the model it recorded there, so it resumes without the
+    folder (moved or deleted since)."""
+    c = cfg.checkpoint
+    if not (c.enabled and c.resume):
+        return None
+    folder = Path(cfg.job.dump_folder) / cfg.job.name / "checkpoints"
+    steps = list_checkpoints(folder)
+    step = c.load_step if c.load_step >= 0 else (steps[-1] if steps else None)
+    return folder / f"step-{step}" if step in steps else None
 
 
 def resolved_config(cfg: JobConfig, args: ModelArgs) -> JobConfig:
     """``cfg`` as a run records it (config.toml, --print-config): the model options the flavor (or, with
     ``model.from_checkpoint``, the folder) gave, written out."""
-    taken = with_folder_model if cfg.model.from_checkpoint else with_resolved_options
-    section = taken(cfg.model, args)
+    if not cfg.model.from_checkpoint:
+        return dataclasses.replace(cfg, model=with_resolved_options(cfg.model, args))
+    # What the run took from the folder, written out in full: its own config reproduces it without the folder.
+    section = with_folder_model(cfg.model, args)
+    section.from_checkpoint = False
     return dataclasses.replace(cfg, model=section)
 
 
@@ -179,12 +198,15 @@ FORWARD_SHARE_OF_A_STEP = 1 / 3
 def config_warnings(cfg: JobConfig, args: ModelArgs | None = None) -> list[str]:
     """Settings that are legal but do nothing, or not what they look like, in this run (``args``: the model it
     builds, :func:`check_job_config`'s, which is called when not given)."""
-    family = get_family((args if args is not None else check_job_config(cfg)).family)
+    args = args if args is not None else check_job_config(cfg)
+    family = get_family(args.family)
     warnings = [f"parallelism.{name} is set but model.family = '{family.name}' does not read it (only "
                 f"{' and '.join(repr(f.name) for f in FAMILIES.values() if name in f.runtime.parallelism_options)} "
                 "does); it has no effect"
                 for name in sorted({n for f in FAMILIES.values() for n in f.runtime.parallelism_options})
                 if getattr(cfg.parallelism, name) and name not in family.runtime.parallelism_options]
+    if family.warnings is not None:  # the family's own settings that change nothing in this model
+        warnings.extend(family.warnings(args))
     ignored = ignored_knobs(cfg.model.query)
     if ignored:
         keys = ", ".join(f"model.query.{k}" for k in ignored)

@@ -28,10 +28,36 @@ RUN_ENTRIES = {"config.toml": "file", "train.log": "file", "run_info.json": "fil
                "checkpoints": "folder", "tb": "folder"}
 
 
+#: The longest path a run writes below its folder (checkpoints/step-<10 digits>.tmp/__0_0.distcp and the like).
+LONGEST_INSIDE = 64
+
+
+def check_name_lengths(run_dir: Path) -> None:
+    """UserError when a name on ``run_dir`` is longer than the file system holds (its NAME_MAX), or the paths the
+    run writes below it longer than PATH_MAX: said before any folder is created (job.dump_folder is created too)."""
+    anchor = next((p for p in (run_dir, *run_dir.parents) if os.path.isdir(p)), Path("."))
+    try:
+        name_max, path_max = os.pathconf(anchor, "PC_NAME_MAX"), os.pathconf(anchor, "PC_PATH_MAX")
+    except (OSError, ValueError):  # a file system that does not say: the usual limits
+        name_max, path_max = 255, 4096
+    for part in run_dir.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            key = "job.name" if part == run_dir.name else "job.dump_folder"
+            raise UserError(f"{key} has a name of {size} bytes ('{part[:24]}...'), longer than the {name_max} the "
+                            f"file system under {anchor} allows; choose a shorter {key}")
+    size = len(os.fsencode(str(run_dir.absolute()))) + LONGEST_INSIDE
+    if size > path_max:
+        raise UserError(f"the run folder's path ({size - LONGEST_INSIDE} bytes) leaves too little of the file "
+                        f"system's {path_max} for the run's files; choose a shorter job.dump_folder or job.name")
+
+
 def check_run_folder(run_dir: Path | str) -> None:
-    """UserError (one line), before anything is created, when ``run_dir`` cannot hold a run: a file on its
-    path, not writable, or an entry of the wrong kind or a symbolic link (never written through)."""
+    """UserError (one line), before anything is created, when ``run_dir`` cannot hold a run: a name too long for
+    the file system, a file on its path, not writable, or an entry of the wrong kind or a symbolic link (never
+    written through)."""
     run_dir = Path(run_dir)
+    check_name_lengths(run_dir)
     for path in (run_dir, *run_dir.parents):
         if path.exists():
             if not path.is_dir():

@@ -141,6 +141,20 @@ def summarize(cfg: JobConfig) -> list[str]:
     return lines
 
 
+#: The summary's --help on a missing CONFIG: not the trainer's (run_train.sh's default is a file, not these).
+NO_CONFIG_HELP = ("Without CONFIG, the summary is of the built-in defaults below, not of ./run_train.sh's default "
+                  "train_configs/debug_model.toml (pass that file for the trainer's model). ")
+
+
+def assumed_config(path: str | None) -> str:
+    """The summary's first line: which config it describes. Without one, the built-in defaults, which are not the
+    model ./run_train.sh trains without one (train_configs/debug_model.toml): said, so the two are not confused."""
+    if path is not None:
+        return f"config: {path}"
+    return ("config: none, the built-in defaults (./run_train.sh without CONFIG trains train_configs/debug_model.toml "
+            "instead: pass it to summarise that model)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``model_summary.py [CONFIG] [--section.key=value ...]``: print the summary; user errors exit 2."""
     argv = sys.argv[1:] if argv is None else argv
@@ -157,15 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{DEFAULT_CARD_GIB:g}) or this machine's RAM (CPU).")
         print("The config options are those of ./run_train.sh:\n")
         text = help_text(registries=registry_choices())
-        print(text[text.index("Without CONFIG"):])
+        options = text[text.index("Without CONFIG"):]
+        print(NO_CONFIG_HELP + options[options.index(". ") + 2:])
         return 0
     try:
-        from torchnlq.config.manager import load_job_config
+        from torchnlq.config.manager import config_path, load_job_config
 
         argv, processes = _pop_option(argv, "--processes", int, 1)
         argv, card_gib = _pop_option(argv, "--card-gib", float, None)
         cfg = load_job_config(argv)
-        summary = summarize(cfg)
+        summary = [assumed_config(config_path(argv)), *summarize(cfg)]
         args = check_job_config(cfg)
         lines, too_big = memory_lines(cfg, args, processes, card_gib)  # a mistake before any output
         print("\n".join(summary + lines))

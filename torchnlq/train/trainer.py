@@ -156,7 +156,12 @@ class Trainer:
         an earlier run's files move into ``previous-N/`` first (None: they stay)."""
         cfg, tcfg = self.cfg, self.cfg.training
         abandoned: list[Path] = []  # step-N.partial folders a killed process left
-        if self.is_main:
+        # A finished run met again (its command run once more: a job script, a suite's --dry-run line): its record,
+        # checkpoints, log and events are read-only to this start, which only says so (train(): nothing to do).
+        self.read_only = self.start.kind == "resume" and self.step >= tcfg.steps
+        if self.is_main and self.read_only:
+            RunLock(self.run_dir).check_free()  # a trainer still in it: say that (nothing is written either way)
+        elif self.is_main:
             make_folder(self.run_dir)
             self.run_lock = RunLock(self.run_dir).acquire()
             self._check_resume_point_unchanged()
@@ -164,7 +169,8 @@ class Trainer:
             if set_aside:  # the earlier run's files go into run_dir/previous-N/ (the lowest free N)
                 self.earlier_run = move_into_new_folder(self.run_dir, EARLIER_RUN_ENTRIES, "previous")
             replace_file(self.run_dir / "config.toml", to_toml(resolved_config(cfg, self.model_args)))
-        self.logger = setup_logging(self.run_dir if self.is_main else None, quiet=not self.is_main)
+        self.logger = setup_logging(self.run_dir if self.is_main and not self.read_only else None,
+                                    quiet=not self.is_main)
 
         self.validator = Validator(
             cfg.validation, self.data.validation, self.device, self.autocast, self.rank, self.world_size
@@ -182,7 +188,7 @@ class Trainer:
         )
         self.metrics = MetricsLogger(
             self.logger,
-            self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main else None,
+            self.run_dir / "tb" if cfg.metrics.tensorboard and self.is_main and not self.read_only else None,
             self.device,
             flops_per_token(self.model_args, tcfg.seq_len),
             peak_tflops(self.device, cfg.metrics.peak_tflops),
@@ -191,7 +197,7 @@ class Trainer:
             log_interval=cfg.metrics.log_interval,
             sink=self._start_wandb(hparams),
         )
-        if self.is_main:
+        if self.is_main and not self.read_only:
             self.metrics.log_config(to_toml(resolved_config(cfg, self.model_args)), hparams, changes)
         if cfg.validation.enabled:
             forwards = -(-len(self.data.validation) // self.world_size)  # this rank's share of the micro-batches
@@ -207,7 +213,8 @@ class Trainer:
             self.logger.info(f"removed {path}: a save that a stopped or killed process did not finish")
         if self.earlier_run is not None:
             self.logger.info(f"started again from step 0 ({set_aside}); the earlier run is in {self.earlier_run}")
-        self.write_run_info(finished=self.step >= tcfg.steps)
+        if not self.read_only:
+            self.write_run_info(finished=self.step >= tcfg.steps)
 
     # ----- building ---------------------------------------------------------------------------
 
@@ -333,11 +340,18 @@ class Trainer:
         except UserError as e:  # a hand-edited or older config.toml: say so, the resume itself is checked
             return [f"could not compare with the saved {saved} ({e})"]
 
+    def _model_source(self) -> str:
+        """Where the model's shape comes from: its flavor, or the folder of ``model.from_checkpoint`` (whose model
+        is not the flavor's: the flavor only fills what neither the folder nor the config gives)."""
+        if self.cfg.model.from_checkpoint:
+            return f"from {self.cfg.checkpoint.initial_load_path}"
+        return self.cfg.model.flavor
+
     def _log_header(self) -> None:
         """The run's lines before its first step: what it trains, on what, how."""
         a, cfg, t, s = self.model_args, self.cfg, self.cfg.training, self.cfg.lr_schedule
         self.logger.info(
-            f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {cfg.model.flavor} "
+            f"run {self.run_dir} | {self.world_size} process(es) on {self.device.type} | model {self._model_source()} "
             f"({a.family}{describe_family(a)}, query {a.query.type}, "
             f"{a.n_layers}L d{a.dim} {a.n_heads}h/{a.n_kv_heads}kv, "
             f"positions {a.positions}) | params {num_params(a):,} (non-embedding {num_params(a, non_embedding=True):,}"
@@ -604,8 +618,8 @@ class Trainer:
         steps = self.cfg.training.steps
         if self.step >= steps:
             self.logger.info(
-                f"nothing to do: the run is complete at step {self.step} ({self.run_dir}); raise training.steps to "
-                "train on, or use a new job.name to start again"
+                f"nothing to do: the run is complete at step {self.step} ({self.run_dir}), and its files are left as "
+                "they are; raise training.steps to train on, or use a new job.name to start again"
             )
             self.metrics.close("success")  # nothing was logged: closes TensorBoard, writes no session end
             if self.cfg.checkpoint.export_at_end and self.is_main and not (self.run_dir / "export").exists():

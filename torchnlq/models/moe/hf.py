@@ -67,6 +67,15 @@ def qwen3_moe_incompatibility(args: ModelArgs) -> str | None:
     return None
 
 
+def hf_aux_loss_coef(moe: MoE) -> float:
+    """Qwen3-MoE's ``router_aux_loss_coef`` that gives a layer torchnlq's balancing loss: transformers'
+    ``load_balancing_loss_func`` counts each of a token's top_k choices (its f_i sum to top_k, torchnlq's to 1), so its
+    term is top_k times torchnlq's and the coefficient is divided by top_k (the import multiplies it back). Over
+    several MoE layers transformers averages the layers' counts and probabilities before the product, torchnlq sums
+    the layers' losses: the two then differ by more than a coefficient (docs/models.md)."""
+    return moe.aux_loss_coef / moe.top_k
+
+
 def qwen3_moe_config(args: ModelArgs) -> dict[str, Any]:
     """The Hugging Face Qwen3MoeConfig keys of this model: full attention in every layer."""
     moe = args.moe
@@ -74,7 +83,7 @@ def qwen3_moe_config(args: ModelArgs) -> dict[str, Any]:
         **decoder_config(args), "moe_intermediate_size": expert_hidden(args), "num_experts": moe.n_experts,
         "num_experts_per_tok": moe.top_k, "norm_topk_prob": NORMALIZED[moe.router],
         "decoder_sparse_step": moe.every, "mlp_only_layers": list(range(moe.first_dense)),
-        "router_aux_loss_coef": moe.aux_loss_coef, "output_router_logits": False, "use_sliding_window": False,
+        "router_aux_loss_coef": hf_aux_loss_coef(moe), "output_router_logits": False, "use_sliding_window": False,
         "sliding_window": None, "max_window_layers": args.n_layers,
     }
 
@@ -108,7 +117,8 @@ def qwen3_moe_model_args(config: dict[str, Any]) -> ModelArgs:
         raise KeyError("num_experts")
     moe = MoE(n_experts=experts, top_k=config["num_experts_per_tok"], expert_hidden=config["moe_intermediate_size"],
               router="softmax_normalized" if c.get("norm_topk_prob", False) else "softmax",
-              aux_loss_coef=c.get("router_aux_loss_coef", 0.001), every=c.get("decoder_sparse_step", 1),
+              aux_loss_coef=c.get("router_aux_loss_coef", 0.001) * config["num_experts_per_tok"],  # hf_aux_loss_coef
+              every=c.get("decoder_sparse_step", 1),
               first_dense=len(dense), bias_update_rate=0.0, z_loss_coef=0.0)
     if moe.top_k > moe.n_experts:
         raise UserError(f"Qwen3-MoE num_experts_per_tok={moe.top_k} exceeds num_experts={moe.n_experts}")
