@@ -358,6 +358,7 @@ def test_config_json_round_trips_every_model_field(transformers):
                      tie_embeddings=False, positions="rope", rope_theta=5e5, norm_eps=1e-6, init_std=0.03, bias=True,
                      mlp_activation="swiglu", norm="rms", qk_norm=True, rope_scaling_factor=8.0,
                      rope_low_freq_factor=2.0, rope_high_freq_factor=8.0, rope_original_max_seq_len=16, family="parallel",
+                     parametrization="mup", mup_base_width=24, mup_input_multiplier=2.0, mup_output_multiplier=3.0,
                      query=Query(type="residual_mlp", activation="relu2", bottleneck_ratio=0.25, half_scale=False),
                      moe=MoE(n_experts=6, top_k=3, expert_hidden=24, n_shared_experts=1, router="softmax_normalized",
                              aux_loss_coef=0.02, bias_update_rate=1e-3, z_loss_coef=1e-3, every=2, first_dense=1))

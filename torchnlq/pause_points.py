@@ -18,5 +18,9 @@ def pause_point(name: str, step: int) -> None:
     if not wanted or f"{name}:{step}" not in wanted.split(","):
         return
     folder = Path(os.environ["TORCHNLQ_PAUSE_DIR"])
-    (folder / f"{name}-{step}-rank{os.environ.get('RANK', '0')}").write_text(str(os.getpid()))
+    marker = folder / f"{name}-{step}-rank{os.environ.get('RANK', '0')}"
+    # Whole or absent: a test that sees the marker reads the pid at once (a plain write is empty for a moment).
+    partial = folder.parent / f".{folder.name}-{marker.name}.partial"
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, marker)
     time.sleep(float(os.environ.get("TORCHNLQ_PAUSE_SECONDS", "3")))

@@ -1,6 +1,6 @@
 """Reading Hugging Face model folders (``save_pretrained``): which architecture, its config.json and its weights,
 handed to the family that reads that architecture (:class:`~torchnlq.models.hf_mapping.HFArchitecture`: GPT-2,
-Llama, Qwen3 of the dense family, Qwen3-MoE of the moe family, ...). Here, below the loaders, so that
+Llama, Qwen3, Qwen3-MoE of the built-in families, ...). Here, below the loaders, so that
 :func:`~torchnlq.interop.load.load_model` opens these folders like its own.
 
 Weights are read with safetensors only: a pickle is refused.
