@@ -75,7 +75,7 @@ def widths_config(cfg: JobConfig, parametrization: str, width: int, base: int) -
     return cfg
 
 
-def measure(cfg: JobConfig, width: int, steps: int, lr: float, tokens: torch.Tensor) -> dict[str, list[float]]:
+def measure(cfg: JobConfig, steps: int, lr: float, tokens: torch.Tensor) -> dict[str, list[float]]:
     """Each kind's mean |output| before each of ``steps`` AdamW/Muon steps of ``cfg``'s model at ``lr``."""
     args = check_job_config(cfg)
     torch.manual_seed(cfg.training.seed)
@@ -103,7 +103,7 @@ def coord_check(cfg: JobConfig, widths: list[int], steps: int, lr: float, batch:
     """The coordinates of ``cfg`` at every width under both parametrizations (µP's base: the first width)."""
     args = check_job_config(widths_config(cfg, "sp", widths[0], widths[0]))
     tokens = torch.randint(0, args.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
-    return {(p, w): measure(widths_config(cfg, p, w, widths[0]), w, steps, lr, tokens)
+    return {(p, w): measure(widths_config(cfg, p, w, widths[0]), steps, lr, tokens)
             for p in PARAMETRIZATIONS for w in widths}
 
 
