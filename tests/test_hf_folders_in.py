@@ -10,6 +10,8 @@ tokenizers on the source folder; the catalogue at the end holds the mistakes of 
 from __future__ import annotations
 
 import functools
+import re
+import shlex
 import hashlib
 import json
 import shutil
@@ -462,3 +464,79 @@ def test_a_run_from_a_folder_resumes_after_the_folder_is_moved(tmp_path: Path, l
     trainer.train()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2", "step-4"]
     assert "from_checkpoint = false" in (run / "config.toml").read_text()
+
+
+def residual_query_reference(attn: Any, w1: torch.Tensor, w2: torch.Tensor, gain_in: torch.Tensor,
+                             gain_out: torch.Tensor, eps: float) -> None:
+    """Give transformers' attention ``attn`` the paper's query in place of its q_proj, written out here:
+    Q(X) = (X + LN(GELU(RMSNorm(X)·W1ᵀ)·W2ᵀ)) / 2 (no biases; the norms' gains, eps as the model's)."""
+
+    class Query(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain_in
+            h = F.gelu(h @ w1.T) @ w2.T
+            h = (h - h.mean(-1, keepdim=True)) / torch.sqrt(h.var(-1, unbiased=False, keepdim=True) + eps) * gain_out
+            return (x + h) / 2
+
+    attn.q_proj = Query()
+
+
+@pytest.mark.integration  # builds a trainer
+def test_another_query_type_replaces_the_folders_and_every_other_weight_is_the_folders(
+        tmp_path: Path, llama_data: Path, capsys: pytest.CaptureFixture) -> None:
+    """--model.query.type=residual_mlp on a Llama folder (model.from_checkpoint): the run's logits at step 0 are
+    transformers' Llama on the folder with its q_proj replaced by the paper's query, whose weights are the run's
+    own init; the start line says what was left out."""
+    from torchnlq.config.manager import load_job_config
+    from torchnlq.train.trainer import Trainer
+
+    source = save_shipped(tmp_path / "llama", "llama", **{**SHAPES["llama"], "head_dim": 8})  # 8 heads x 8 = dim
+    argv = [f"--job.dump_folder={tmp_path / 'outputs'}", "--job.name=run", "--model.from_checkpoint=true",
+            f"--checkpoint.initial_load_path={source}", f"--data.path={llama_data}", "--data.tokenizer=hf",
+            f"--data.tokenizer_file={source / 'tokenizer.json'}", "--training.seq_len=16", "--training.device=cpu",
+            "--validation.enabled=false", "--model.query.type=residual_mlp", "--training.steps=2"]
+    trainer = Trainer(load_job_config(argv))
+    assert trainer.start.line == (f"initialised from {source} (step 0; its linear query (2 tensors) is left out: "
+                                  "this run's residual_mlp queries start from their init, every other tensor is the "
+                                  "source's)")
+    reference = hf_model(source)
+    for block, layer in zip(trainer.model.layers, reference.model.layers):
+        query = block.attn.query
+        residual_query_reference(layer.self_attn, query.w1.weight.detach(), query.w2.weight.detach(),
+                                 query.input_norm.weight.detach(), query.output_norm.weight.detach(),
+                                 reference.config.rms_norm_eps)
+    trainer.model.eval()
+    with torch.no_grad():
+        ours, theirs = trainer.model(tokens()), reference(tokens()).logits
+    assert relative_error(ours, theirs) < 1e-5
+    trainer.close()
+
+
+@pytest.mark.integration  # prepares data and trains through run_train.sh
+def test_the_docs_commands_for_a_run_from_a_folder_work_as_written(tmp_path: Path) -> None:
+    """docs/checkpoints.md's two commands (prepare the data with the folder's tokenizer, train from the folder with
+    the paper's query), run as written in a folder holding hf/llama and corpus.txt; only the run's length is
+    added."""
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT
+    from helpers.train import script_env
+    from test_docs_commands import documented_commands
+
+    save_shipped(tmp_path / "hf" / "llama", "llama",
+                 **{**SHAPES["llama"], "head_dim": 8, "max_position_embeddings": 512})
+    (tmp_path / "corpus.txt").write_text("\n\n".join(f"{CORPUS[i % 4]} {CORPUS[(i * 7) % 4]} {i}" for i in range(6000)))
+    commands = [c for c in documented_commands(REPO_ROOT / "docs" / "checkpoints.md")
+                if "data/mine" in c and ("prepare_data.py" in c or "from_hf_folder.toml" in c)]
+    assert len(commands) == 2 and "--model.query.type=residual_mlp" in commands[1]
+    for command, extra in zip(commands, ([], ["--training.steps=2"])):
+        argv = shlex.split(command)
+        argv = ([sys.executable, str(REPO_ROOT / argv[1]), *argv[2:]] if argv[0] == "python" else
+                [str(REPO_ROOT / "run_train.sh"), str(REPO_ROOT / argv[1]), *argv[2:]])
+        done = subprocess.run([*argv, *extra], cwd=tmp_path, env=script_env(tmp_path), capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    log = (tmp_path / "outputs" / "from_hf_folder" / "train.log").read_text()
+    assert "its linear query (2 tensors) is left out: this run's residual_mlp queries start from their init" in log
+    assert re.search(r"step\s+2/2\s+val_loss \d", log), log[-1500:]

@@ -121,6 +121,8 @@ def test_every_shipped_config_fits_a_32_gb_card_with_headroom() -> None:
 
     for path in sorted((REPO_ROOT / "train_configs").glob("*.toml")):
         cfg = load_job_config([str(path)])
+        if cfg.model.from_checkpoint:  # its model is the folder's a user names: no model of its own to estimate
+            continue
         estimate = estimate_memory(cfg, check_job_config(cfg), 1, "cuda")
         assert fit_warning(estimate, int(DEFAULT_CARD_GIB * GIB), "a 32 GiB card") is None, (path.name, estimate.describe())
 

@@ -298,6 +298,13 @@ IN_PROCESS = [
     row(T, "from-checkpoint-with-a-conflicting-size", [*TRAIN, "--model.from_checkpoint=true",
         "--checkpoint.initial_load_path={export}", "--checkpoint.initial_load_model_only=true", "--model.dim=64"],
         "holds another model than this run describes (model.dim 32 there, 64 here)"),
+    row(T, "initial-load-of-a-dcp-checkpoint-into-the-anchored-query", [*TRAIN, "--checkpoint.initial_load_path={ckpt}",
+        "--model.query.type=anchored"],
+        "is a DCP checkpoint, and 'anchored' upcycles an export or a Hugging Face folder"),
+    row(T, "initial-load-replacing-the-query-at-another-size", [*TRAIN, "--checkpoint.initial_load_path={export}",
+        "--model.query.type=residual_mlp", "--model.dim=64"],
+        "holds another model than this run describes (model.dim 32 there, 64 here; model.head_dim 16 there, 32 here; "
+        "model.mlp_hidden 128 there, 256 here); to load"),
     row(T, "from-checkpoint-of-a-mixtral-folder", [*TRAIN, "--model.from_checkpoint=true",
         "--checkpoint.initial_load_path={tmp}/mixtral"], "nor a Hugging Face folder torchnlq reads",
         setup=write({"mixtral/config.json": '{"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}'})),

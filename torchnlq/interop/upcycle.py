@@ -16,7 +16,7 @@ from torchnlq.interop.hf_folder import hf_model_type, read_hf_model, readable_fo
 from torchnlq.interop.load import LoadedModel, imported_meta, is_export, load_model, planned_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.models.family import build_model
-from torchnlq.models.query import QUERY_TYPES, get_query_class
+from torchnlq.models.query import QUERY_TYPES, QueryProjection, get_query_class
 
 
 def check_carries_tokenizer(loaded: LoadedModel) -> None:
@@ -53,6 +53,51 @@ def anchored_from_linear(source: ModelArgs, target: ModelArgs) -> bool:
     """True when ``target``'s query type starts from ``source``'s when upcycled (the query contract's
     ``upcycles_from``: anchored from linear), so that loading keeps the source's weights and draws the rest."""
     return source.query.type in get_query_class(target.query.type).upcycles_from
+
+
+def query_tensors(args: ModelArgs) -> set[str]:
+    """The state-dict keys of the query modules (every :class:`QueryProjection`) of a model of ``args``."""
+    with torch.device("meta"):
+        model = build_model(args)
+    prefixes = tuple(f"{name}." for name, module in model.named_modules() if isinstance(module, QueryProjection))
+    return {key for key in model.state_dict() if key.startswith(prefixes)}
+
+
+@dataclasses.dataclass(frozen=True)
+class InitialWeights:
+    """What an initial load of a pretrained model gives a run (:func:`weights_for`)."""
+
+    source: ModelArgs  #: the pretrained model
+    fits: ModelArgs  #: the run's model with the source's query: what must equal ``source`` for the load
+    state: dict[str, torch.Tensor]  #: the tensors to load (a replaced query's left out)
+    note: str  #: for the log: "" when every tensor of the run comes from the source
+
+
+def weights_for(source: str | Path, run: ModelArgs) -> InitialWeights:
+    """What an initial load of the pretrained model at ``source`` gives a run of model ``run``.
+
+    The same query type: every tensor, as saved. Anchored on a linear source: every tensor (its W_Q anchors the
+    new query, f is drawn). Any other query type: the source's query tensors are left out and the run's queries
+    start from their own init, so that a pretrained model can be continued with a nonlinear query (the paper's
+    Q(X) = (X + f(X))/2 needs no W_Q); everything else must still be the source's shape.
+    """
+    source_args, state = pretrained_weights(source)
+    if source_args.query.type == run.query.type:
+        return InitialWeights(source_args, run, state, "")
+    fits = dataclasses.replace(run, query=source_args.query)  # the shapes to compare, but for the query
+    if anchored_from_linear(source_args, run):
+        return InitialWeights(source_args, fits, state, "upcycled: its W_Q anchors this run's queries, f starts at "
+                              "zero")
+    dropped = query_tensors(source_args)
+    kept = {key: value for key, value in state.items() if key not in dropped}
+    return InitialWeights(source_args, fits, kept, replaced_query_note(source_args, run))
+
+
+def replaced_query_note(source: ModelArgs, run: ModelArgs) -> str:
+    """The start line's note for a run whose query type replaces the source's (every other tensor loaded)."""
+    count = len(query_tensors(source))
+    return (f"its {source.query.type} query ({count} tensor{'s' if count != 1 else ''}) is left out: this run's "
+            f"{run.query.type} queries start from their init, every other tensor is the source's")
 
 
 def _target(source: str | Path, args: ModelArgs, query: Query | None) -> ModelArgs:

@@ -258,9 +258,9 @@ class Model(BlockOptions):
     vocab_multiple: int = option(64, "Pad the tokenizer's vocabulary up to a multiple of this (50257 -> 50304).", min=1)
     from_checkpoint: bool = option(
         False, "Take the model from checkpoint.initial_load_path (a Hugging Face folder, an export or a checkpoint): "
-        "its family, sizes, block options and (unless the run's config sets one) its query; the [model] keys "
-        "set in the run's config still win. The resolved config (--print-config, config.toml) writes out what was "
-        "taken.",
+        "its family, sizes, block options, sections and query; each [model] key the run's config sets still "
+        "wins (a query type other than the folder's replaces its query: docs/checkpoints.md). The resolved config "
+        "(--print-config, config.toml) writes out what was taken.",
     )
     query: Query = field(default_factory=Query)
 

@@ -235,16 +235,29 @@ SIZES = ("n_layers", "dim", "n_heads", "n_kv_heads", "mlp_hidden", "vocab_size",
 
 def with_folder_model(cfg: Model, args: ModelArgs) -> Model:
     """``cfg`` with every field it leaves unset taken from ``args`` (a folder's model): the sizes, the block options,
-    the sub-sections, and the query unless ``cfg`` sets one; what ``cfg`` sets stays."""
+    the sub-sections and the query's keys; what ``cfg`` sets stays."""
     taken = with_resolved_options(cfg, args)
     for name in SIZES:
         if getattr(taken, name) is None:
             setattr(taken, name, getattr(args, name))
-    # The folder's query unless the config sets one: a key it set (config/manager.py records them, a type equal to
-    # the default too) or a value other than the default.
-    if not getattr(cfg.query, "set_by_config", None) and taken.query == type(taken.query)():
-        taken.query = copy.deepcopy(args.query)
+    taken.query = _query_taken(cfg.query, args.query)
     return taken
+
+
+def _query_taken(own: Any, folder: Any) -> Any:
+    """The query of a run from a folder: each key the config sets wins (config/manager.py records them, a value
+    equal to the default too; without that record, a value other than the default), the rest is the folder's. A
+    type other than the folder's brings none of the folder's knobs: they describe the folder's type."""
+    default = type(own)()
+    named = getattr(own, "set_by_config", None)
+    set_keys = named if named is not None else {f.name for f in fields(own)
+                                                if getattr(own, f.name) != getattr(default, f.name)}
+    if "type" in set_keys and own.type != folder.type:
+        return copy.deepcopy(own)
+    query = copy.deepcopy(folder)
+    for key in set_keys:
+        setattr(query, key, copy.deepcopy(getattr(own, key)))
+    return query
 
 
 def build_model(args: ModelArgs) -> Decoder:

@@ -33,7 +33,7 @@ from torchnlq.errors import UserError
 from torchnlq.interop.hf_folder import hf_model_type
 from torchnlq.interop.load import is_export
 from torchnlq.interop.tokenizer_files import TOKENIZER_RANKS_FILE, find_gpt2_ranks, hf_tokenizer_files
-from torchnlq.interop.upcycle import anchored_from_linear, pretrained_weights
+from torchnlq.interop.upcycle import anchored_from_linear, query_tensors, replaced_query_note, weights_for
 from torchnlq.models import build_model
 from torchnlq.models.args import ModelArgs
 from torchnlq.parallel.parallelize import reference_state_dict
@@ -171,50 +171,71 @@ def _continue(record: RunRecord, saved: RunRecord) -> None:
 
 
 def _load_weights(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
-    """Load only the weights of another run's DCP checkpoint; returns a note for the log ("")."""
-    meta = read_meta(path)
-    compare_fingerprints(meta.get("fingerprint", {}), model_fingerprint, f"checkpoint.initial_load_path {path}",
-                         loading=True)
+    """Load only the weights of another run's DCP checkpoint; returns a note for the log: "", or what a query type
+    other than the checkpoint's left out (as for a pretrained model: :func:`~torchnlq.interop.upcycle.weights_for`;
+    DCP reads only the tensors asked for)."""
+    saved = read_meta(path).get("fingerprint", {})
+    run = ModelArgs.from_dict(model_fingerprint["model"])
+    source = _saved_model(saved)
+    if source is not None and anchored_from_linear(source, run):
+        raise UserError(f"checkpoint.initial_load_path {path} is a DCP checkpoint, and {run.query.type!r} upcycles "
+                        f"an export or a Hugging Face folder: export it first (python scripts/convert_checkpoint.py "
+                        f"{path} EXPORT_FOLDER) and start from the export")
+    replaced = source is not None and source.query.type != run.query.type  # the run's queries keep their init
+    expected = {"model": {**model_fingerprint["model"], "query": saved["model"]["query"]}} if replaced else \
+        model_fingerprint
+    compare_fingerprints(saved, expected, f"checkpoint.initial_load_path {path}", loading=True)
     model_sd, _ = get_state_dict(model, [])
+    if replaced:  # the run's own queries keep their init
+        model_sd = {key: value for key, value in model_sd.items() if key not in query_tensors(run)}
     state = {MODEL_KEY: model_sd}
     try:
         load_dcp(state, path)  # never unpickles beyond DCP's metadata classes (safe_reader.py)
     except DCPReadError as e:
         raise UserError(f"could not load weights from {path}: {e} (is the model shape the same?)") from None
-    set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={})
-    return ""
+    set_state_dict(model, [], model_state_dict=state[MODEL_KEY], optim_state_dict={},
+                   options=StateDictOptions(strict=not replaced))
+    return replaced_query_note(source, run) if replaced else ""
+
+
+def _saved_model(fingerprint: dict[str, Any]) -> ModelArgs | None:
+    """The model a DCP checkpoint's fingerprint describes, or None where it does not read as one (then the
+    fingerprints' comparison names what differs)."""
+    try:
+        return ModelArgs.from_dict(fingerprint["model"])
+    except Exception:  # noqa: BLE001 - an older or damaged record: compared key by key instead
+        return None
 
 
 def _load_pretrained(path: str, model: nn.Module, model_fingerprint: dict[str, Any]) -> str:
-    """Load an export or a Hugging Face GPT-2 folder into ``model``; returns a note for the log (upcycling)."""
-    source_args, state = pretrained_weights(path)
-    run_args = ModelArgs.from_dict(model_fingerprint["model"])
-    upcycling = anchored_from_linear(source_args, run_args)
-    # Upcycling compares the shapes as if this run's query were the source's linear one.
-    expected = dataclasses.replace(run_args, query=source_args.query) if upcycling else run_args
-    compare_fingerprints({"model": source_args.to_dict()}, {"model": expected.to_dict()},
+    """Load an export or a Hugging Face folder into ``model``; returns a note for the log (an upcycled or replaced
+    query: :func:`~torchnlq.interop.upcycle.weights_for`)."""
+    weights = weights_for(path, ModelArgs.from_dict(model_fingerprint["model"]))
+    compare_fingerprints({"model": weights.source.to_dict()}, {"model": weights.fits.to_dict()},
                          f"checkpoint.initial_load_path {path}", loading=True)
-    set_state_dict(model, [], model_state_dict=state, optim_state_dict={},
-                   options=StateDictOptions(full_state_dict=True, strict=not upcycling))
-    return "upcycled: its W_Q anchors this run's queries, f starts at zero" if upcycling else ""
+    set_state_dict(model, [], model_state_dict=weights.state, optim_state_dict={},
+                   options=StateDictOptions(full_state_dict=True, strict=not weights.note))
+    return weights.note
 
 
 def initial_query_weights(
     cfg: Checkpoint, args: ModelArgs, seed: int
-) -> dict[tuple[int, str], torch.Tensor] | None:
-    """The query matrices at this run's step 0 (the ``drift`` reference; None after a DCP load), rebuilt from the
-    seeded CPU init and the initial load so that a resumed run measures from the same point."""
+) -> tuple[dict[tuple[int, str], torch.Tensor] | None, str]:
+    """The query matrices at this run's step 0 (the ``drift`` reference), rebuilt from the seeded CPU init and the
+    initial load so that a resumed run measures from the same point; or None and why there is none (a DCP load, or
+    an initial load no longer where it was: a run from a folder resumes without it)."""
     source = cfg.initial_load_path
+    if source and not Path(source).exists():
+        return None, f"the run's initial load {source} is no longer there (moved or deleted since the run started)"
     if source and not is_pretrained(source):
-        return None
+        return None, f"the run started from the DCP checkpoint {source}"
     state = reference_state_dict(args, seed)
     if source:
-        _, pretrained = pretrained_weights(source)
-        state.update({k: v for k, v in pretrained.items() if k in state})
+        state.update(weights_for(source, args).state)  # a replaced query's left out: its init
     with torch.device("meta"):
         reference = build_model(args)
     reference.load_state_dict(state, assign=True)
-    return initial_matrices(reference)
+    return initial_matrices(reference), ""
 
 
 def checkpoint_files(

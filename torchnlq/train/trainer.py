@@ -530,12 +530,11 @@ class Trainer:
     def log_weight_dynamics(self) -> None:
         """Per-layer summaries of the query matrices (all ranks run it: FSDP all-gathers each matrix)."""
         if self.weight_dynamics.initial is None and not self._weights_reference_missing:
-            ccfg = self.cfg.checkpoint
-            self.weight_dynamics.initial = initial_query_weights(ccfg, self.model_args, self.cfg.training.seed)
+            self.weight_dynamics.initial, missing = initial_query_weights(self.cfg.checkpoint, self.model_args,
+                                                                          self.cfg.training.seed)
             if self.weight_dynamics.initial is None:  # no step-0 weights to compare with
                 self._weights_reference_missing = True
-                self.logger.info(f"weights/.../drift not logged: the run started from the DCP checkpoint "
-                                 f"{ccfg.initial_load_path}")
+                self.logger.info(f"weights/.../drift not logged: {missing}")
         for tag, value in self.weight_dynamics.run(self.model).items():
             self.metrics.scalar(tag, value, self.step)
 
