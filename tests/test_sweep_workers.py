@@ -117,46 +117,67 @@ def test_two_pool_workers_share_a_study_and_a_killed_workers_trial_is_finished_o
     assert killed.state.name in ("COMPLETE", "PRUNED")
 
 
-def test_a_lost_workers_trial_resumes_from_its_checkpoint_after_the_heartbeat_grace(tmp_path: Path) -> None:
-    """Worker and trainer killed (a lost machine) after the checkpoint at step 6: Optuna's heartbeat finds the trial
-    stale no sooner than its grace period, and the other worker's retry resumes the run from step 6."""
-    suite = sweep_suite(tmp_path, 'trials = 2\nsampler = "random"\npruner = "none"\npoll_seconds = 0.5\n'
-                        'heartbeat_seconds = 1\n' + PARAMS.replace("1e-4", "1e-5"),
-                        {"linear": ["--model.query.type=linear"]}, steps=STEPS, overrides=SHORT)
-    env = {**script_env(tmp_path), **held(tmp_path)}
+#: Where in its trial a worker and its trainer are lost (SIGKILL to both, as a lost machine): the trainer held at a
+#: pause point (torchnlq/pause_points.py), checkpoints and validations every 6 steps. Each: (the pause point, the
+#: step the retry's run resumes from, or None: it starts again from step 0, or "done": it does not train again).
+PHASES = {
+    "before-its-first-checkpoint": ("step:3", None),
+    "between-checkpoints": ("step:9", 6),
+    "during-validation": ("validation:12", 6),  # step 12's checkpoint is saved after its validation
+    "after-its-last-step": ("export:24", "done"),  # run_info.json says finished; the study does not know yet
+}
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_lost_workers_trial_is_taken_over_at_every_phase_of_its_trial(tmp_path: Path, phase: str) -> None:
+    """Worker and trainer killed at ``phase``: the other worker (waiting, the budget being one trial) finds the trial
+    stale no sooner than Optuna's grace period, retries it in the same folder, resumes its latest checkpoint (or starts
+    it again, or, a finished run, only reads its result), and the study ends with the one trial COMPLETE, its value
+    the run's logged final validation loss."""
+    point, resumes = PHASES[phase]
+    # A beat every 2 s (stale after 4): a beat a busy machine delays must not fail the retry too.
+    suite = sweep_suite(tmp_path, 'trials = 1\nsampler = "random"\npruner = "none"\npoll_seconds = 0.5\n'
+                        'heartbeat_seconds = 2\n' + PARAMS.replace("1e-4", "1e-5"),
+                        {"linear": ["--model.query.type=linear"]}, steps=STEPS,
+                        overrides=[*SHORT, "--checkpoint.export_at_end=true"])
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    env = {**script_env(tmp_path), "TORCHNLQ_PAUSE_AT": point, "TORCHNLQ_PAUSE_DIR": str(pauses),
+           "TORCHNLQ_PAUSE_SECONDS": "60", "TORCHNLQ_PAUSE_ONCE": "1"}  # held there until killed; the retry passes
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "run_suite.py"), str(suite), "--executor",
                              "pool", "--executor.workers=2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    from torchnlq.checkpoint.checkpointer import list_checkpoints
-
-    def saved() -> list:
-        """The running trials with a complete checkpoint, still short of step 12's."""
-        if not (tmp_path / "runs" / "sweep.db").is_file():  # not made yet (opening it would make it)
-            return []
-        try:
-            trials = load_trials(tmp_path / "runs")
-        except KeyError:  # the file, not yet the study
-            return []
-        return [t for t in trials if t.state.name == "RUNNING" and "worker" in t.user_attrs  # both attrs set
-                and list_checkpoints(Path(t.user_attrs["run_dir"]) / "checkpoints")[-1:] == [6]]
-
-    wait_until(saved, "a running trial's checkpoint at step 6", timeout=300)
-    victim = saved()[0]
-    run_dir = Path(victim.user_attrs["run_dir"])
-    trainer = json.loads((run_dir / ".lock").read_text())["pid"]
-    os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
-    os.killpg(os.getpgid(trainer), signal.SIGKILL)  # run_train.sh and its processes: their own session
-    killed_at = datetime.datetime.now()
-    out, _ = proc.communicate(timeout=600)
+    marker = pauses / f"{point.replace(':', '-')}-rank0"
+    try:
+        wait_until(marker.is_file, f"the trainer at {point}", timeout=300)
+        (victim,) = load_trials(tmp_path / "runs")
+        run_dir = Path(victim.user_attrs["run_dir"])
+        os.kill(victim.user_attrs["worker"]["pid"], signal.SIGKILL)
+        os.killpg(os.getpgid(int(marker.read_text())), signal.SIGKILL)  # run_train.sh's processes: their session
+        killed_at = datetime.datetime.now()
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0, out[-3000:]
     trials = load_trials(tmp_path / "runs")
-    assert [t.state.name for t in trials].count("COMPLETE") == 2 and len(trials) == 3  # the budget, and one retry
-    retry = next(t for t in trials if retried([t]))
-    assert retried([retry]) == {retry.number: victim.number} and trials[victim.number].state.name == "FAIL"
-    assert Path(retry.user_attrs["run_dir"]) == run_dir and retry.params == victim.params
-    assert retry.datetime_start - killed_at >= datetime.timedelta(seconds=1)  # stale: no beat for 2 s
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"], out[-3000:]  # the budget: one trial, retried once
+    retry = trials[1]
+    assert retried([retry]) == {1: 0} and retry.params == victim.params
+    assert Path(retry.user_attrs["run_dir"]) == run_dir
+    assert retry.datetime_start - killed_at >= datetime.timedelta(seconds=2)  # stale: no beat for Optuna's grace
     log = (run_dir / "train.log").read_text()
-    assert re.search(r"resumed from \S+ \(step (6|12|18)\b", log), log[-2000:]
+    resumed = re.findall(r"resumed from \S+ \(step (\d+)\b", log)
+    starts = log.count("| 1 process(es) on cpu |")
+    if resumes == "done":  # finished before the kill: read, not trained again
+        assert (starts, resumed) == (1, []), log[-2000:]
+    elif resumes is None:  # nothing saved yet: the same folder trained again from step 0, the first start set aside
+        assert (starts, resumed) == (1, []), log[-2000:]  # (a suite's run command sets job.rerun: suite.py)
+        assert f"started again from step 0 (job.rerun); the earlier run is in {run_dir.relative_to(tmp_path)}" \
+            "/previous-1" in log, log[:2000]
+        assert (run_dir / "previous-1" / "train.log").is_file()
+    else:
+        assert (starts, resumed) == (2, [str(resumes)]), log[-2000:]
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["finished"] and info["step"] == STEPS
     assert retry.value == scalars(run_dir / "tb")["loss/val"][STEPS]
