@@ -82,3 +82,26 @@ def test_a_transformers_load_without_torchnlq_prints_nothing_on_stderr(hf_export
                   str(hf_export))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "", done.stderr
+
+
+def test_the_docs_snippet_quiets_torchaos_import_for_a_standard_hf_folder(tmp_path: Path) -> None:
+    """docs/checkpoints.md's snippet (taken from the docs, run as written on a Llama folder transformers saved):
+    stderr stays empty; without it, an installed torchao that cannot load its kernels prints on stderr."""
+    import importlib.util
+    import re
+
+    text = (REPO_ROOT / "docs" / "checkpoints.md").read_text()
+    block = re.search(r"\n\n((?:    .*\n)+)", text[text.index("**Lines on stderr that are not the export's.**"):])
+    snippet = "\n".join(line[4:] for line in block.group(1).splitlines())
+    assert 'from_pretrained("exports/run-llama")' in snippet
+    save = ("import torch, transformers\ntorch.manual_seed(0)\ntransformers.LlamaForCausalLM(transformers.LlamaConfig("
+            "vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, "
+            "num_key_value_heads=1)).save_pretrained('exports/run-llama')\n")
+    done = python(tmp_path, "-c", WITHOUT_TORCHNLQ + save)
+    assert done.returncode == 0, done.stderr[-2000:]
+    quiet = python(tmp_path, "-c", WITHOUT_TORCHNLQ + snippet)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-3000:]
+    plain = python(tmp_path, "-c", WITHOUT_TORCHNLQ + snippet.split("\n", 3)[-1])  # the same load, loggers left
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    if importlib.util.find_spec("torchao") is not None and "Failed to load" in plain.stderr:
+        assert "torchao" in plain.stderr  # what the snippet quieted came from torchao's import
