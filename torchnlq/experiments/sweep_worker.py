@@ -37,9 +37,9 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, Children, Task
-from torchnlq.experiments.suite import is_finished, launcher_command, read_run_info
+from torchnlq.experiments.suite import SuiteRun, is_finished, launcher_command, read_run_info
 from torchnlq.experiments.suite_log import last_line
-from torchnlq.experiments.sweep import (Arm, Sweep, counted_trials, describe, objective_step, quiet_experimental,
+from torchnlq.experiments.sweep import (Sweep, counted_trials, describe, objective_step, quiet_experimental,
                                         retry_callback, run_number)
 from torchnlq.files import make_folder, open_append
 from torchnlq.train.preflight import check_job_config
@@ -79,7 +79,7 @@ class Claim:
     original's for a retry), and what keeps it this worker's: a heartbeat (database) or the flock on ``fd``
     (journal file)."""
 
-    arm: Arm
+    arm: SuiteRun
     study: Any
     trial: Any
     folder: int
@@ -113,10 +113,10 @@ class Worker:
 
     # ----- taking a trial ----------------------------------------------------------------------------------
 
-    def _claim_path(self, arm: Arm, number: int) -> Path:
+    def _claim_path(self, arm: SuiteRun, number: int) -> Path:
         return self.sweep.dump / CLAIMS_FOLDER / arm.name / f"trial-{number}.lock"
 
-    def _try_claim(self, arm: Arm, number: int) -> int | None:
+    def _try_claim(self, arm: SuiteRun, number: int) -> int | None:
         path = self._claim_path(arm, number)
         make_folder(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -145,7 +145,7 @@ class Worker:
                 return self._take(arm, study)
         return None
 
-    def _take(self, arm: Arm, study: Any) -> Claim:
+    def _take(self, arm: SuiteRun, study: Any) -> Claim:
         """``study.ask`` (a WAITING retry first), the trial's values, and its heartbeat or claim."""
         import warnings
 
@@ -167,7 +167,7 @@ class Worker:
                                         self.sweep.spec.heartbeat_seconds)
         return claim
 
-    def _retry_lost(self, arm: Arm, study: Any) -> None:
+    def _retry_lost(self, arm: SuiteRun, study: Any) -> None:
         """Fail and retry the study's RUNNING trials whose workers are lost: stale heartbeats (database, Optuna's
         fail_stale_trials with the storage's retry callback) or free claims (journal file)."""
         import optuna
@@ -233,7 +233,7 @@ class Worker:
         run_dir = sweep.trial_dir(arm, claim.folder)
         label = f"{arm.name} trial {claim.number} ({describe(claim.params)})"
         try:  # a drawn value the config cannot run with fails here, before a process starts
-            cfg = load_job_config(list(run.argv()))
+            cfg = load_job_config(run.argv())
             check_job_config(cfg)
             step = objective_step(sweep.spec, cfg, self.world_size)
         except UserError as e:

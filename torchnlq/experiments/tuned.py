@@ -16,18 +16,18 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import Suite, SuiteRun, display_path
-from torchnlq.experiments.sweep import Arm, Sweep, counted_trials
+from torchnlq.experiments.sweep import Sweep, counted_trials
 from torchnlq.experiments.sweep_worker import describe
 from torchnlq.files import OwnedFolder, replace_file
 
 PLOTS_FOLDER = "plots"
 
 
-def best_config_path(sweep: Sweep, arm: Arm) -> Path:
+def best_config_path(sweep: Sweep, arm: SuiteRun) -> Path:
     return sweep.dump / f"best_{arm.name}.toml"
 
 
-def best_trial(sweep: Sweep, arm: Arm) -> Any:
+def best_trial(sweep: Sweep, arm: SuiteRun) -> Any:
     """The arm's best COMPLETE trial (lowest objective); one line when none completed."""
     import optuna
 
