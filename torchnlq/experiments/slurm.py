@@ -36,7 +36,7 @@ from torchnlq.experiments.executors import (
     Task,
     register_executor,
 )
-from torchnlq.files import make_folder, replace_file
+from torchnlq.files import make_folder, no_folder_left_on_failure, replace_file
 
 SLURM_FOLDER = "slurm"
 COMMANDS = ("sbatch", "squeue", "scontrol")
@@ -115,25 +115,22 @@ def submit(tasks: Sequence[Task], config: SlurmConfig, dump: Path, name: str, co
     """Submit ``tasks`` as one array; returns its job id. A refusal is one line and leaves nothing submitted or
     written (the manifest and script are removed, and the folders made for them when still empty)."""
     require_slurm()
-    made = [p for p in (dump, dump / SLURM_FOLDER, dump / LOGS_FOLDER) if not p.exists()]
-    for folder in (dump / SLURM_FOLDER, dump / LOGS_FOLDER):
-        make_folder(folder)
-    n = 1
-    while (dump / SLURM_FOLDER / f"submit-{n}.json").exists():
-        n += 1
-    manifest, script = dump / SLURM_FOLDER / f"submit-{n}.json", dump / SLURM_FOLDER / f"submit-{n}.sbatch"
-    replace_file(manifest, json.dumps({**context, "dump_folder": str(dump), "cwd": str(Path.cwd()),
-                                       "tasks": [asdict(t) for t in tasks]}, indent=1))
-    replace_file(script, job_script(config, name, manifest.resolve(), len(tasks), dump))
-    try:
-        said = _scheduler(["sbatch", "--parsable", str(script)], f"submitting {len(tasks)} job(s) of {name}")
-    except UserError as e:
-        manifest.unlink(missing_ok=True)
-        script.unlink(missing_ok=True)
-        for folder in reversed(made):
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise UserError(f"{e}; nothing was submitted") from None
+    with no_folder_left_on_failure(dump / SLURM_FOLDER), no_folder_left_on_failure(dump / LOGS_FOLDER):
+        make_folder(dump / SLURM_FOLDER)
+        make_folder(dump / LOGS_FOLDER)
+        n = 1
+        while (dump / SLURM_FOLDER / f"submit-{n}.json").exists():
+            n += 1
+        manifest, script = dump / SLURM_FOLDER / f"submit-{n}.json", dump / SLURM_FOLDER / f"submit-{n}.sbatch"
+        replace_file(manifest, json.dumps({**context, "dump_folder": str(dump), "cwd": str(Path.cwd()),
+                                           "tasks": [asdict(t) for t in tasks]}, indent=1))
+        replace_file(script, job_script(config, name, manifest.resolve(), len(tasks), dump))
+        try:
+            said = _scheduler(["sbatch", "--parsable", str(script)], f"submitting {len(tasks)} job(s) of {name}")
+        except UserError as e:
+            manifest.unlink(missing_ok=True)
+            script.unlink(missing_ok=True)
+            raise UserError(f"{e}; nothing was submitted") from None
     job = said.strip().split(";")[0]
     for i, task in enumerate(tasks):
         suite_log.append(dump, task.name, f"submitted job={job}_{i} executor=slurm")
@@ -205,18 +202,19 @@ class Slurm(Executor):
             out: TextIO) -> Outcome:
         """Submit the tasks that have not finished, are not queued or running, and (``after_job``: a job's next
         step) were never submitted (a failed run waits for the user's command); a refusal leaves nothing."""
-        created = suite_log.first_missing(dump)
-        try:
-            with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
-                todo = [t for t in tasks if not t.done()]
-                alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
-                todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
-                if todo:
-                    submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
-        except UserError:
-            if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
-                suite_log.remove_lock(dump, created)
-            raise
+        new = not dump.exists()
+        with no_folder_left_on_failure(dump):  # refused: the folders made for the lock go again
+            try:
+                with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
+                    todo = [t for t in tasks if not t.done()]
+                    alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
+                    todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
+                    if todo:
+                        submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
+            except UserError:
+                if new:  # the lock file is all a refused first submission wrote
+                    (dump / suite_log.LOCK_NAME).unlink(missing_ok=True)
+                raise
         return Outcome(ended=False)
 
     def check_ready(self) -> None:

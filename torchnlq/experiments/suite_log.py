@@ -77,26 +77,6 @@ def last_line(path: Path) -> str:
 LOCK_NAME = ".suite.lock"
 
 
-def first_missing(folder: Path) -> Path | None:
-    """The outermost of ``folder`` and its parents that does not exist yet (what making it would create), or None."""
-    top, path = None, folder.absolute()
-    while not path.exists():
-        top, path = path, path.parent
-    return top
-
-
-def remove_lock(dump_folder: Path, created: Path) -> None:
-    """Remove the lock file, then the dump folder and its parents up to ``created`` (:func:`first_missing` before
-    the lock was taken) while nothing else is in them: a refused first submission leaves no folder behind."""
-    (dump_folder / LOCK_NAME).unlink(missing_ok=True)
-    folder = dump_folder.absolute()
-    while folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        if folder == created:
-            break
-        folder = folder.parent
-
-
 @contextmanager
 def suite_lock(dump_folder: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``<dump>/.suite.lock`` around a step only one process may take at a time (asking
