@@ -60,14 +60,13 @@ def write_best_configs(sweep: Sweep, out: TextIO) -> dict[str, Path]:
 def write_plots(sweep: Sweep, out: TextIO) -> list[Path]:
     """Optuna's own figures of each study (objective vs trial, learning curves with the pruned ones, parameter
     importances, a slice per parameter) as PNGs in ``<dump>/plots/``; none without matplotlib (said once)."""
-    try:
-        import matplotlib
+    from optuna.importance import PedAnovaImportanceEvaluator
+    from optuna.visualization import matplotlib as vis
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from optuna.importance import PedAnovaImportanceEvaluator
-        from optuna.visualization import matplotlib as vis
-    except ImportError:
+    from torchnlq.experiments.compare_plots import pyplot
+
+    plt = pyplot()
+    if plt is None:
         print("[sweep] no plots: matplotlib is not installed (pip install -e '.[plots]')", file=out)
         return []
     folder = OwnedFolder(sweep.dump / PLOTS_FOLDER)
