@@ -139,14 +139,6 @@ def submit(tasks: Sequence[Task], config: SlurmConfig, dump: Path, name: str, co
     return job
 
 
-def queue_states() -> dict[str, tuple[str, str]]:
-    """This user's jobs in the queue: ``{"123_0": (state, reason)}`` (array tasks one by one)."""
-    require_slurm()
-    text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
-    rows = [line.strip().split("|") for line in text.splitlines()]
-    return {job: (state, reason) for job, state, reason in (row for row in rows if len(row) == 3)}
-
-
 def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:
     """The runs (or workers) of ``names`` whose latest submission is still queued or running."""
     records = suite_log.read_records(dump)
@@ -154,28 +146,14 @@ def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:
               for n in names}
     if not any(latest.values()):
         return {}
-    states = queue_states()
+    require_slurm()
+    # This user's jobs in the queue (array tasks one by one): {"123_0": (state, reason)}.
+    text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
+    rows = [line.strip().split("|") for line in text.splitlines()]
+    states = {job: (state, reason) for job, state, reason in (row for row in rows if len(row) == 3)}
     alive = {n: (job, *states[job]) for n, job in latest.items() if job and states.get(job, ("",))[0] in ALIVE}
     return {n: Activity(state == "PENDING", f"job {job}", state.lower(), reason if state == "PENDING" else "")
             for n, (job, state, reason) in alive.items()}
-
-
-def submitted_ever(dump: Path, name: str) -> bool:
-    return any("submitted" in r.fields for r in suite_log.read_records(dump).get(name, []))
-
-
-def wait_for(dump: Path, names: Sequence[str], config: SlurmConfig, out: TextIO) -> None:
-    """Return when no job of ``names`` is queued or running (``--wait``); prints each change of state."""
-    seen: dict[str, str] = {}
-    quiet = 0
-    while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
-        alive = alive_jobs(dump, names)
-        for name, activity in alive.items():
-            if seen.get(name) != activity.state:
-                print(f"[slurm] {name}: {activity.where} {activity.state}", file=out, flush=True)
-                seen[name] = activity.state
-        quiet = 0 if alive else quiet + 1
-        time.sleep(config.poll_seconds if alive else 1)
 
 
 def requeue(job: str) -> None:
@@ -208,7 +186,9 @@ class Slurm(Executor):
                 with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
                     todo = [t for t in tasks if not t.done()]
                     alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
-                    todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
+                    records = suite_log.read_records(dump) if after_job else {}  # after a job: only the never-submitted
+                    todo = [t for t in todo if t.name not in alive
+                            and not any("submitted" in r.fields for r in records.get(t.name, []))]
                     if todo:
                         submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
             except UserError:
@@ -227,7 +207,17 @@ class Slurm(Executor):
         return alive_jobs(dump, names)
 
     def wait(self, dump: Path, names: Sequence[str], out: TextIO) -> None:
-        wait_for(dump, names, self.config, out)
+        """Return when no job of ``names`` is queued or running; prints each change of state."""
+        seen: dict[str, str] = {}
+        quiet = 0
+        while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
+            alive = alive_jobs(dump, names)
+            for name, activity in alive.items():
+                if seen.get(name) != activity.state:
+                    print(f"[slurm] {name}: {activity.where} {activity.state}", file=out, flush=True)
+                    seen[name] = activity.state
+            quiet = 0 if alive else quiet + 1
+            time.sleep(self.config.poll_seconds if alive else 1)
 
     def plan(self, suite_name: str, dump: Path, count: int) -> str:
         script = job_script(self.config, suite_name, dump / SLURM_FOLDER / "submit-N.json", count, dump)
