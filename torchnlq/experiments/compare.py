@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.cli import ArgumentParser, run_cli
+from torchnlq.config.manager import flatten
 from torchnlq.errors import UserError
 from torchnlq.files import OwnedFolder, replace_file
 from torchnlq.experiments.compare_bytes import bits_per_byte, tokenizer_label
@@ -159,21 +160,9 @@ def result_config(config: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"query": {"type": x}}} -> {"model.query.type": x}; arrays (of tables) stay values.
-
-    Not checkpoint.checkpointer.flatten: importing that module loads torch and DCP, a second of
-    compare_runs.py's start-up for six lines.
-    """
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        out.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return out
-
-
 def differing_keys(groups: list[Group]) -> list[str]:
     """The section.key names whose values differ between the groups (beside the table's fixed columns)."""
-    flat = [_flatten(result_config(g.runs[0].config)) for g in groups]
+    flat = [flatten(result_config(g.runs[0].config)) for g in groups]
     names = dict.fromkeys(k for f in flat for k in f)
     return [k for k in names if k not in FIXED_COLUMN_KEYS
             and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
@@ -327,7 +316,7 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
         } | ({"tokenizer": first.tokenizer, "val_bpb_mean": mean, "val_bpb_std": std} if by_bytes else {})
     differing = differing_keys(groups)
     for g in groups:  # a key a run's config lacks (an older trainer's) is None
-        g.row |= {key: _flatten(result_config(g.runs[0].config)).get(key) for key in differing}
+        g.row |= {key: flatten(result_config(g.runs[0].config)).get(key) for key in differing}
     for task in downstream_tasks(runs):  # beside the loss: the task's acc_norm where every run of a group scored it
         for g in groups:
             values = [r.downstream.get(task, {}).get(at.of(r)) for r in g.runs]
