@@ -252,16 +252,14 @@ class Worker:
                 lost.append("its heartbeat was late")
                 return True
 
-        pruned = False
-        code = 0
+        pruned, code = False, 0
         log = sweep.dump / LOGS_FOLDER / arm.name / f"{run_dir.name}.out"
         if claim.resumed:
             self.say(f"{label}: taken over from a worker that stopped (trial {claim.folder}'s run, {run_dir})")
             self._wait_for_run_lock(run_dir, report)
         if not is_finished(read_run_info(run_dir), run.steps):
-            if report():
-                pruned = True
-            else:
+            pruned = report()
+            if not pruned:
                 self.say(f"{label}: {'resumed' if claim.resumed else 'started'}, output in {log}")
                 code, pruned = self._train(run, log, report)
         if lost:

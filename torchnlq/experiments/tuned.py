@@ -16,8 +16,7 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import Suite, SuiteRun, display_path
-from torchnlq.experiments.sweep import Sweep, counted_trials
-from torchnlq.experiments.sweep_worker import describe
+from torchnlq.experiments.sweep import Sweep, counted_trials, describe
 from torchnlq.files import OwnedFolder, replace_file
 
 PLOTS_FOLDER = "plots"
