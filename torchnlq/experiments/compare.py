@@ -11,7 +11,6 @@ import io
 import json
 import math
 import re
-import shutil
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 from torchnlq.cli import ArgumentParser, run_cli
 from torchnlq.config.manager import flatten
 from torchnlq.errors import UserError
-from torchnlq.files import OwnedFolder, replace_file
+from torchnlq.files import OwnedFolder, no_folder_left_on_failure, replace_file
 from torchnlq.experiments.compare_bytes import bits_per_byte, tokenizer_label
 from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
@@ -423,19 +422,16 @@ def write_outputs(groups: list[Group], base: Group, at: ComparedStep, out: Path,
     # Interrupted (SIGTERM, Ctrl-C, a full disk), the folder is put back as it was: never half a comparison.
     names = [*files, OwnedFolder.MANIFEST]
     kept = {n: (out / n).read_bytes() for n in names if (out / n).is_file() and not (out / n).is_symlink()}
-    created = next((p for p in reversed((out, *out.parents)) if not p.exists()), None)
-    try:
-        return [folder.write(name, data) for name, data in files.items()], note
-    except BaseException:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        else:
+    with no_folder_left_on_failure(out):  # a new folder (and the parents made for it) goes again
+        try:
+            return [folder.write(name, data) for name, data in files.items()], note
+        except BaseException:
             for name in names:
                 if name in kept:
                     replace_file(out / name, kept[name])
                 else:
                     (out / name).unlink(missing_ok=True)
-        raise
+            raise
 
 
 def check_out_folder(out: str | Path, runs: list[Path]) -> None:
