@@ -34,6 +34,7 @@ from torchnlq.checkpoint.record import RunRecord
 from torchnlq.checkpoint.safe_reader import DCPReadError, load_dcp, refused_global
 from torchnlq.config.every import Every
 from torchnlq.config.job_config import Checkpoint
+from torchnlq.config.manager import flatten
 from torchnlq.errors import UserError
 from torchnlq.files import environment_fault, os_error_line
 from torchnlq.pause_points import pause_point
@@ -180,17 +181,6 @@ def load_rng_state(path: Path) -> dict[str, Any]:
     if not _is_rng_state(state):
         raise _bad_rng_file(path, "its states are not what torchnlq writes")
     return state
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"model": {"dim": 8}}`` -> ``{"model.dim": 8}``, so a difference can be named exactly."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 #: An optimizer, or several stepped as one (Muon + AdamW): DCP's state-dict API takes either.

@@ -94,6 +94,15 @@ def read_toml(path: str) -> dict[str, Any]:
         ) from None
 
 
+def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"dim": 8}}`` -> ``{"model.dim": 8}`` (arrays, of tables too, stay values): a parsed TOML file or
+    a fingerprint as dotted keys, so a difference can be named exactly."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        out.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
 def _invisible_at(text: str, message: str) -> str:
     """Where a TOML error points at a character one cannot see (a zero-width space in a key), its code point."""
     where = re.search(r"at line (\d+), column (\d+)", message)

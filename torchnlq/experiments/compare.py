@@ -11,7 +11,6 @@ import io
 import json
 import math
 import re
-import shutil
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from torchnlq.cli import ArgumentParser, run_cli
+from torchnlq.config.manager import flatten
 from torchnlq.errors import UserError
-from torchnlq.files import OwnedFolder, replace_file
+from torchnlq.files import OwnedFolder, no_folder_left_on_failure, replace_file
 from torchnlq.experiments.compare_bytes import bits_per_byte, tokenizer_label
 from torchnlq.experiments.compare_plots import X_AXES, tokens_per_step  # imports no matplotlib
 
@@ -159,21 +159,9 @@ def result_config(config: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"query": {"type": x}}} -> {"model.query.type": x}; arrays (of tables) stay values.
-
-    Not checkpoint.checkpointer.flatten: importing that module loads torch and DCP, a second of
-    compare_runs.py's start-up for six lines.
-    """
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        out.update(_flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return out
-
-
 def differing_keys(groups: list[Group]) -> list[str]:
     """The section.key names whose values differ between the groups (beside the table's fixed columns)."""
-    flat = [_flatten(result_config(g.runs[0].config)) for g in groups]
+    flat = [flatten(result_config(g.runs[0].config)) for g in groups]
     names = dict.fromkeys(k for f in flat for k in f)
     return [k for k in names if k not in FIXED_COLUMN_KEYS
             and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
@@ -327,7 +315,7 @@ def compare(runs: list[RunData], baseline: RunData, step: int | None = None,
         } | ({"tokenizer": first.tokenizer, "val_bpb_mean": mean, "val_bpb_std": std} if by_bytes else {})
     differing = differing_keys(groups)
     for g in groups:  # a key a run's config lacks (an older trainer's) is None
-        g.row |= {key: _flatten(result_config(g.runs[0].config)).get(key) for key in differing}
+        g.row |= {key: flatten(result_config(g.runs[0].config)).get(key) for key in differing}
     for task in downstream_tasks(runs):  # beside the loss: the task's acc_norm where every run of a group scored it
         for g in groups:
             values = [r.downstream.get(task, {}).get(at.of(r)) for r in g.runs]
@@ -434,19 +422,16 @@ def write_outputs(groups: list[Group], base: Group, at: ComparedStep, out: Path,
     # Interrupted (SIGTERM, Ctrl-C, a full disk), the folder is put back as it was: never half a comparison.
     names = [*files, OwnedFolder.MANIFEST]
     kept = {n: (out / n).read_bytes() for n in names if (out / n).is_file() and not (out / n).is_symlink()}
-    created = next((p for p in reversed((out, *out.parents)) if not p.exists()), None)
-    try:
-        return [folder.write(name, data) for name, data in files.items()], note
-    except BaseException:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        else:
+    with no_folder_left_on_failure(out):  # a new folder (and the parents made for it) goes again
+        try:
+            return [folder.write(name, data) for name, data in files.items()], note
+        except BaseException:
             for name in names:
                 if name in kept:
                     replace_file(out / name, kept[name])
                 else:
                     (out / name).unlink(missing_ok=True)
-        raise
+            raise
 
 
 def check_out_folder(out: str | Path, runs: list[Path]) -> None:

@@ -144,11 +144,6 @@ def register_executor(cls: type[Executor]) -> type[Executor]:
 Translate = Callable[[signal.Signals, "Children"], "signal.Signals | None"]
 
 
-def same_signal(signum: signal.Signals, children: Children) -> signal.Signals:
-    """Each signal passed on as it came (a suite's Ctrl-C, a pool's SIGTERM)."""
-    return signum
-
-
 @dataclass
 class Children:
     """Children in their own sessions (a terminal's Ctrl-C reaches only this process) with the signals this process
@@ -160,7 +155,7 @@ class Children:
     """
 
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
-    translate: Translate = same_signal
+    translate: Translate | None = None  # unset: each signal passed on as it came
     received: list[str] = field(default_factory=list)
     running: list[subprocess.Popen] = field(default_factory=list)
     _pending: list[signal.Signals] = field(default_factory=list)
@@ -177,7 +172,7 @@ class Children:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         sig = signal.Signals(signum)
-        send = self.translate(sig, self)
+        send = self.translate(sig, self) if self.translate is not None else sig
         self.received.append(sig.name)
         live = [p for p in self.running if p.poll() is None]
         if send is not None:

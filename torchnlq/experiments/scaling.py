@@ -28,7 +28,7 @@ import numpy as np
 from torchnlq.config.job_config import option
 from torchnlq.config.manager import load_table
 from torchnlq.errors import UserError
-from torchnlq.models.counts import flops_per_token, num_params
+from torchnlq.models.counts import num_params
 
 SIZE_KEYS = ("flavor", "n_layers", "dim", "n_heads")
 LR_KEYS = ("base", "at_dim", "exponent")

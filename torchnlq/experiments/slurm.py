@@ -36,7 +36,7 @@ from torchnlq.experiments.executors import (
     Task,
     register_executor,
 )
-from torchnlq.files import make_folder, replace_file
+from torchnlq.files import make_folder, no_folder_left_on_failure, replace_file
 
 SLURM_FOLDER = "slurm"
 COMMANDS = ("sbatch", "squeue", "scontrol")
@@ -115,39 +115,28 @@ def submit(tasks: Sequence[Task], config: SlurmConfig, dump: Path, name: str, co
     """Submit ``tasks`` as one array; returns its job id. A refusal is one line and leaves nothing submitted or
     written (the manifest and script are removed, and the folders made for them when still empty)."""
     require_slurm()
-    made = [p for p in (dump, dump / SLURM_FOLDER, dump / LOGS_FOLDER) if not p.exists()]
-    for folder in (dump / SLURM_FOLDER, dump / LOGS_FOLDER):
-        make_folder(folder)
-    n = 1
-    while (dump / SLURM_FOLDER / f"submit-{n}.json").exists():
-        n += 1
-    manifest, script = dump / SLURM_FOLDER / f"submit-{n}.json", dump / SLURM_FOLDER / f"submit-{n}.sbatch"
-    replace_file(manifest, json.dumps({**context, "dump_folder": str(dump), "cwd": str(Path.cwd()),
-                                       "tasks": [asdict(t) for t in tasks]}, indent=1))
-    replace_file(script, job_script(config, name, manifest.resolve(), len(tasks), dump))
-    try:
-        said = _scheduler(["sbatch", "--parsable", str(script)], f"submitting {len(tasks)} job(s) of {name}")
-    except UserError as e:
-        manifest.unlink(missing_ok=True)
-        script.unlink(missing_ok=True)
-        for folder in reversed(made):
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise UserError(f"{e}; nothing was submitted") from None
+    with no_folder_left_on_failure(dump / SLURM_FOLDER), no_folder_left_on_failure(dump / LOGS_FOLDER):
+        make_folder(dump / SLURM_FOLDER)
+        make_folder(dump / LOGS_FOLDER)
+        n = 1
+        while (dump / SLURM_FOLDER / f"submit-{n}.json").exists():
+            n += 1
+        manifest, script = dump / SLURM_FOLDER / f"submit-{n}.json", dump / SLURM_FOLDER / f"submit-{n}.sbatch"
+        replace_file(manifest, json.dumps({**context, "dump_folder": str(dump), "cwd": str(Path.cwd()),
+                                           "tasks": [asdict(t) for t in tasks]}, indent=1))
+        replace_file(script, job_script(config, name, manifest.resolve(), len(tasks), dump))
+        try:
+            said = _scheduler(["sbatch", "--parsable", str(script)], f"submitting {len(tasks)} job(s) of {name}")
+        except UserError as e:
+            manifest.unlink(missing_ok=True)
+            script.unlink(missing_ok=True)
+            raise UserError(f"{e}; nothing was submitted") from None
     job = said.strip().split(";")[0]
     for i, task in enumerate(tasks):
         suite_log.append(dump, task.name, f"submitted job={job}_{i} executor=slurm")
     print(f"[slurm] submitted {len(tasks)} job(s) as array {job} ({script}); outputs in {dump / LOGS_FOLDER}/",
           file=out, flush=True)
     return job
-
-
-def queue_states() -> dict[str, tuple[str, str]]:
-    """This user's jobs in the queue: ``{"123_0": (state, reason)}`` (array tasks one by one)."""
-    require_slurm()
-    text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
-    rows = [line.strip().split("|") for line in text.splitlines()]
-    return {job: (state, reason) for job, state, reason in (row for row in rows if len(row) == 3)}
 
 
 def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:
@@ -157,28 +146,14 @@ def alive_jobs(dump: Path, names: Sequence[str]) -> dict[str, Activity]:
               for n in names}
     if not any(latest.values()):
         return {}
-    states = queue_states()
+    require_slurm()
+    # This user's jobs in the queue (array tasks one by one): {"123_0": (state, reason)}.
+    text = _scheduler(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%r"], "reading the queue")
+    rows = [line.strip().split("|") for line in text.splitlines()]
+    states = {job: (state, reason) for job, state, reason in (row for row in rows if len(row) == 3)}
     alive = {n: (job, *states[job]) for n, job in latest.items() if job and states.get(job, ("",))[0] in ALIVE}
     return {n: Activity(state == "PENDING", f"job {job}", state.lower(), reason if state == "PENDING" else "")
             for n, (job, state, reason) in alive.items()}
-
-
-def submitted_ever(dump: Path, name: str) -> bool:
-    return any("submitted" in r.fields for r in suite_log.read_records(dump).get(name, []))
-
-
-def wait_for(dump: Path, names: Sequence[str], config: SlurmConfig, out: TextIO) -> None:
-    """Return when no job of ``names`` is queued or running (``--wait``); prints each change of state."""
-    seen: dict[str, str] = {}
-    quiet = 0
-    while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
-        alive = alive_jobs(dump, names)
-        for name, activity in alive.items():
-            if seen.get(name) != activity.state:
-                print(f"[slurm] {name}: {activity.where} {activity.state}", file=out, flush=True)
-                seen[name] = activity.state
-        quiet = 0 if alive else quiet + 1
-        time.sleep(config.poll_seconds if alive else 1)
 
 
 def requeue(job: str) -> None:
@@ -205,18 +180,21 @@ class Slurm(Executor):
             out: TextIO) -> Outcome:
         """Submit the tasks that have not finished, are not queued or running, and (``after_job``: a job's next
         step) were never submitted (a failed run waits for the user's command); a refusal leaves nothing."""
-        created = suite_log.first_missing(dump)
-        try:
-            with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
-                todo = [t for t in tasks if not t.done()]
-                alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
-                todo = [t for t in todo if t.name not in alive and not (after_job and submitted_ever(dump, t.name))]
-                if todo:
-                    submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
-        except UserError:
-            if created is not None:  # refused: the folders made for the lock go again (nothing else was written)
-                suite_log.remove_lock(dump, created)
-            raise
+        new = not dump.exists()
+        with no_folder_left_on_failure(dump):  # refused: the folders made for the lock go again
+            try:
+                with suite_log.suite_lock(dump):  # two jobs ending at once submit the next stage once
+                    todo = [t for t in tasks if not t.done()]
+                    alive = alive_jobs(dump, [t.name for t in todo]) if todo else {}
+                    records = suite_log.read_records(dump) if after_job else {}  # after a job: only the never-submitted
+                    todo = [t for t in todo if t.name not in alive
+                            and not any("submitted" in r.fields for r in records.get(t.name, []))]
+                    if todo:
+                        submit(todo, self.config, dump, str(context.get("name", dump.name)), dict(context), out)
+            except UserError:
+                if new:  # the lock file is all a refused first submission wrote
+                    (dump / suite_log.LOCK_NAME).unlink(missing_ok=True)
+                raise
         return Outcome(ended=False)
 
     def check_ready(self) -> None:
@@ -229,7 +207,17 @@ class Slurm(Executor):
         return alive_jobs(dump, names)
 
     def wait(self, dump: Path, names: Sequence[str], out: TextIO) -> None:
-        wait_for(dump, names, self.config, out)
+        """Return when no job of ``names`` is queued or running; prints each change of state."""
+        seen: dict[str, str] = {}
+        quiet = 0
+        while quiet < 2:  # twice in a row: a job that ended may just have submitted the next stage
+            alive = alive_jobs(dump, names)
+            for name, activity in alive.items():
+                if seen.get(name) != activity.state:
+                    print(f"[slurm] {name}: {activity.where} {activity.state}", file=out, flush=True)
+                    seen[name] = activity.state
+            quiet = 0 if alive else quiet + 1
+            time.sleep(self.config.poll_seconds if alive else 1)
 
     def plan(self, suite_name: str, dump: Path, count: int) -> str:
         script = job_script(self.config, suite_name, dump / SLURM_FOLDER / "submit-N.json", count, dump)

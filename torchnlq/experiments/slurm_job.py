@@ -82,9 +82,7 @@ def main(argv: list[str]) -> int:
             slurm.requeue(job)
             print(f"[slurm] {task.name}: saved and requeued before the time limit", flush=True)
             return 0
-        if received:
-            return code
-        if code != 0:
+        if received or code != 0:
             return code
     from torchnlq.experiments.suite_run import advance_after_job
 

@@ -21,6 +21,7 @@ from torchnlq.config.job_config import option
 from torchnlq.config.manager import load_job_config, load_table, read_toml
 from torchnlq.config.plugins import import_plugins
 from torchnlq.errors import UserError
+from torchnlq.experiments.suite_log import read_end
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The suite file's tables: its runs ([[runs]], [grid] or [scaling]) and where and how they run.
@@ -353,17 +354,12 @@ def run_status(suite: Suite, run: SuiteRun) -> str:
 
 
 #: A train.log step line: ``step   12/100``.
-_STEP_LINE = re.compile(rb"step\s+(\d+)/(\d+)")
+_STEP_LINE = re.compile(r"step\s+(\d+)/(\d+)")
 
 
 def logged_step(run_dir: Path) -> int | None:
     """The last step train.log reports (None before the first)."""
-    try:
-        with (run_dir / "train.log").open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 65536))
-            steps = _STEP_LINE.findall(f.read())
-    except OSError:
-        return None
+    steps = _STEP_LINE.findall(read_end(run_dir / "train.log", 65536))
     return int(steps[-1][0]) if steps else None
 
 

@@ -43,18 +43,21 @@ def append(dump_folder: Path, name: str, text: str) -> None:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {name} {text}\n")
 
 
-def read_records(dump_folder: Path) -> dict[str, list[Record]]:
-    """Every parsed line of suite.log by name, oldest first (an absent log: none)."""
-    path = dump_folder / LOG_NAME
+def read_end(path: Path, max_bytes: int) -> str:
+    """The last ``max_bytes`` of a log file as text (a character cut in two replaced), or "" where it cannot be
+    read (not written yet): a log only grows, and its latest lines are what its readers want."""
     try:
         with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - MAX_READ_BYTES))
-            text = f.read().decode("utf-8", errors="replace")
+            f.seek(max(0, f.seek(0, 2) - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
     except OSError:
-        return {}
+        return ""
+
+
+def read_records(dump_folder: Path) -> dict[str, list[Record]]:
+    """Every parsed line of suite.log by name, oldest first (an absent log: none)."""
     records: dict[str, list[Record]] = {}
-    for line in text.splitlines():
+    for line in read_end(dump_folder / LOG_NAME, MAX_READ_BYTES).splitlines():
         match = _LINE.match(line)
         if not match:
             continue
@@ -65,36 +68,10 @@ def read_records(dump_folder: Path) -> dict[str, list[Record]]:
 
 def last_line(path: Path) -> str:
     """The last non-empty line of a log file (what a failed trial or run said), or ""."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 8192))
-            lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines()]
-    except OSError:
-        return ""
-    return next((line for line in reversed(lines) if line), "")
+    return next((line.strip() for line in reversed(read_end(path, 8192).splitlines()) if line.strip()), "")
 
 
 LOCK_NAME = ".suite.lock"
-
-
-def first_missing(folder: Path) -> Path | None:
-    """The outermost of ``folder`` and its parents that does not exist yet (what making it would create), or None."""
-    top, path = None, folder.absolute()
-    while not path.exists():
-        top, path = path, path.parent
-    return top
-
-
-def remove_lock(dump_folder: Path, created: Path) -> None:
-    """Remove the lock file, then the dump folder and its parents up to ``created`` (:func:`first_missing` before
-    the lock was taken) while nothing else is in them: a refused first submission leaves no folder behind."""
-    (dump_folder / LOCK_NAME).unlink(missing_ok=True)
-    folder = dump_folder.absolute()
-    while folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        if folder == created:
-            break
-        folder = folder.parent
 
 
 @contextmanager

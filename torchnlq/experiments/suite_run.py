@@ -256,9 +256,9 @@ def report_status(suite: Suite, sweep: Sweep | None, executor: Executor, compare
     from torchnlq.experiments.suite_status import print_status
     from torchnlq.experiments.tuned import best_config_path, tuned_suite
 
-    done = sweep is None or sweep.done(create=False)
-    written = sweep is not None and all(best_config_path(sweep, arm).is_file() for arm in sweep.arms)
-    tuned = tuned_suite(sweep) if sweep is not None and done and written and sweep.spec.rerun_seeds else None
+    written = sweep is not None and sweep.done(create=False) and all(
+        best_config_path(sweep, arm).is_file() for arm in sweep.arms)
+    tuned = tuned_suite(sweep) if written else None  # the reruns (None without rerun_seeds)
     finished = print_status(suite, sweep, executor, sys.stdout, tuned)
     if finished and compare and (tuned or sweep is None):
         with suite_log.suite_lock(suite.dump_folder):

@@ -48,13 +48,6 @@ def run_state(run: SuiteRun, run_dir: Path, records: list[suite_log.Record], act
     return "new"
 
 
-def suite_states(suite: Suite, alive: dict[str, Activity]) -> dict[str, str]:
-    """Every run's state phrase, by name."""
-    records = suite_log.read_records(suite.dump_folder)
-    return {run.name: run_state(run, suite.run_dir(run), records.get(run.name, []), alive.get(run.name),
-                                suite.dump_folder) for run in suite.runs}
-
-
 def held_tasks(executor: Executor, dump: Path, names: list[str], out: TextIO) -> dict[str, Activity]:
     """What the executor still holds of ``names`` (when it cannot tell: the folders alone, said once)."""
     try:
@@ -68,21 +61,20 @@ def print_status(suite: Suite, sweep: Sweep | None, executor: Executor, out: Tex
                  tuned: Suite | None = None) -> bool:
     """Print the suite's state; True when everything it runs has finished (its comparison can be written)."""
     lines = [f"# suite {suite.name} ({display_path(suite.dump_folder)}), executor {executor.name}"]
-    finished = True
+    finished = sweep is None or sweep.done(create=False)
     if sweep is not None:
-        finished = sweep.done(create=False)
         workers = sorted(n for n in suite_log.read_records(sweep.dump) if n.startswith("worker-"))
         lines += _sweep_lines(sweep, held_tasks(executor, sweep.dump, workers, out) if workers else {})
-        runs_suite = tuned
-    else:
-        runs_suite = suite
-    if runs_suite is not None:
-        states = suite_states(runs_suite, held_tasks(executor, runs_suite.dump_folder,
-                                                     [r.name for r in runs_suite.runs], out))
+    runs = suite if sweep is None else tuned  # a sweep's runs are its reruns, once its studies are done
+    if runs is not None:
+        alive = held_tasks(executor, runs.dump_folder, [r.name for r in runs.runs], out)
+        records = suite_log.read_records(runs.dump_folder)
+        states = {r.name: run_state(r, runs.run_dir(r), records.get(r.name, []), alive.get(r.name), runs.dump_folder)
+                  for r in runs.runs}
         width = max(map(len, states))
         lines += [f"{name:<{width}}  {state}" for name, state in states.items()]
         finished = finished and all(s == "finished" for s in states.values())
-    elif sweep is not None and finished and not sweep.spec.rerun_seeds:
+    elif finished and not sweep.spec.rerun_seeds:  # a sweep (runs is the suite otherwise)
         lines.append("(no rerun_seeds: the best configs are the result; nothing is compared)")
     print("\n".join(lines), file=out, flush=True)
     return finished

@@ -206,21 +206,14 @@ def parse_sweep(suite: Suite, options: dict[str, str]) -> SweepSpec:
 # ----- the studies ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Arm:
-    """A suite run searched as one study; its trials' folders are ``<dump>/<name>/trial-N``."""
-
-    name: str
-    run: SuiteRun
-
-
 class Sweep:
     """A suite with its ``[sweep]``: the arms, their studies in one storage, and where each trial runs."""
 
     def __init__(self, suite: Suite, spec: SweepSpec) -> None:
         self.suite, self.spec = suite, spec
         self.dump = suite.dump_folder
-        self.arms = [Arm(run.name, run) for run in suite.runs]
+        #: The suite's runs, each searched as one study; an arm's trials' folders are ``<dump>/<arm>/trial-N``.
+        self.arms: list[SuiteRun] = list(suite.runs)
         self._storage: Any = None
 
     @property
@@ -228,7 +221,7 @@ class Sweep:
         """The storage as given, or the SQLite file in the dump folder (absolute: workers may start elsewhere)."""
         return self.spec.storage or f"sqlite:///{(self.dump / DEFAULT_DB).resolve()}"
 
-    def study_name(self, arm: Arm) -> str:
+    def study_name(self, arm: SuiteRun) -> str:
         return f"{self.spec.study or self.suite.name}/{arm.name}"
 
     def storage(self) -> Any:
@@ -246,7 +239,7 @@ class Sweep:
         """Whether the storage may hold studies already (the default SQLite file exists; any other: yes)."""
         return self.spec.storage is not None or (self.dump / DEFAULT_DB).is_file()
 
-    def study(self, arm: Arm, sampler_seed: int | None = None, create: bool = True) -> optuna.Study | None:
+    def study(self, arm: SuiteRun, sampler_seed: int | None = None, create: bool = True) -> optuna.Study | None:
         """The arm's study with this sweep's sampler (seeded by ``sampler_seed``) and pruner; made if missing, or
         with ``create=False`` None (nothing is written: --status)."""
         import optuna
@@ -266,13 +259,13 @@ class Sweep:
         except optuna.exceptions.OptunaError as e:
             raise UserError(f"sweep storage {self.storage_url}: {e}") from None
 
-    def arm_config(self, arm: Arm) -> dict[str, Any]:
+    def arm_config(self, arm: SuiteRun) -> dict[str, Any]:
         """What the arm's trials train, apart from the searched keys: its resolved options (not where the run lives
         or what it logs), recorded in its study so that an edited suite does not merge into old trials."""
         from torchnlq.config.render import iter_options
 
         searched = {p.key for p in self.spec.params}
-        cfg = load_job_config(list(arm.run.argv()))
+        cfg = load_job_config(arm.argv())
         return {name: value for name, _, value in iter_options(cfg) if name not in searched
                 and not name.startswith(("job.", "metrics.", "checkpoint.")) and isinstance(value, (str, int, float,
                                                                                                     bool, type(None)))}
@@ -300,17 +293,17 @@ class Sweep:
                         f"{', '.join(sorted(wanted))}; "
                         "use a new study name (study = ...) or storage, or move the old one away")
 
-    def trial_dir(self, arm: Arm, number: int) -> Path:
+    def trial_dir(self, arm: SuiteRun, number: int) -> Path:
         """The run folder of the trial numbered ``number`` (a retry's is its original's: see run_number)."""
         return self.dump / arm.name / f"trial-{number}"
 
-    def trial_run(self, arm: Arm, number: int, params: dict[str, Any]) -> SuiteRun:
+    def trial_run(self, arm: SuiteRun, number: int, params: dict[str, Any]) -> SuiteRun:
         """The run of one trial: the arm's command with the trial's values, in its own folder."""
         values = tuple(f"--{key}={format_value(value)}" for key, value in params.items())
         fixed = (f"--job.name=trial-{number}", f"--job.dump_folder={self.dump / arm.name}")
         # The arm's own name and folder (load_suite's last two overrides) give way to the trial's.
-        own = tuple(o for o in arm.run.overrides if not o.startswith(("--job.name=", "--job.dump_folder=")))
-        return SuiteRun(f"trial-{number}", arm.name, arm.run.config, (*own, *values, *fixed), arm.run.steps)
+        own = tuple(o for o in arm.overrides if not o.startswith(("--job.name=", "--job.dump_folder=")))
+        return SuiteRun(f"trial-{number}", arm.name, arm.config, (*own, *values, *fixed), arm.steps)
 
     def counts(self, create: bool = True) -> dict[str, dict[str, int]]:
         """Per arm: its trials by state (COMPLETE, PRUNED, FAIL, RUNNING, WAITING), as Optuna's storage holds them;

@@ -37,9 +37,9 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.errors import UserError
 from torchnlq.experiments import suite_log
 from torchnlq.experiments.executors import LOGS_FOLDER, SCHEDULER_SIGNALS_ENV, Children, Task
-from torchnlq.experiments.suite import is_finished, launcher_command, read_run_info
+from torchnlq.experiments.suite import SuiteRun, is_finished, launcher_command, read_run_info
 from torchnlq.experiments.suite_log import last_line
-from torchnlq.experiments.sweep import (Arm, Sweep, counted_trials, describe, objective_step, quiet_experimental,
+from torchnlq.experiments.sweep import (Sweep, counted_trials, describe, objective_step, quiet_experimental,
                                         retry_callback, run_number)
 from torchnlq.files import make_folder, open_append
 from torchnlq.train.preflight import check_job_config
@@ -79,7 +79,7 @@ class Claim:
     original's for a retry), and what keeps it this worker's: a heartbeat (database) or the flock on ``fd``
     (journal file)."""
 
-    arm: Arm
+    arm: SuiteRun
     study: Any
     trial: Any
     folder: int
@@ -113,11 +113,8 @@ class Worker:
 
     # ----- taking a trial ----------------------------------------------------------------------------------
 
-    def _claim_path(self, arm: Arm, number: int) -> Path:
-        return self.sweep.dump / CLAIMS_FOLDER / arm.name / f"trial-{number}.lock"
-
-    def _try_claim(self, arm: Arm, number: int) -> int | None:
-        path = self._claim_path(arm, number)
+    def _try_claim(self, arm: SuiteRun, number: int) -> int | None:
+        path = self.sweep.dump / CLAIMS_FOLDER / arm.name / f"trial-{number}.lock"
         make_folder(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
@@ -137,7 +134,7 @@ class Worker:
                 self._retry_lost(arm, self.sweep.study(arm))
             for arm in self.sweep.arms:
                 trials = counted_trials(self.sweep.study(arm))
-                if len(trials) >= self.sweep.spec.trials and not any(t.state == _state("WAITING") for t in trials):
+                if len(trials) >= self.sweep.spec.trials and not any(t.state.name == "WAITING" for t in trials):
                     continue
                 # A sampler seeded by the trial's index: one worker's sweep is reproducible, and workers never
                 # draw alike (each trial has its own seed, whichever worker asks). A retry keeps its values.
@@ -145,7 +142,7 @@ class Worker:
                 return self._take(arm, study)
         return None
 
-    def _take(self, arm: Arm, study: Any) -> Claim:
+    def _take(self, arm: SuiteRun, study: Any) -> Claim:
         """``study.ask`` (a WAITING retry first), the trial's values, and its heartbeat or claim."""
         import warnings
 
@@ -167,7 +164,7 @@ class Worker:
                                         self.sweep.spec.heartbeat_seconds)
         return claim
 
-    def _retry_lost(self, arm: Arm, study: Any) -> None:
+    def _retry_lost(self, arm: SuiteRun, study: Any) -> None:
         """Fail and retry the study's RUNNING trials whose workers are lost: stale heartbeats (database, Optuna's
         fail_stale_trials with the storage's retry callback) or free claims (journal file)."""
         import optuna
@@ -176,14 +173,11 @@ class Worker:
             with quiet_experimental():
                 optuna.storages.fail_stale_trials(study)
             return
-        for trial in study.get_trials(deepcopy=False, states=(_state("RUNNING"),)):
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             fd = self._try_claim(arm, trial.number)
             if fd is not None:
                 os.close(fd)
                 hand_over(study, trial.number)
-
-    def others_running(self) -> bool:
-        return any(c["RUNNING"] or c["WAITING"] for c in self.sweep.counts().values())
 
     # ----- the loop ----------------------------------------------------------------------------------------
 
@@ -196,7 +190,8 @@ class Worker:
             while not self.stopped:
                 claim = self.next_trial()
                 if claim is None:
-                    if self.others_running():  # another worker's trial: stay to take it over if that worker dies
+                    # Another worker's trial: stay to take it over if that worker dies.
+                    if any(c["RUNNING"] or c["WAITING"] for c in self.sweep.counts().values()):
                         time.sleep(self.poll)
                         continue
                     self.say("no trial left")
@@ -233,7 +228,7 @@ class Worker:
         run_dir = sweep.trial_dir(arm, claim.folder)
         label = f"{arm.name} trial {claim.number} ({describe(claim.params)})"
         try:  # a drawn value the config cannot run with fails here, before a process starts
-            cfg = load_job_config(list(run.argv()))
+            cfg = load_job_config(run.argv())
             check_job_config(cfg)
             step = objective_step(sweep.spec, cfg, self.world_size)
         except UserError as e:
@@ -247,7 +242,7 @@ class Worker:
         def report() -> bool:
             """Report new validation losses; True when the pruner says stop (or the trial is no longer ours)."""
             try:
-                for at, value in monitor.new_values():
+                for at, value in monitor.values():
                     tokens = at * per_step
                     if at > 0 and tokens not in reported:
                         trial.report(value, tokens)
@@ -257,16 +252,14 @@ class Worker:
                 lost.append("its heartbeat was late")
                 return True
 
-        pruned = False
-        code = 0
+        pruned, code = False, 0
         log = sweep.dump / LOGS_FOLDER / arm.name / f"{run_dir.name}.out"
         if claim.resumed:
             self.say(f"{label}: taken over from a worker that stopped (trial {claim.folder}'s run, {run_dir})")
             self._wait_for_run_lock(run_dir, report)
         if not is_finished(read_run_info(run_dir), run.steps):
-            if report():
-                pruned = True
-            else:
+            pruned = report()
+            if not pruned:
                 self.say(f"{label}: {'resumed' if claim.resumed else 'started'}, output in {log}")
                 code, pruned = self._train(run, log, report)
         if lost:
@@ -288,9 +281,7 @@ class Worker:
             self._fail(study, claim, last_line(log) or f"run_train.sh exited {code}", label)
             return
         report()
-        from torchnlq.experiments.compare import read_scalars
-
-        value = read_scalars(run_dir / "tb").get("loss/val", {}).get(step) if (run_dir / "tb").is_dir() else None
+        value = dict(monitor.values()).get(step)  # a later event at a step wins (a resumed run's rewrite)
         if value is None:
             self._fail(study, claim, f"{run_dir} logged no validation loss at step {step}", label)
             return
@@ -347,21 +338,15 @@ def _frozen(study: Any, number: int) -> Any:
     return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
 
 
-def _state(name: str) -> Any:
-    import optuna
-
-    return optuna.trial.TrialState[name]
-
-
 class _ValidationReader:
     """A run's ``loss/val`` scalars as its trainer writes them (TensorBoard's reader, reloaded incrementally)."""
 
     def __init__(self, tb_dir: Path) -> None:
         self.tb_dir = tb_dir
         self._acc: Any = None
-        self._seen: set[int] = set()
 
-    def new_values(self) -> list[tuple[int, float]]:
+    def values(self) -> list[tuple[int, float]]:
+        """(step, loss) of every validation logged so far, in the order written."""
         if self._acc is None:
             if not self.tb_dir.is_dir():
                 return []
@@ -371,9 +356,7 @@ class _ValidationReader:
         self._acc.Reload()
         if "loss/val" not in self._acc.Tags()["scalars"]:
             return []
-        fresh = [(e.step, e.value) for e in self._acc.Scalars("loss/val") if e.step not in self._seen]
-        self._seen.update(step for step, _ in fresh)
-        return fresh
+        return [(e.step, e.value) for e in self._acc.Scalars("loss/val")]
 
 
 def worker_tasks(sweep: Sweep, count: int, context: dict[str, Any]) -> list[Task]:

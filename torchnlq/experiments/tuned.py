@@ -16,18 +16,17 @@ from torchnlq.config.manager import load_job_config
 from torchnlq.config.render import to_toml
 from torchnlq.errors import UserError
 from torchnlq.experiments.suite import Suite, SuiteRun, display_path
-from torchnlq.experiments.sweep import Arm, Sweep, counted_trials
-from torchnlq.experiments.sweep_worker import describe
+from torchnlq.experiments.sweep import Sweep, counted_trials, describe
 from torchnlq.files import OwnedFolder, replace_file
 
 PLOTS_FOLDER = "plots"
 
 
-def best_config_path(sweep: Sweep, arm: Arm) -> Path:
+def best_config_path(sweep: Sweep, arm: SuiteRun) -> Path:
     return sweep.dump / f"best_{arm.name}.toml"
 
 
-def best_trial(sweep: Sweep, arm: Arm) -> Any:
+def best_trial(sweep: Sweep, arm: SuiteRun) -> Any:
     """The arm's best COMPLETE trial (lowest objective); one line when none completed."""
     import optuna
 
@@ -60,14 +59,13 @@ def write_best_configs(sweep: Sweep, out: TextIO) -> dict[str, Path]:
 def write_plots(sweep: Sweep, out: TextIO) -> list[Path]:
     """Optuna's own figures of each study (objective vs trial, learning curves with the pruned ones, parameter
     importances, a slice per parameter) as PNGs in ``<dump>/plots/``; none without matplotlib (said once)."""
-    try:
-        import matplotlib
+    from optuna.importance import PedAnovaImportanceEvaluator
+    from optuna.visualization import matplotlib as vis
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from optuna.importance import PedAnovaImportanceEvaluator
-        from optuna.visualization import matplotlib as vis
-    except ImportError:
+    from torchnlq.experiments.compare_plots import pyplot
+
+    plt = pyplot()
+    if plt is None:
         print("[sweep] no plots: matplotlib is not installed (pip install -e '.[plots]')", file=out)
         return []
     folder = OwnedFolder(sweep.dump / PLOTS_FOLDER)
