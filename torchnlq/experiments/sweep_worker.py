@@ -281,7 +281,8 @@ class Worker:
             self._fail(study, claim, last_line(log) or f"run_train.sh exited {code}", label)
             return
         report()
-        value = dict(monitor.values()).get(step)  # a later event at a step wins (a resumed run's rewrite)
+        # Read afresh, as TensorBoard shows it: a later event at a step wins (a resumed run's rewrite).
+        value = dict(_ValidationReader(run_dir / "tb").values()).get(step)
         if value is None:
             self._fail(study, claim, f"{run_dir} logged no validation loss at step {step}", label)
             return
@@ -339,21 +340,31 @@ def _frozen(study: Any, number: int) -> Any:
 
 
 class _ValidationReader:
-    """A run's ``loss/val`` scalars as its trainer writes them (TensorBoard's reader, reloaded incrementally)."""
+    """A run's ``loss/val`` scalars as its trainer writes them (TensorBoard's reader, reloaded incrementally). A
+    start that sets an earlier attempt aside (job.rerun: a retry of a trial lost before its first checkpoint) moves
+    ``tb/`` away and makes a new one: the reader then starts again on the new folder."""
 
     def __init__(self, tb_dir: Path) -> None:
         self.tb_dir = tb_dir
         self._acc: Any = None
+        self._folder: int | None = None  # the inode of the tb/ the reader reads
 
     def values(self) -> list[tuple[int, float]]:
         """(step, loss) of every validation logged so far, in the order written."""
-        if self._acc is None:
-            if not self.tb_dir.is_dir():
-                return []
-            from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.backend.event_processing.directory_watcher import DirectoryDeletedError
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-            self._acc = EventAccumulator(str(self.tb_dir), size_guidance={"scalars": 0})
-        self._acc.Reload()
+        try:
+            folder = self.tb_dir.stat().st_ino
+        except FileNotFoundError:  # not made yet, or set aside a moment ago
+            return []
+        if self._acc is None or folder != self._folder:
+            self._acc, self._folder = EventAccumulator(str(self.tb_dir), size_guidance={"scalars": 0}), folder
+        try:
+            self._acc.Reload()
+        except DirectoryDeletedError:  # moved away while read: the next look reads the new one
+            self._acc = None
+            return []
         if "loss/val" not in self._acc.Tags()["scalars"]:
             return []
         return [(e.step, e.value) for e in self._acc.Scalars("loss/val")]
