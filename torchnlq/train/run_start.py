@@ -182,7 +182,7 @@ def _load_weights(path: str, model: nn.Module, model_fingerprint: dict[str, Any]
                         f"an export or a Hugging Face folder: export it first (python scripts/convert_checkpoint.py "
                         f"{path} EXPORT_FOLDER) and start from the export")
     replaced = source is not None and source.query.type != run.query.type  # the run's queries keep their init
-    expected = {"model": {**model_fingerprint["model"], "query": saved["model"]["query"]}} if replaced else \
+    expected = {"model": {**model_fingerprint["model"], "query": saved["model"].get("query")}} if replaced else \
         model_fingerprint
     compare_fingerprints(saved, expected, f"checkpoint.initial_load_path {path}", loading=True)
     model_sd, _ = get_state_dict(model, [])
